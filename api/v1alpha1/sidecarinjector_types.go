@@ -1,0 +1,183 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Label and annotation keys read and written by the sidecar injector.
+const (
+	// SidecarInjectKey is the per-pod opt-in/out, as a label (wins) or an annotation.
+	SidecarInjectKey = "sidecar.hookwright.io/inject"
+	// SidecarStatusKey records what was injected, so re-injection is idempotent.
+	SidecarStatusKey = "sidecar.hookwright.io/status"
+	// SidecarTemplatesKey is a comma-separated list of template names to apply
+	// instead of spec.defaultTemplates.
+	SidecarTemplatesKey = "sidecar.hookwright.io/templates"
+	// SidecarNativeKey overrides spec.nativeSidecars per pod ("true"/"false").
+	SidecarNativeKey = "sidecar.hookwright.io/native-sidecar"
+)
+
+// InjectionPolicy is what a pod that says nothing about injection gets.
+// +kubebuilder:validation:Enum=Enabled;Disabled
+type InjectionPolicy string
+
+const (
+	PolicyEnabled  InjectionPolicy = "Enabled"
+	PolicyDisabled InjectionPolicy = "Disabled"
+)
+
+// NativeSidecarMode controls whether sidecars go into initContainers with
+// restartPolicy Always (KEP-753, SidecarContainers, on by default since v1.29).
+// +kubebuilder:validation:Enum=Auto;Enabled;Disabled
+type NativeSidecarMode string
+
+const (
+	NativeSidecarAuto     NativeSidecarMode = "Auto"
+	NativeSidecarEnabled  NativeSidecarMode = "Enabled"
+	NativeSidecarDisabled NativeSidecarMode = "Disabled"
+)
+
+// ReinvocationPolicy is the reinvocationPolicy of the webhook configuration.
+// +kubebuilder:validation:Enum=Never;IfNeeded
+type ReinvocationPolicy string
+
+// NamedTemplate is a Go text/template (with sprig functions) that renders a
+// partial pod spec in YAML, merged onto the pod with strategic-merge-patch.
+type NamedTemplate struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Template text. It renders YAML with optional top-level keys metadata and spec.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=262144
+	Template string `json:"template"`
+}
+
+// SidecarInjectorSpec defines what is injected into which pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultTemplates) || self.defaultTemplates.all(d, has(self.templates) && self.templates.exists(t, t.name == d))",message="every defaultTemplates entry must name a template in templates"
+type SidecarInjectorSpec struct {
+	// Policy for pods that carry no inject label or annotation.
+	// +optional
+	// +kubebuilder:default=Enabled
+	Policy InjectionPolicy `json:"policy,omitempty"`
+
+	// NamespaceSelector of the webhook configuration. kube-system, kube-public,
+	// kube-node-lease and the operator's namespace are always excluded.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// ObjectSelector of the webhook configuration.
+	// +optional
+	ObjectSelector *metav1.LabelSelector `json:"objectSelector,omitempty"`
+
+	// NeverInjectSelector: pods matching any of these are not injected unless they
+	// opt in explicitly. Wins over AlwaysInjectSelector.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	NeverInjectSelector []metav1.LabelSelector `json:"neverInjectSelector,omitempty"`
+
+	// AlwaysInjectSelector: pods matching any of these are injected unless they
+	// opt out explicitly.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	AlwaysInjectSelector []metav1.LabelSelector `json:"alwaysInjectSelector,omitempty"`
+
+	// InjectHostNetwork allows injection into hostNetwork pods.
+	// +optional
+	InjectHostNetwork bool `json:"injectHostNetwork,omitempty"`
+
+	// Templates by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Templates []NamedTemplate `json:"templates,omitempty"`
+
+	// DefaultTemplates are applied, in order, when the pod names none.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
+
+	// Values is free-form data handed to templates as .Values.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+
+	// NativeSidecars puts injected sidecars into initContainers with
+	// restartPolicy Always. Auto enables it when the API server is v1.29 or later.
+	// +optional
+	// +kubebuilder:default=Auto
+	NativeSidecars NativeSidecarMode `json:"nativeSidecars,omitempty"`
+
+	// FailurePolicy of the webhook configuration.
+	// +optional
+	// +kubebuilder:default=Fail
+	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+
+	// TimeoutSeconds of the webhook configuration, in seconds.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=30
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+
+	// ReinvocationPolicy of the webhook configuration.
+	// +optional
+	// +kubebuilder:default=IfNeeded
+	ReinvocationPolicy ReinvocationPolicy `json:"reinvocationPolicy,omitempty"`
+
+	// Server is the webhook server Deployment the operator runs.
+	// +optional
+	Server ServerSpec `json:"server,omitempty"`
+
+	// Certificate is the server's serving certificate.
+	// +optional
+	Certificate CertificateSpec `json:"certificate,omitempty"`
+}
+
+// SidecarInjectorStatus is filled by the operator.
+type SidecarInjectorStatus struct {
+	// ObservedGeneration is the generation the operator last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// ServedGeneration is the generation the webhook servers report serving.
+	// +optional
+	ServedGeneration int64 `json:"servedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SidecarInjector injects sidecar containers into pods at CREATE.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=sci,categories=hookwright
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policy`
+// +kubebuilder:printcolumn:name="Served",type=integer,JSONPath=`.status.servedGeneration`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SidecarInjector struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SidecarInjectorSpec   `json:"spec,omitempty"`
+	Status SidecarInjectorStatus `json:"status,omitempty"`
+}
+
+// SidecarInjectorList is a list of SidecarInjector.
+// +kubebuilder:object:root=true
+type SidecarInjectorList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SidecarInjector `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SidecarInjector{}, &SidecarInjectorList{})
+}

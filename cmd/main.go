@@ -1,0 +1,34 @@
+// Command hookwright is the single binary of the project: the operator
+// (manager), the two webhook servers (injector, oversell) and the CLI tools.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// subcommands is filled by init functions of the files in this package, so
+// each subcommand lives in its own file.
+var subcommands []func() *cobra.Command
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hookwright",
+		Short:         "Kubernetes operator running the SidecarInjector and NodeOversell admission webhooks",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, f := range subcommands {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
