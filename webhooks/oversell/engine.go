@@ -1,0 +1,352 @@
+// Package oversell inflates the cpu and memory allocatable of selected nodes
+// by rewriting the nodes' own status writes in a mutating admission webhook.
+//
+// The engine (this file) is pure: it decides from the admitted object, the
+// old object, the writer and the selected NodeOversell what the node's
+// allocatable and bookkeeping annotations must be. The handler (handler.go)
+// is the thin HTTP shell around it; the store (store.go) keeps the
+// NodeOversell objects the informer delivers.
+//
+// Kubernetes facts it rests on (v1.37):
+//   - Mutating admission on nodes/status UPDATE (and PATCH, which is an
+//     UPDATE to admission) sees the object after the patch is applied plus
+//     the old object (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go).
+//   - The node status strategy resets only spec, so a webhook on nodes/status
+//     may change status and metadata.annotations
+//     (pkg/registry/core/node/strategy.go, nodeStatusStrategy.PrepareForUpdate).
+//   - The kubelet recomputes allocatable as capacity minus reservations and
+//     patches nodes/status with a two-way merge from its informer copy
+//     (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus), so a write
+//     by system:node:<name> carries the real allocatable, except when its
+//     copy is stale and already equal to what it computed.
+package oversell
+
+import (
+	"encoding/json"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// WriterClass is who is writing the node status, as far as raw allocatable
+// is concerned.
+type WriterClass int
+
+const (
+	// WriterOther is any user whose allocatable is not trusted as real.
+	WriterOther WriterClass = iota
+	// WriterKubelet is the node's own kubelet: user system:node:<node name>
+	// in group system:nodes (the NodeRestriction identity).
+	WriterKubelet
+	// WriterTrusted is a user listed in the selected NodeOversell's
+	// spec.trustedReporters or in the server's --trusted-reporter flag.
+	WriterTrusted
+)
+
+// String returns the metric label: "kubelet", "trusted" or "other".
+func (w WriterClass) String() string {
+	switch w {
+	case WriterKubelet:
+		return "kubelet"
+	case WriterTrusted:
+		return "trusted"
+	}
+	return "other"
+}
+
+// reportsRaw reports whether the writer's allocatable is the node's real one.
+func (w WriterClass) reportsRaw() bool { return w != WriterOther }
+
+const nodeUserPrefix = "system:node:"
+
+// ClassifyWriter classifies the request user for node nodeName. trusted
+// reports whether a user name is a configured trusted reporter (may be nil).
+func ClassifyWriter(nodeName, user string, groups []string, trusted func(string) bool) WriterClass {
+	if len(user) == len(nodeUserPrefix)+len(nodeName) && user[:len(nodeUserPrefix)] == nodeUserPrefix && user[len(nodeUserPrefix):] == nodeName {
+		for _, g := range groups {
+			if g == "system:nodes" {
+				return WriterKubelet
+			}
+		}
+	}
+	if trusted != nil && trusted(user) {
+		return WriterTrusted
+	}
+	return WriterOther
+}
+
+// NodeState is the part of a Node the engine reads. Quantities stay strings
+// as they appear in the JSON; the engine parses only cpu and memory.
+type NodeState struct {
+	Labels      map[string]string
+	Annotations map[string]string
+	Capacity    map[string]string
+	Allocatable map[string]string
+}
+
+// Input is everything a decision depends on.
+type Input struct {
+	Writer WriterClass
+	// Object is the node as it will be stored (after the writer's patch).
+	Object NodeState
+	// Old is the stored node before the write; nil only if the API server
+	// sent no oldObject.
+	Old *NodeState
+	// Policy is the NodeOversell that selects the node, nil if none does.
+	Policy *Policy
+}
+
+// Reason explains a decision; it is a metric label, so the set is closed.
+type Reason string
+
+const (
+	ReasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
+	ReasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter
+	ReasonStaleReport     Reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
+	ReasonAnnotation      Reason = "annotation"       // other writer; raw from the annotation
+	ReasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
+	ReasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
+	ReasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
+	ReasonRawUnknown      Reason = "raw-unknown"      // other writer, node amplified, raw annotation missing or corrupt
+	ReasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
+)
+
+// Decision is the outcome of Decide. When Apply is false the write must be
+// admitted unchanged. When Apply is true, Allocatable and Annotations give
+// the final values; BuildPatch turns them into JSON patch operations.
+type Decision struct {
+	Apply  bool
+	Reason Reason
+	// Restore is true when the node's annotations are removed and its raw
+	// allocatable published (deselection).
+	Restore bool
+	// Present marks the resources the node's allocatable has.
+	Present [numResources]bool
+	// Raw, Effective and Ratio per resource, valid where Present.
+	Raw       [numResources]resource.Quantity
+	Effective [numResources]resource.Quantity
+	Ratio     [numResources]Ratio
+	// Annotations are the final values of RawAllocatableKey, RatiosKey and
+	// AppliedByKey, in annotationKeys order; "" means absent.
+	Annotations [3]string
+	// UntrustedAllocatableWrite is true when a non-reporting writer sent a
+	// cpu or memory allocatable different from the stored one: the writes
+	// that compound in implementations that multiply whatever arrives.
+	UntrustedAllocatableWrite bool
+}
+
+// annotationKeys are the keys the engine owns, in Decision.Annotations order.
+var annotationKeys = [3]string{
+	v1alpha1.OversellRawAllocatableKey,
+	v1alpha1.OversellRatiosKey,
+	v1alpha1.OversellAppliedByKey,
+}
+
+// resourceJSON is the shape of the raw-allocatable and ratios annotations.
+type resourceJSON struct {
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+func (r *resourceJSON) get(res Resource) string {
+	if res == CPU {
+		return r.CPU
+	}
+	return r.Memory
+}
+
+func (r *resourceJSON) set(res Resource, v string) {
+	if res == CPU {
+		r.CPU = v
+	} else {
+		r.Memory = v
+	}
+}
+
+// stored is what the engine's annotations on the old object say.
+type stored struct {
+	present bool // any engine annotation exists: the node was amplified
+	raw     [numResources]resource.Quantity
+	rawOK   [numResources]bool
+	ratio   [numResources]Ratio
+}
+
+func hasEngineAnnotations(ann map[string]string) bool {
+	for _, k := range annotationKeys {
+		if _, ok := ann[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// readStored parses the engine annotations. Corrupt JSON or quantities leave
+// rawOK false for the affected resources; a corrupt ratio leaves it unset.
+func readStored(ann map[string]string) stored {
+	var s stored
+	s.present = hasEngineAnnotations(ann)
+	if !s.present {
+		return s
+	}
+	var raw resourceJSON
+	if v, ok := ann[v1alpha1.OversellRawAllocatableKey]; ok && json.Unmarshal([]byte(v), &raw) == nil {
+		for r := Resource(0); r < numResources; r++ {
+			if q, err := parseQuantity(raw.get(r)); err == nil && raw.get(r) != "" {
+				s.raw[r], s.rawOK[r] = q, true
+			}
+		}
+	}
+	var ratios resourceJSON
+	if v, ok := ann[v1alpha1.OversellRatiosKey]; ok && json.Unmarshal([]byte(v), &ratios) == nil {
+		for r := Resource(0); r < numResources; r++ {
+			if x, err := ParseRatio(ratios.get(r)); err == nil {
+				s.ratio[r] = x
+			}
+		}
+	}
+	return s
+}
+
+// optQuantity parses m[key]; ok is false when absent or invalid.
+func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
+	s, found := m[key]
+	if !found {
+		return resource.Quantity{}, false
+	}
+	q, err := parseQuantity(s)
+	return q, err == nil
+}
+
+// Decide computes the node's allocatable and annotations for one status
+// write. It never compounds: the published value is always raw × ratio,
+// where raw comes from the writer only if it reports real values (the node's
+// kubelet or a trusted reporter) and otherwise from the raw-allocatable
+// annotation recorded on the stored object.
+//
+// The one exception for reporting writers: when the published value is
+// unchanged by the write and equals the amplification of the recorded raw,
+// the kubelet's patch (computed from its possibly stale informer copy) did
+// not carry allocatable at all, so the recorded raw is kept. Misreading a
+// real value that happens to equal the amplified one errs on the safe side
+// (the node is under- rather than over-committed).
+func Decide(in Input) Decision {
+	var d Decision
+	obj := in.Object
+	// Engine annotations are trusted from the stored object only, so a
+	// writer cannot inject a raw value.
+	recorded := in.Object.Annotations
+	if in.Old != nil {
+		recorded = in.Old.Annotations
+	}
+	st := readStored(recorded)
+
+	var incoming [numResources]resource.Quantity
+	for r := Resource(0); r < numResources; r++ {
+		s, found := obj.Allocatable[resourceNames[r]]
+		if !found {
+			continue
+		}
+		q, err := parseQuantity(s)
+		if err != nil {
+			d.Reason = ReasonInvalidQuantity
+			return d
+		}
+		d.Present[r], incoming[r] = true, q
+		if in.Old != nil && !in.Writer.reportsRaw() {
+			if old, ok := optQuantity(in.Old.Allocatable, resourceNames[r]); !ok || old.Cmp(q) != 0 {
+				d.UntrustedAllocatableWrite = true
+			}
+		}
+	}
+
+	// Raw per resource.
+	for r := Resource(0); r < numResources; r++ {
+		if !d.Present[r] {
+			continue
+		}
+		switch {
+		case in.Writer.reportsRaw():
+			d.Raw[r] = incoming[r]
+			if d.Reason == "" {
+				d.Reason = ReasonKubeletReport
+				if in.Writer == WriterTrusted {
+					d.Reason = ReasonTrustedReport
+				}
+			}
+			if staleReport(in, st, r, incoming[r]) {
+				d.Raw[r] = st.raw[r]
+				d.Reason = ReasonStaleReport
+			}
+		case st.rawOK[r]:
+			d.Raw[r] = st.raw[r]
+			d.Reason = ReasonAnnotation
+		case !st.present:
+			d.Raw[r] = incoming[r]
+			d.Reason = ReasonAdopted
+		default:
+			d.Reason = ReasonRawUnknown
+			return Decision{Reason: ReasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+		}
+	}
+
+	if in.Policy == nil {
+		if !st.present && !hasEngineAnnotations(obj.Annotations) {
+			return Decision{Reason: ReasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+		}
+		d.Apply, d.Restore, d.Reason = true, true, ReasonDeselected
+		for r := Resource(0); r < numResources; r++ {
+			d.Effective[r] = d.Raw[r]
+		}
+		return d
+	}
+
+	var rawJSON, ratioJSON resourceJSON
+	for r := Resource(0); r < numResources; r++ {
+		if !d.Present[r] {
+			continue
+		}
+		ratio := in.Policy.Ratios[r]
+		capacity, capOK := optQuantity(obj.Capacity, resourceNames[r])
+		var capPtr *resource.Quantity
+		if capOK {
+			capPtr = &capacity
+		}
+		d.Effective[r] = Amplify(r, d.Raw[r], capPtr, ratio)
+		d.Ratio[r] = ratio
+		rawJSON.set(r, d.Raw[r].String())
+		if ratio.IsSet() {
+			ratioJSON.set(r, ratio.String())
+		}
+	}
+	d.Apply = true
+	d.Annotations[0] = mustJSON(&rawJSON)
+	d.Annotations[1] = mustJSON(&ratioJSON)
+	d.Annotations[2] = in.Policy.Name
+	return d
+}
+
+// staleReport reports whether a reporting writer's value for r is the
+// published amplification left untouched by its patch (see Decide).
+func staleReport(in Input, st stored, r Resource, incoming resource.Quantity) bool {
+	if in.Old == nil || !st.rawOK[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() {
+		return false
+	}
+	old, ok := optQuantity(in.Old.Allocatable, resourceNames[r])
+	if !ok || old.Cmp(incoming) != 0 {
+		return false
+	}
+	capacity, capOK := optQuantity(in.Old.Capacity, resourceNames[r])
+	var capPtr *resource.Quantity
+	if capOK {
+		capPtr = &capacity
+	}
+	published := Amplify(r, st.raw[r], capPtr, st.ratio[r])
+	return published.Cmp(old) == 0 && published.Cmp(st.raw[r]) != 0
+}
+
+// mustJSON encodes the two-field struct; it cannot fail.
+func mustJSON(v *resourceJSON) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
