@@ -1,0 +1,296 @@
+package sidecar
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// Params are the server-side inputs that do not come from the CR.
+type Params struct {
+	// OperatorNamespace is never injected.
+	OperatorNamespace string
+	// ServerVersion is the API server's version ("v1.31.2"); with
+	// nativeSidecars Auto, sidecars are native from v1.29 (KEP-753
+	// SidecarContainers beta, on by default). Empty or unparsable: not native.
+	ServerVersion string
+}
+
+// nativeSince is the first Kubernetes minor with SidecarContainers on by default (KEP-753).
+var nativeSince = utilversion.MajorMinor(1, 29)
+
+// NativeDefault resolves spec.nativeSidecars against the server version.
+func NativeDefault(mode v1alpha1.NativeSidecarMode, serverVersion string) bool {
+	switch mode {
+	case v1alpha1.NativeSidecarEnabled:
+		return true
+	case v1alpha1.NativeSidecarDisabled:
+		return false
+	}
+	v, err := utilversion.ParseGeneric(serverVersion)
+	if err != nil {
+		return false
+	}
+	return v.AtLeast(nativeSince)
+}
+
+// Config is a compiled SidecarInjector: parsed templates, selectors and
+// decoded values. It is immutable once built and safe for concurrent use.
+type Config struct {
+	// Name of the SidecarInjector.
+	Name string
+	// Generation of the SidecarInjector this was compiled from.
+	Generation int64
+	// Hash is a short sha256 of the spec fields that shape injection; it is
+	// recorded in the status annotation.
+	Hash string
+
+	Policy            v1alpha1.InjectionPolicy
+	InjectHostNetwork bool
+	NativeSidecars    v1alpha1.NativeSidecarMode
+	FailurePolicy     v1alpha1.FailurePolicy
+	DefaultTemplates  []string
+	// ServerNamespace is spec.server.namespace; like the operator's, never injected.
+	ServerNamespace string
+
+	templates         map[string]*compiledTemplate
+	values            map[string]any
+	namespaceSelector labels.Selector
+	objectSelector    labels.Selector
+	neverInject       []labels.Selector
+	neverIdx          []int
+	alwaysInject      []labels.Selector
+	alwaysIdx         []int
+}
+
+type compiledTemplate struct {
+	name string
+	tmpl *template.Template
+	// cache maps rendered YAML text to its JSON form: most pods render the
+	// same text, and YAML parsing dominates render cost.
+	cache renderCache
+}
+
+// renderCache is a bounded map, emptied when full (a config's templates
+// render few distinct outputs; a pod-specific one just misses).
+type renderCache struct {
+	mu sync.RWMutex
+	m  map[string][]byte
+}
+
+const renderCacheMax = 512
+
+func (c *renderCache) get(k []byte) ([]byte, bool) {
+	c.mu.RLock()
+	v, ok := c.m[string(k)]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *renderCache) put(k []byte, v []byte) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= renderCacheMax {
+		c.m = make(map[string][]byte, 16)
+	}
+	c.m[string(k)] = v
+	c.mu.Unlock()
+}
+
+// Compile parses and checks a SidecarInjector. It fails when a template does
+// not parse or does not render for a minimal pod, a defaultTemplates entry
+// names no template, a selector is invalid, or values is not a JSON object.
+func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
+	s := &cr.Spec
+	c := &Config{
+		Name:              cr.Name,
+		Generation:        cr.Generation,
+		Policy:            s.Policy,
+		InjectHostNetwork: s.InjectHostNetwork,
+		NativeSidecars:    s.NativeSidecars,
+		FailurePolicy:     s.FailurePolicy,
+		DefaultTemplates:  append([]string(nil), s.DefaultTemplates...),
+		ServerNamespace:   s.Server.Namespace,
+		templates:         make(map[string]*compiledTemplate, len(s.Templates)),
+	}
+	if c.Policy == "" {
+		c.Policy = v1alpha1.PolicyEnabled
+	}
+	if c.Policy != v1alpha1.PolicyEnabled && c.Policy != v1alpha1.PolicyDisabled {
+		return nil, fmt.Errorf("spec.policy %q: want Enabled or Disabled", c.Policy)
+	}
+	if c.NativeSidecars == "" {
+		c.NativeSidecars = v1alpha1.NativeSidecarAuto
+	}
+	if c.FailurePolicy == "" {
+		c.FailurePolicy = v1alpha1.FailurePolicyFail
+	}
+	var err error
+	if c.namespaceSelector, err = optionalSelector(s.NamespaceSelector); err != nil {
+		return nil, fmt.Errorf("spec.namespaceSelector: %w", err)
+	}
+	if c.objectSelector, err = optionalSelector(s.ObjectSelector); err != nil {
+		return nil, fmt.Errorf("spec.objectSelector: %w", err)
+	}
+	if c.neverInject, c.neverIdx, err = selectorList(s.NeverInjectSelector); err != nil {
+		return nil, fmt.Errorf("spec.neverInjectSelector%w", err)
+	}
+	if c.alwaysInject, c.alwaysIdx, err = selectorList(s.AlwaysInjectSelector); err != nil {
+		return nil, fmt.Errorf("spec.alwaysInjectSelector%w", err)
+	}
+	c.values = map[string]any{}
+	if s.Values != nil && len(s.Values.Raw) > 0 && string(s.Values.Raw) != "null" {
+		dec := json.NewDecoder(bytes.NewReader(s.Values.Raw))
+		dec.UseNumber()
+		if err := dec.Decode(&c.values); err != nil {
+			return nil, fmt.Errorf("spec.values must be a JSON object: %w", err)
+		}
+		if c.values == nil {
+			c.values = map[string]any{}
+		}
+	}
+	funcs := FuncMap()
+	for _, t := range s.Templates {
+		if _, dup := c.templates[t.Name]; dup {
+			return nil, fmt.Errorf("spec.templates: duplicate name %q", t.Name)
+		}
+		tm, err := template.New(t.Name).Funcs(funcs).Parse(t.Template)
+		if err != nil {
+			return nil, fmt.Errorf("template %q: %w", t.Name, err)
+		}
+		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
+	}
+	for _, d := range c.DefaultTemplates {
+		if _, ok := c.templates[d]; !ok {
+			return nil, fmt.Errorf("spec.defaultTemplates: no template named %q", d)
+		}
+	}
+	c.Hash = specHash(s)
+	// A trial render catches templates that parse but fail at execution or
+	// emit invalid YAML, before this config can replace a working one.
+	for _, t := range s.Templates {
+		for _, native := range []bool{false, true} {
+			if _, err := c.renderOne(c.templates[t.Name], trialData(c, native)); err != nil {
+				return nil, fmt.Errorf("trial render (nativeSidecars=%t): %w", native, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+func trialData(c *Config, native bool) *TemplateData {
+	return &TemplateData{
+		ObjectMeta:     &metav1.ObjectMeta{Name: "example", Namespace: "default", Labels: map[string]string{"app": "example"}},
+		Spec:           &corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example"}}},
+		Namespace:      "default",
+		Values:         deepCopyValue(c.values).(map[string]any),
+		Injector:       c.Name,
+		NativeSidecars: native,
+	}
+}
+
+func optionalSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return nil, nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
+}
+
+// selectorList compiles never/alwaysInjectSelector. Empty selectors are
+// dropped, as Istio does: matching every pod by accident is never intended.
+func selectorList(in []metav1.LabelSelector) ([]labels.Selector, []int, error) {
+	var out []labels.Selector
+	var idx []int
+	for i := range in {
+		s, err := metav1.LabelSelectorAsSelector(&in[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("[%d]: %w", i, err)
+		}
+		if s.Empty() {
+			continue
+		}
+		out = append(out, s)
+		idx = append(idx, i)
+	}
+	return out, idx, nil
+}
+
+// specHash covers everything that changes what gets injected.
+func specHash(s *v1alpha1.SidecarInjectorSpec) string {
+	b, _ := json.Marshal(struct {
+		Templates        []v1alpha1.NamedTemplate
+		DefaultTemplates []string
+		Values           any
+		Native           v1alpha1.NativeSidecarMode
+	}{s.Templates, s.DefaultTemplates, s.Values, s.NativeSidecars})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Store holds the config being served. Update swaps it atomically; a config
+// that does not compile never replaces the last good one.
+type Store struct {
+	cur     atomic.Pointer[Config]
+	mu      sync.Mutex
+	lastErr error
+	// OnChange, when set, is called after every successful swap.
+	OnChange func(*Config)
+}
+
+// Load returns the served config, or nil before the first successful Update.
+func (s *Store) Load() *Config { return s.cur.Load() }
+
+// Update compiles cr and, on success, serves it. On failure the previous
+// config stays and the compile error is returned (and kept for LastError).
+func (s *Store) Update(cr *v1alpha1.SidecarInjector) (*Config, error) {
+	c, err := Compile(cr)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.lastErr = fmt.Errorf("generation %d: %w", cr.Generation, err)
+		return nil, s.lastErr
+	}
+	s.lastErr = nil
+	s.cur.Store(c)
+	if s.OnChange != nil {
+		s.OnChange(c)
+	}
+	return c, nil
+}
+
+// LastError is the error of the last Update, nil when it succeeded.
+func (s *Store) LastError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
+// ErrNoConfig is returned while no config has been loaded.
+var ErrNoConfig = errors.New("no SidecarInjector configuration loaded yet")
+
+// DecodeSidecarInjector reads a SidecarInjector from YAML or JSON (as
+// kube-inject --config takes it). Unknown fields are an error, so a typo in
+// an offline config is not silently ignored.
+func DecodeSidecarInjector(b []byte) (*v1alpha1.SidecarInjector, error) {
+	cr := &v1alpha1.SidecarInjector{}
+	if err := sigsyaml.UnmarshalStrict(b, cr); err != nil {
+		return nil, fmt.Errorf("decoding SidecarInjector: %w", err)
+	}
+	if cr.APIVersion != v1alpha1.GroupVersion.String() || cr.Kind != "SidecarInjector" {
+		return nil, fmt.Errorf("got apiVersion %q kind %q: want %s SidecarInjector", cr.APIVersion, cr.Kind, v1alpha1.GroupVersion)
+	}
+	return cr, nil
+}

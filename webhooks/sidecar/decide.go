@@ -1,0 +1,138 @@
+package sidecar
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// Code is the low-cardinality reason of a decision, used as a metric label.
+type Code string
+
+// Decision codes, in the order Decide checks them.
+const (
+	CodeAlreadyInjected      Code = "AlreadyInjected"
+	CodeSystemNamespace      Code = "SystemNamespace"
+	CodeOperatorNamespace    Code = "OperatorNamespace"
+	CodeNamespaceSelector    Code = "NamespaceSelector"
+	CodeObjectSelector       Code = "ObjectSelector"
+	CodeHostNetwork          Code = "HostNetwork"
+	CodeLabel                Code = "Label"
+	CodeAnnotation           Code = "Annotation"
+	CodeNeverInjectSelector  Code = "NeverInjectSelector"
+	CodeAlwaysInjectSelector Code = "AlwaysInjectSelector"
+	CodePolicy               Code = "Policy"
+)
+
+// Decision is whether a pod gets injected, and why.
+type Decision struct {
+	Inject bool
+	Code   Code
+	// Reason is a human-readable sentence naming the deciding rule.
+	Reason string
+	// Warnings are ignored inputs (e.g. an inject label with value "maybe").
+	Warnings []string
+}
+
+// systemNamespaces are never injected: their pods run the control plane, and
+// injecting a webhook-dependent sidecar there can deadlock cluster bootstrap.
+var systemNamespaces = map[string]bool{
+	"kube-system":     true,
+	"kube-public":     true,
+	"kube-node-lease": true,
+}
+
+// ParseBool parses an inject label/annotation value: true, y, yes, on and
+// false, n, no, off, case-insensitively. ok is false for any other value.
+func ParseBool(s string) (value, ok bool) {
+	switch strings.ToLower(s) {
+	case "true", "y", "yes", "on":
+		return true, true
+	case "false", "n", "no", "off":
+		return false, true
+	}
+	return false, false
+}
+
+// DecideInput is what Decide needs to know about a pod.
+type DecideInput struct {
+	Pod *corev1.Pod
+	// Namespace of the pod (from the admission request; pod.Namespace may be empty).
+	Namespace string
+	// NamespaceLabels are checked against spec.namespaceSelector when non-nil.
+	// The webhook passes nil: the API server already applied the selector.
+	NamespaceLabels map[string]string
+}
+
+// Decide tells whether cfg injects the pod. The order follows Istio's
+// injectRequired (pkg/kube/inject/inject.go): already injected, excluded
+// namespaces, namespace and object selectors, hostNetwork (unless
+// spec.injectHostNetwork), the inject label (wins over the annotation), the
+// inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
+// An inject value outside ParseBool's set is ignored with a warning.
+func Decide(cfg *Config, p Params, in DecideInput) Decision {
+	pod := in.Pod
+	d := Decision{}
+	if s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]; ok {
+		return decided(d, false, CodeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
+	}
+	if systemNamespaces[in.Namespace] {
+		return decided(d, false, CodeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
+	}
+	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace) {
+		return decided(d, false, CodeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or the injector and is never injected", in.Namespace))
+	}
+	if in.NamespaceLabels != nil && cfg.namespaceSelector != nil && !cfg.namespaceSelector.Matches(labels.Set(in.NamespaceLabels)) {
+		return decided(d, false, CodeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))
+	}
+	if cfg.objectSelector != nil && !cfg.objectSelector.Matches(labels.Set(pod.Labels)) {
+		return decided(d, false, CodeObjectSelector, fmt.Sprintf("pod labels do not match objectSelector %s", cfg.objectSelector))
+	}
+	if pod.Spec.HostNetwork && !cfg.InjectHostNetwork {
+		return decided(d, false, CodeHostNetwork, "pod uses hostNetwork and spec.injectHostNetwork is false")
+	}
+	if v, ok := pod.Labels[v1alpha1.SidecarInjectKey]; ok {
+		if b, valid := ParseBool(v); valid {
+			return decided(d, b, CodeLabel, fmt.Sprintf("label %s=%q", v1alpha1.SidecarInjectKey, v))
+		}
+		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored label %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
+	}
+	if v, ok := pod.Annotations[v1alpha1.SidecarInjectKey]; ok {
+		if b, valid := ParseBool(v); valid {
+			return decided(d, b, CodeAnnotation, fmt.Sprintf("annotation %s=%q", v1alpha1.SidecarInjectKey, v))
+		}
+		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored annotation %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
+	}
+	set := labels.Set(pod.Labels)
+	for i, s := range cfg.neverInject {
+		if s.Matches(set) {
+			return decided(d, false, CodeNeverInjectSelector, fmt.Sprintf("pod labels match neverInjectSelector[%d] %s", cfg.neverIdx[i], s))
+		}
+	}
+	for i, s := range cfg.alwaysInject {
+		if s.Matches(set) {
+			return decided(d, true, CodeAlwaysInjectSelector, fmt.Sprintf("pod labels match alwaysInjectSelector[%d] %s", cfg.alwaysIdx[i], s))
+		}
+	}
+	if cfg.Policy == v1alpha1.PolicyDisabled {
+		return decided(d, false, CodePolicy, "pod says nothing and policy is Disabled")
+	}
+	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
+}
+
+func decided(d Decision, inject bool, c Code, reason string) Decision {
+	d.Inject, d.Code, d.Reason = inject, c, reason
+	return d
+}
+
+// short truncates pod-controlled text quoted into messages and logs.
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

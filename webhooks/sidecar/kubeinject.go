@@ -1,0 +1,265 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// PodSite is a pod, or a pod template inside a workload, found in a manifest.
+type PodSite struct {
+	// Ref is "Kind/name" of the object holding the pod (a List item keeps its own kind).
+	Ref string
+	// Namespace of the object, or the default namespace.
+	Namespace string
+	// Pod is the pod object itself (kind Pod) or a synthetic Pod built from
+	// the template's metadata and spec.
+	Pod map[string]any
+	// Misplaced lists the inject label/annotation keys found on the
+	// workload's own metadata but not on its pod template, where they do nothing.
+	Misplaced []string
+
+	obj, template map[string]any
+}
+
+// podTemplatePaths are the workload kinds kube-inject handles (as Istio's
+// IntoObject does) and where their pod template lives.
+var podTemplatePaths = map[string][]string{
+	"apps/Deployment":        {"spec", "template"},
+	"apps/DaemonSet":         {"spec", "template"},
+	"apps/StatefulSet":       {"spec", "template"},
+	"apps/ReplicaSet":        {"spec", "template"},
+	"/ReplicationController": {"spec", "template"},
+	"batch/Job":              {"spec", "template"},
+	"batch/CronJob":          {"spec", "jobTemplate", "spec", "template"},
+}
+
+// FindPods returns the pods and pod templates in obj, descending into v1
+// Lists. Other kinds yield nothing.
+func FindPods(obj map[string]any, defaultNamespace string) []PodSite {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	group := ""
+	if i := strings.Index(apiVersion, "/"); i >= 0 {
+		group = apiVersion[:i]
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	if name == "" {
+		name, _ = meta["generateName"].(string)
+	}
+	ns, _ := meta["namespace"].(string)
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	ref := kind + "/" + name
+	if apiVersion == "v1" && (kind == "List" || strings.HasSuffix(kind, "List")) {
+		var out []PodSite
+		items, _ := obj["items"].([]any)
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok {
+				out = append(out, FindPods(m, defaultNamespace)...)
+			}
+		}
+		return out
+	}
+	if apiVersion == "v1" && kind == "Pod" {
+		return []PodSite{{Ref: ref, Namespace: ns, Pod: obj, obj: obj}}
+	}
+	path := podTemplatePaths[group+"/"+kind]
+	if path == nil {
+		return nil
+	}
+	cur := obj
+	for _, k := range path {
+		next, ok := cur[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = next
+	}
+	tmeta, _ := cur["metadata"].(map[string]any)
+	if tmeta == nil {
+		tmeta = map[string]any{}
+	}
+	pod := map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": tmeta, "spec": cur["spec"]}
+	return []PodSite{{Ref: ref, Namespace: ns, Pod: pod, Misplaced: misplaced(meta, tmeta), obj: obj, template: cur}}
+}
+
+// misplaced reports inject/templates/native keys on a workload's own
+// metadata that its pod template lacks: the webhook only sees pods.
+func misplaced(own, tmpl map[string]any) []string {
+	var out []string
+	for _, field := range []string{"labels", "annotations"} {
+		o, _ := own[field].(map[string]any)
+		t, _ := tmpl[field].(map[string]any)
+		for _, k := range []string{v1alpha1.SidecarInjectKey, v1alpha1.SidecarTemplatesKey, v1alpha1.SidecarNativeKey} {
+			v, ok := o[k]
+			if !ok {
+				continue
+			}
+			if _, ok := t[k]; ok {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s %s=%v is on the object's own metadata.%s, where it has no effect: put it in the pod template's metadata.%s", strings.TrimSuffix(field, "s"), k, v, field, field))
+		}
+	}
+	return out
+}
+
+// InjectObject injects every pod and pod template in obj in place. It reports
+// whether anything changed; warn receives skips and ignored values, each
+// prefixed with the object reference.
+func InjectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace string, warn func(string)) (bool, error) {
+	changed := false
+	for _, s := range FindPods(obj, defaultNamespace) {
+		for _, m := range s.Misplaced {
+			warn(s.Ref + ": " + m)
+		}
+		raw, err := json.Marshal(s.Pod)
+		if err != nil {
+			return changed, err
+		}
+		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace})
+		if err != nil {
+			return changed, fmt.Errorf("%s: %w", s.Ref, err)
+		}
+		for _, w := range res.Warnings {
+			warn(s.Ref + ": " + w)
+		}
+		if res.Object == nil {
+			warn(fmt.Sprintf("%s: not injected: %s", s.Ref, res.Decision.Reason))
+			continue
+		}
+		changed = true
+		if s.template == nil {
+			for k := range s.obj {
+				delete(s.obj, k)
+			}
+			for k, v := range res.Object {
+				s.obj[k] = v
+			}
+			continue
+		}
+		s.template["metadata"] = res.Object["metadata"]
+		s.template["spec"] = res.Object["spec"]
+	}
+	return changed, nil
+}
+
+// InjectStream runs InjectObject over a multi-document YAML stream or a JSON
+// stream (detected from the first non-space byte) and writes the result in
+// the same format. Documents that do not change are written back byte for
+// byte, so a second pass over the output reproduces it exactly.
+func InjectStream(cfg *Config, p Params, r io.Reader, w io.Writer, defaultNamespace string, warn func(string)) error {
+	br := bufio.NewReader(r)
+	if isJSONStream(br) {
+		return injectJSONStream(cfg, p, br, w, defaultNamespace, warn)
+	}
+	yr := utilyaml.NewYAMLReader(br)
+	first := true
+	for {
+		doc, err := yr.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out, err := injectYAMLDoc(cfg, p, doc, defaultNamespace, warn)
+		if err != nil {
+			return err
+		}
+		if !first {
+			if _, err := io.WriteString(w, "---\n"); err != nil {
+				return err
+			}
+		}
+		first = false
+		if len(out) > 0 && out[len(out)-1] != '\n' {
+			out = append(out, '\n')
+		}
+		if _, err := w.Write(out); err != nil {
+			return err
+		}
+	}
+}
+
+func injectYAMLDoc(cfg *Config, p Params, doc []byte, ns string, warn func(string)) ([]byte, error) {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, fmt.Errorf("parsing YAML document: %w", err)
+	}
+	if !bytes.HasPrefix(j, []byte("{")) {
+		return doc, nil
+	}
+	obj, err := decodeMap(j)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := InjectObject(cfg, p, obj, ns, warn)
+	if err != nil || !changed {
+		return doc, err
+	}
+	j, err = json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(j)
+}
+
+func isJSONStream(br *bufio.Reader) bool {
+	for i := 1; ; i++ {
+		b, err := br.Peek(i)
+		if err != nil {
+			return false
+		}
+		switch b[i-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{', '[':
+			return true
+		}
+		return false
+	}
+}
+
+func injectJSONStream(cfg *Config, p Params, r io.Reader, w io.Writer, ns string, warn func(string)) error {
+	dec := json.NewDecoder(r)
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("parsing JSON: %w", err)
+		}
+		out := []byte(raw)
+		if bytes.HasPrefix(raw, []byte("{")) {
+			obj, err := decodeMap(raw)
+			if err != nil {
+				return err
+			}
+			changed, err := InjectObject(cfg, p, obj, ns, warn)
+			if err != nil {
+				return err
+			}
+			if changed {
+				if out, err = json.MarshalIndent(obj, "", "  "); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := w.Write(append(out, '\n')); err != nil {
+			return err
+		}
+	}
+}
