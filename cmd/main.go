@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // subcommands is filled by init functions of the files in this package, so
@@ -27,7 +28,7 @@ func newRootCommand() *cobra.Command {
 }
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
+	if err := newRootCommand().ExecuteContext(ctrl.SetupSignalHandler()); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

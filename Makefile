@@ -1,0 +1,149 @@
+# hookwright Makefile (operator-sdk / kubebuilder go/v4 layout).
+
+VERSION ?= 0.1.0
+IMAGE_TAG_BASE ?= ghcr.io/hookwright/hookwright
+IMG ?= $(IMAGE_TAG_BASE):v$(VERSION)
+BUNDLE_IMG ?= $(IMAGE_TAG_BASE)-bundle:v$(VERSION)
+CONTAINER_TOOL ?= docker
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+ROOT := $(shell pwd)
+BIN := $(ROOT)/bin
+export KUBEBUILDER_ASSETS := $(BIN)/k8s
+
+CONTROLLER_GEN := $(BIN)/controller-gen
+KUSTOMIZE := $(BIN)/kustomize
+OPERATOR_SDK := $(BIN)/operator-sdk
+KUBECTL := $(BIN)/k8s/kubectl
+
+GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w \
+	-X github.com/hookwright/hookwright/internal/version.Version=v$(VERSION) \
+	-X github.com/hookwright/hookwright/internal/version.GitCommit=$(GIT_COMMIT)
+
+# Generated paths checked for staleness by `make verify-generated`.
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+
+TEST_TIMEOUT ?= 40m
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: tool-controller-gen ## Generate CRDs and RBAC from markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: tool-controller-gen ## Generate DeepCopy methods.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt -w.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: verify-fmt
+verify-fmt: ## Fail if any file needs gofmt.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail if generated files differ from the committed ones.
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		echo "generated files are stale; run 'make manifests generate' and commit:"; \
+		git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
+
+.PHONY: verify
+verify: verify-fmt vet verify-generated ## gofmt, go vet and the stale-generated check.
+
+.PHONY: test
+test: tools verify ## Run every test (builds the tools it needs first).
+	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-unit
+test-unit: ## Run the tests that need no control plane.
+	go test -count=1 $$(go list ./... | grep -v -e /test/)
+
+.PHONY: bench
+bench: ## Run the benchmarks.
+	go test -run '^$$' -bench . -benchmem ./webhooks/...
+
+##@ Build
+
+.PHONY: build
+build: ## Build bin/hookwright.
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/hookwright ./cmd
+
+.PHONY: run
+run: manifests generate ## Run the manager against the current kubeconfig.
+	go run ./cmd manager
+
+.PHONY: docker-build
+docker-build: ## Build the container image (needs a Docker engine).
+	$(CONTAINER_TOOL) build --build-arg VERSION=v$(VERSION) -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the container image.
+	$(CONTAINER_TOOL) push $(IMG)
+
+##@ Local control plane
+
+.PHONY: demo
+demo: tools build ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, 3 kwok nodes) and leave it running.
+	@hack/demo.sh up
+
+.PHONY: demo-down
+demo-down: ## Stop the local control plane and remove its files.
+	@hack/demo.sh down
+
+##@ Deployment
+
+.PHONY: install
+install: manifests tool-kustomize ## Install CRDs into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests tool-kustomize ## Uninstall CRDs.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests tool-kustomize ## Deploy the operator (IMG=...) to the cluster of the current kubeconfig.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: tool-kustomize ## Remove the operator.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: bundle
+bundle: manifests tool-kustomize tool-operator-sdk ## Generate and validate the OLM bundle.
+	$(OPERATOR_SDK) generate kustomize manifests --interactive=false -q
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle -q --overwrite --version $(VERSION)
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
+
+##@ Tools (built from the Go module proxy into bin/, see hack/tools.sh)
+
+.PHONY: tools
+tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen).
+	@hack/tools.sh
+
+.PHONY: tools-all
+tools-all: ## Build every tool, kustomize and operator-sdk included.
+	@hack/tools.sh all
+
+.PHONY: tool-%
+tool-%: ## Build one tool if it is missing or its pin changed, e.g. make tool-kwok.
+	@hack/tools.sh $*

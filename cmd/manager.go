@@ -1,0 +1,89 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// newScheme registers client-go's kinds and hookwright's.
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := hookwrightv1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type managerOptions struct {
+	metricsAddr      string
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionNS string
+	zap              zap.Options
+}
+
+func init() {
+	subcommands = append(subcommands, func() *cobra.Command {
+		o := &managerOptions{}
+		cmd := &cobra.Command{
+			Use:   "manager",
+			Short: "Run the operator: reconcile SidecarInjector and NodeOversell into running webhooks",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runManager(cmd, o)
+			},
+		}
+		fs := cmd.Flags()
+		fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+		fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+		fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a Lease so only one replica reconciles")
+		gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+		o.zap.BindFlags(gfs)
+		fs.AddGoFlagSet(gfs)
+		fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+		return cmd
+	})
+}
+
+func runManager(cmd *cobra.Command, o *managerOptions) error {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "hookwright.admission.hookwright.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(cmd.Context())
+}

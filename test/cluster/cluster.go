@@ -1,0 +1,349 @@
+// Package cluster starts a real local Kubernetes control plane for tests and
+// the demo: etcd and kube-apiserver (through controller-runtime's envtest),
+// optionally kube-controller-manager, kube-scheduler and kwok with simulated
+// nodes, all built from source by hack/tools.sh into bin/.
+//
+// The API server sends its "cluster" egress (webhook calls, service proxy)
+// through an HTTP CONNECT proxy on a unix socket (EgressSelectorConfiguration,
+// KEP-1281), which maps a Service's ClusterIP:port to a local process. TLS
+// stays end to end, so a webhook's caBundle and its serving certificate's SANs
+// are checked for real.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// Options selects the components to start.
+type Options struct {
+	// Dir holds kubeconfig, logs, sockets and certificates. Empty: a new temp
+	// dir, removed by Stop.
+	Dir string
+	// CRDDirectoryPaths are installed before Start returns. Default: the
+	// repository's config/crd/bases.
+	CRDDirectoryPaths []string
+	// ControllerManager starts kube-controller-manager (Deployments make
+	// ReplicaSets make Pods, namespaces get ServiceAccounts, GC runs).
+	ControllerManager bool
+	// Scheduler starts kube-scheduler.
+	Scheduler bool
+	// Nodes are simulated by kwok, which is started when the list is not empty.
+	Nodes []NodeSpec
+	// NodeHeartbeat is the period of kwok's node status heartbeat; the
+	// kubelet's default nodeStatusUpdateFrequency is 10 s. Default 10 s.
+	NodeHeartbeat time.Duration
+	// APIServerArgs are extra kube-apiserver flags (name without dashes).
+	APIServerArgs map[string][]string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Config is an admin (system:masters) client config.
+	Config *rest.Config
+	// Client is a controller-runtime client on Config with hookwright's,
+	// client-go's and apiextensions' kinds registered.
+	Client client.Client
+	// Clientset is a client-go clientset on Config.
+	Clientset kubernetes.Interface
+	// Scheme has client-go's and hookwright's kinds.
+	Scheme *runtime.Scheme
+	// Kubeconfig is the path of an admin kubeconfig file usable by bin/kubectl.
+	Kubeconfig string
+	// Dir is the working directory (logs under Dir/logs).
+	Dir string
+	// Egress is the CONNECT proxy the API server uses to reach Services.
+	Egress *EgressProxy
+	// Bin is the directory holding the built binaries (bin/ of the repo).
+	Bin string
+
+	opts    Options
+	ownDir  bool
+	env     *envtest.Environment
+	procs   []*Process
+	stopped bool
+}
+
+// RepoRoot walks up from the working directory to the hookwright go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/hookwright/hookwright\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("hookwright repository root not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// New starts a cluster. Call Stop to end every process and remove temp files.
+func New(ctx context.Context, opts Options) (c *Cluster, err error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{opts: opts, Bin: filepath.Join(root, "bin")}
+	if opts.Logf == nil {
+		c.opts.Logf = func(string, ...any) {}
+	}
+	if c.opts.NodeHeartbeat == 0 {
+		c.opts.NodeHeartbeat = 10 * time.Second
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	if opts.Dir == "" {
+		// Short path: the egress unix socket path must fit in 107 bytes.
+		if c.Dir, err = os.MkdirTemp("", "hw-"); err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	} else {
+		c.Dir = opts.Dir
+		if err = os.MkdirAll(c.Dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err = os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(c.Bin, "k8s")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		if _, err = os.Stat(filepath.Join(assets, b)); err != nil {
+			return nil, fmt.Errorf("%s not built in %s: run hack/tools.sh (make tools): %w", b, assets, err)
+		}
+	}
+
+	if c.Egress, err = NewEgressProxy(filepath.Join(c.Dir, "egress.sock")); err != nil {
+		return nil, err
+	}
+	egressCfg := filepath.Join(c.Dir, "egress-selector.yaml")
+	if err = os.WriteFile(egressCfg, []byte(egressSelectorConfig(c.Egress.Socket())), 0o644); err != nil {
+		return nil, err
+	}
+
+	c.Scheme = runtime.NewScheme()
+	if err = clientgoscheme.AddToScheme(c.Scheme); err != nil {
+		return nil, err
+	}
+	if err = hookwrightv1alpha1.AddToScheme(c.Scheme); err != nil {
+		return nil, err
+	}
+
+	crds := opts.CRDDirectoryPaths
+	if crds == nil {
+		crds = []string{filepath.Join(root, "config", "crd", "bases")}
+	}
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        crds,
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   c.Scheme,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	apiLog, err := os.Create(filepath.Join(c.Dir, "logs", "kube-apiserver.log"))
+	if err != nil {
+		return nil, err
+	}
+	api := c.env.ControlPlane.GetAPIServer()
+	api.Out, api.Err = apiLog, apiLog
+	args := api.Configure()
+	args.Set("egress-selector-config-file", egressCfg)
+	// Nodes and kubelets are simulated: let the NodeRestriction-free RBAC
+	// authorizer and the node authorizer both exist, as in a real cluster.
+	args.Set("authorization-mode", "Node,RBAC")
+	args.Set("enable-admission-plugins", "NodeRestriction")
+	for k, v := range opts.APIServerArgs {
+		args.Set(k, v...)
+	}
+
+	c.opts.Logf("cluster: starting etcd and kube-apiserver")
+	start := time.Now()
+	if c.Config, err = c.env.Start(); err != nil {
+		return nil, fmt.Errorf("start etcd and kube-apiserver (log: %s): %w", apiLog.Name(), err)
+	}
+	c.opts.Logf("cluster: kube-apiserver ready in %s at %s", time.Since(start).Round(time.Millisecond), c.Config.Host)
+	c.Config.QPS, c.Config.Burst = 200, 400
+
+	admin, err := c.env.AddUser(envtest.User{Name: "hookwright-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err = os.WriteFile(c.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	if c.Client, err = client.New(c.Config, client.Options{Scheme: c.Scheme}); err != nil {
+		return nil, err
+	}
+	if c.Clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return nil, err
+	}
+
+	if opts.ControllerManager {
+		if err = c.startControllerManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Scheduler {
+		if err = c.startScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(opts.Nodes) > 0 {
+		if err = c.startKwok(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Stop ends every process in reverse start order and removes the temp dir
+// (if New made it). It is safe to call twice.
+func (c *Cluster) Stop() error {
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if err := c.procs[i].Stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Egress != nil {
+		_ = c.Egress.Close()
+	}
+	if c.ownDir && c.Dir != "" {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// APIServerCertDir is where envtest keeps the API server's certificates and
+// the service-account signing key (sa-signer.key, sa-signer.crt).
+func (c *Cluster) APIServerCertDir() string {
+	return c.env.ControlPlane.GetAPIServer().CertDir
+}
+
+// Impersonate returns a copy of the admin config that acts as user in groups
+// (system:authenticated is added as the authenticator would).
+func (c *Cluster) Impersonate(user string, groups ...string) *rest.Config {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
+	return cfg
+}
+
+// KubeletConfig is a config acting as node's kubelet: user system:node:<node>
+// in group system:nodes, as the node authorizer and NodeRestriction expect.
+func (c *Cluster) KubeletConfig(node string) *rest.Config {
+	return c.Impersonate("system:node:"+node, "system:nodes")
+}
+
+// CreateNamespace creates a namespace with labels (a test's namespaces are
+// gone with the cluster, so nothing deletes them).
+func (c *Cluster) CreateNamespace(ctx context.Context, name string, labels map[string]string) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := c.Client.Create(ctx, ns); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// ExposeLocal makes Service namespace/name (created if missing, with no
+// selector) reach local, a host:port on this machine, from the API server.
+// Every port of the Service is routed to local. It returns the Service.
+func (c *Cluster) ExposeLocal(ctx context.Context, namespace, name string, port int32, local string) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, svc)
+	if apierrors.IsNotFound(err) {
+		svc = &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+				Name: "https", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP,
+			}}},
+		}
+		err = c.Client.Create(ctx, svc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s: %w", namespace, name, err)
+	}
+	return svc, c.RouteService(svc, local)
+}
+
+// RouteService routes every port of an existing Service to local.
+func (c *Cluster) RouteService(svc *corev1.Service, local string) error {
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return fmt.Errorf("service %s/%s has no ClusterIP", svc.Namespace, svc.Name)
+	}
+	for _, p := range svc.Spec.Ports {
+		c.Egress.Route(fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, p.Port), local)
+	}
+	return nil
+}
+
+// UnrouteService removes the routes of svc: calls to it then fail as if no
+// endpoint were ready.
+func (c *Cluster) UnrouteService(svc *corev1.Service) {
+	for _, p := range svc.Spec.Ports {
+		c.Egress.Unroute(fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, p.Port))
+	}
+}
+
+func egressSelectorConfig(socket string) string {
+	return `apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: ` + socket + `
+`
+}

@@ -1,0 +1,170 @@
+package cluster
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// EgressProxy is an HTTP CONNECT proxy on a unix socket. kube-apiserver sends
+// its "cluster" egress traffic (webhook calls, service proxy) through it, as
+// configured by an EgressSelectorConfiguration with proxyProtocol HTTPConnect
+// (KEP-1281, network proxy). The CONNECT target is a Service's ClusterIP:port;
+// the proxy maps it to a local address where a test runs the real server, and
+// then only relays bytes, so TLS stays end to end.
+//
+// Targets without a mapping are refused with 502: the proxy never dials the
+// address it was asked for.
+type EgressProxy struct {
+	socket string
+	ln     net.Listener
+
+	mu     sync.RWMutex
+	routes map[string]string // "10.0.0.12:443" -> "127.0.0.1:39011"
+	hits   map[string]int
+
+	wg     sync.WaitGroup
+	closed chan struct{}
+}
+
+// NewEgressProxy listens on the unix socket path (at most 107 bytes long).
+func NewEgressProxy(socket string) (*EgressProxy, error) {
+	_ = os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: listen on %s: %w", socket, err)
+	}
+	p := &EgressProxy{
+		socket: socket,
+		ln:     ln,
+		routes: map[string]string{},
+		hits:   map[string]int{},
+		closed: make(chan struct{}),
+	}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Socket is the unix socket path to put in the EgressSelectorConfiguration.
+func (p *EgressProxy) Socket() string { return p.socket }
+
+// Route maps target (host:port as the API server sends it in CONNECT) to local.
+func (p *EgressProxy) Route(target, local string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.routes[target] = local
+}
+
+// Unroute removes a mapping; later CONNECTs to target get 502.
+func (p *EgressProxy) Unroute(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.routes, target)
+}
+
+// Hits is the number of CONNECTs seen for target, mapped or not.
+func (p *EgressProxy) Hits(target string) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.hits[target]
+}
+
+// Close stops accepting and waits for relays to end.
+func (p *EgressProxy) Close() error {
+	select {
+	case <-p.closed:
+		return nil
+	default:
+	}
+	close(p.closed)
+	err := p.ln.Close()
+	p.wg.Wait()
+	_ = os.Remove(p.socket)
+	return err
+}
+
+func (p *EgressProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			select {
+			case <-p.closed:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(c)
+		}()
+	}
+}
+
+func (p *EgressProxy) handle(c net.Conn) {
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if req.Method != http.MethodConnect {
+		fmt.Fprintf(c, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+		return
+	}
+	target := req.Host
+	p.mu.Lock()
+	p.hits[target]++
+	local, ok := p.routes[target]
+	p.mu.Unlock()
+	if !ok {
+		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+		return
+	}
+	up, err := net.DialTimeout("tcp", local, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// Bytes the client sent right after CONNECT may sit in br's buffer.
+	if n := br.Buffered(); n > 0 {
+		buf, _ := br.Peek(n)
+		if _, err := up.Write(buf); err != nil {
+			return
+		}
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
+	select {
+	case <-done:
+		<-done
+	case <-p.closed:
+	}
+}
+
+func closeWrite(c net.Conn) {
+	type cw interface{ CloseWrite() error }
+	if w, ok := c.(cw); ok {
+		_ = w.CloseWrite()
+	}
+}
