@@ -233,10 +233,13 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 func Decide(in Input) Decision {
 	var d Decision
 	obj := in.Object
-	// Engine annotations are trusted from the stored object only, so a
-	// writer cannot inject a raw value.
+	// Engine annotations are read from the stored object, so a writer cannot
+	// replace a recorded raw value. Only when the stored object has none are
+	// the written ones used: a full write from an old copy may bring back an
+	// amplified value together with its bookkeeping, and adopting that value
+	// as raw would compound. Injecting them grants nothing adoption does not.
 	recorded := in.Object.Annotations
-	if in.Old != nil {
+	if in.Old != nil && hasEngineAnnotations(in.Old.Annotations) {
 		recorded = in.Old.Annotations
 	}
 	st := readStored(recorded)
@@ -291,7 +294,7 @@ func Decide(in Input) Decision {
 	}
 
 	if in.Policy == nil {
-		if !st.present && !hasEngineAnnotations(obj.Annotations) {
+		if !st.present {
 			return Decision{Reason: ReasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
 		d.Apply, d.Restore, d.Reason = true, true, ReasonDeselected

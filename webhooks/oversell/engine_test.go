@@ -193,6 +193,17 @@ func TestDecide(t *testing.T) {
 			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "3700m", mem: "15Gi"},
 		},
 		{
+			name: "deselected node hit by a full write of an old amplified copy: raw from the copy's bookkeeping",
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain},
+			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "3800m", mem: "15Gi", untrusted: true},
+		},
+		{
+			name: "selected node hit by a full write of an old amplified copy: no compounding",
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain, Policy: pool},
+			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
+		},
+		{
 			name: "never selected: nothing to do",
 			in:   Input{Writer: WriterKubelet, Object: plain, Old: &plain},
 			want: want{reason: ReasonNotSelected},

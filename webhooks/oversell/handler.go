@@ -1,0 +1,291 @@
+package oversell
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// MaxBodyBytes is the largest AdmissionReview accepted, in bytes. The API
+// server caps objects at about 1.5 MiB and a review carries two of them.
+const MaxBodyBytes = 3 << 20
+
+// Outcome labels of hookwright_oversell_mutations_total.
+const (
+	OutcomePatched   = "patched"   // a JSON patch was returned
+	OutcomeUnchanged = "unchanged" // decided; the stored values are already right
+	OutcomeSkipped   = "skipped"   // no safe decision; admitted unchanged with a warning
+	OutcomeIgnored   = "ignored"   // not an UPDATE of nodes/status; admitted unchanged with a warning
+	OutcomeError     = "error"     // internal problem; admitted unchanged with a warning
+)
+
+// Handler-level reasons, next to the engine's Reason values.
+const (
+	reasonNotSynced     Reason = "not-synced"
+	reasonNotNodeStatus Reason = "not-node-status"
+	reasonDecode        Reason = "decode-error"
+	reasonPanic         Reason = "panic"
+)
+
+// SnapshotSource yields the configuration snapshot for one review.
+type SnapshotSource interface {
+	Snapshot() *Snapshot
+}
+
+// Handler serves AdmissionReview v1 for UPDATE of nodes/status. It is a
+// plain http.Handler so it can decode only the fields it needs (name,
+// labels, annotations, status.capacity and status.allocatable of the object
+// and old object), skipping images and conditions; register it on
+// controller-runtime's webhook server with Register(path, h).
+//
+// Answers:
+//   - 405, 415, 413 or 400 (text/plain) for a wrong method, a content type
+//     other than application/json, a body over MaxBodyBytes, or a body that
+//     is not an AdmissionReview v1 with a request and uid.
+//   - 200 allowed, no patch, one warning: for any other resource,
+//     subresource or operation (a misconfigured webhook must not block
+//     writes), before the NodeOversell cache has synced, when no safe
+//     decision exists, and for every internal problem (a heartbeat is never
+//     blocked; the problem is also logged and counted).
+//   - 200 allowed with a JSONPatch on /status/allocatable/{cpu,memory} and
+//     the oversell.hookwright.io/ annotations otherwise (sideEffects: None;
+//     metrics are not side effects on the cluster).
+type Handler struct {
+	src     SnapshotSource
+	metrics *Metrics
+	log     logr.Logger
+}
+
+// NewHandler returns a handler reading configuration from src and
+// recording into m (required; see NewMetrics).
+func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
+	return &Handler{src: src, metrics: m, log: log}
+}
+
+// reviewJSON is the subset of admission.k8s.io/v1 AdmissionReview read.
+type reviewJSON struct {
+	APIVersion string       `json:"apiVersion"`
+	Kind       string       `json:"kind"`
+	Request    *requestJSON `json:"request"`
+}
+
+type requestJSON struct {
+	UID      string `json:"uid"`
+	Resource struct {
+		Group    string `json:"group"`
+		Resource string `json:"resource"`
+	} `json:"resource"`
+	SubResource string `json:"subResource"`
+	Name        string `json:"name"`
+	Operation   string `json:"operation"`
+	UserInfo    struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"userInfo"`
+	Object    nodeJSON  `json:"object"`
+	OldObject *nodeJSON `json:"oldObject"`
+	DryRun    bool      `json:"dryRun"`
+}
+
+type nodeJSON struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		Capacity    map[string]string `json:"capacity"`
+		Allocatable map[string]string `json:"allocatable"`
+	} `json:"status"`
+}
+
+func (n *nodeJSON) state() NodeState {
+	return NodeState{
+		Labels:      n.Metadata.Labels,
+		Annotations: n.Metadata.Annotations,
+		Capacity:    n.Status.Capacity,
+		Allocatable: n.Status.Allocatable,
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+type outBuf struct{ b []byte }
+
+var outPool = sync.Pool{New: func() any { return &outBuf{b: make([]byte, 0, 2048)} }}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { h.metrics.Duration.Observe(time.Since(start).Seconds()) }()
+
+	if r.Method != http.MethodPost {
+		h.reject(w, http.StatusMethodNotAllowed, "method %s not allowed; POST an AdmissionReview", r.Method)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		h.reject(w, http.StatusUnsupportedMediaType, "content type %q not supported; want application/json", r.Header.Get("Content-Type"))
+		return
+	}
+	if r.ContentLength > MaxBodyBytes {
+		h.reject(w, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, MaxBodyBytes)
+		return
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= 1<<20 {
+			bufPool.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBodyBytes+1)); err != nil {
+		h.reject(w, http.StatusBadRequest, "reading body: %v", err)
+		return
+	}
+	if buf.Len() > MaxBodyBytes {
+		h.reject(w, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", MaxBodyBytes)
+		return
+	}
+
+	var rv reviewJSON
+	err := json.Unmarshal(buf.Bytes(), &rv)
+	var typeErr *json.UnmarshalTypeError
+	if err != nil && !errors.As(err, &typeErr) {
+		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
+		return
+	}
+	if rv.APIVersion != "admission.k8s.io/v1" || rv.Kind != "AdmissionReview" {
+		h.reject(w, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.APIVersion, rv.Kind)
+		return
+	}
+	req := rv.Request
+	if req == nil || req.UID == "" {
+		h.reject(w, http.StatusBadRequest, "AdmissionReview has no request or no request.uid")
+		return
+	}
+
+	out := outPool.Get().(*outBuf)
+	defer func() {
+		if cap(out.b) <= 64<<10 {
+			outPool.Put(out)
+		}
+	}()
+	out.b = h.review(out.b[:0], req, typeErr)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out.b)
+}
+
+// reject answers a malformed request with a 4xx and a plain-text reason.
+func (h *Handler) reject(w http.ResponseWriter, code int, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	h.log.V(1).Info("rejected malformed request", "code", code, "reason", msg)
+	h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", "malformed").Inc()
+	http.Error(w, msg, code)
+}
+
+// review decides one well-formed request and appends the response review.
+func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
+	if req.Resource.Group != "" || req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != "UPDATE" {
+		h.metrics.Mutations.WithLabelValues(OutcomeIgnored, "unknown", string(reasonNotNodeStatus)).Inc()
+		res := req.Resource.Resource
+		if req.SubResource != "" {
+			res += "/" + req.SubResource
+		}
+		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+req.Operation+" of "+res+" admitted unchanged")
+	}
+	if decodeErr != nil {
+		return h.problem(dst, req, WriterOther, reasonDecode, decodeErr)
+	}
+	snap := h.src.Snapshot()
+	if snap == nil || !snap.Synced {
+		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, "unknown", string(reasonNotSynced)).Inc()
+		return appendResponse(dst, req.UID, nil, "hookwright oversell: NodeOversell configuration not loaded yet; node status admitted unchanged")
+	}
+
+	var (
+		d       Decision
+		writer  WriterClass
+		patch   []byte
+		patched bool
+	)
+	if perr := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		name := req.Name
+		if name == "" {
+			name = req.Object.Metadata.Name
+		}
+		obj := req.Object.state()
+		policy := snap.Select(obj.Labels)
+		writer = ClassifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.TrustedFunc(policy))
+		in := Input{Writer: writer, Object: obj, Policy: policy}
+		if req.OldObject != nil {
+			old := req.OldObject.state()
+			in.Old = &old
+		}
+		d = Decide(in)
+		patch, patched = AppendPatch(make([]byte, 0, 512), obj, d)
+		return nil
+	}(); perr != nil {
+		return h.problem(dst, req, writer, reasonPanic, perr)
+	}
+
+	if d.UntrustedAllocatableWrite {
+		h.metrics.UntrustedAllocatableWrites.WithLabelValues(req.UserInfo.Username).Inc()
+	}
+	if !d.Apply && d.Reason != ReasonNotSelected {
+		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()
+		h.log.Info("node status admitted unchanged: no safe decision", "node", req.Name, "user", req.UserInfo.Username, "reason", d.Reason)
+		return appendResponse(dst, req.UID, nil, "hookwright oversell: "+string(d.Reason)+"; node status admitted unchanged")
+	}
+	if d.Apply && !req.DryRun {
+		h.metrics.observeNode(req.Name, &d)
+	}
+	outcome := OutcomeUnchanged
+	if patched {
+		outcome = OutcomePatched
+	} else {
+		patch = nil
+	}
+	h.metrics.Mutations.WithLabelValues(outcome, writer.String(), string(d.Reason)).Inc()
+	return appendResponse(dst, req.UID, patch, "")
+}
+
+// problem answers an internal problem: allowed, no patch, a warning, a log
+// line and a metric. A heartbeat is never blocked.
+func (h *Handler) problem(dst []byte, req *requestJSON, writer WriterClass, reason Reason, err error) []byte {
+	h.metrics.Mutations.WithLabelValues(OutcomeError, writer.String(), string(reason)).Inc()
+	h.log.Error(err, "node status admitted unchanged after an internal problem", "node", req.Name, "uid", req.UID, "reason", reason)
+	return appendResponse(dst, req.UID, nil, "hookwright oversell: internal problem ("+string(reason)+"); node status admitted unchanged")
+}
+
+// appendResponse appends an allowed AdmissionReview v1 response with an
+// optional JSON patch and an optional warning.
+func appendResponse(dst []byte, uid string, patch []byte, warning string) []byte {
+	dst = append(dst, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":`...)
+	dst = appendJSONString(dst, uid)
+	dst = append(dst, `,"allowed":true`...)
+	if len(patch) > 0 {
+		dst = append(dst, `,"patchType":"JSONPatch","patch":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, patch)
+		dst = append(dst, '"')
+	}
+	if warning != "" {
+		dst = append(dst, `,"warnings":[`...)
+		dst = appendJSONString(dst, warning)
+		dst = append(dst, ']')
+	}
+	return append(dst, "}}"...)
+}
