@@ -157,11 +157,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var rv reviewJSON
-	err := json.Unmarshal(buf.Bytes(), &rv)
-	var typeErr *json.UnmarshalTypeError
-	if err != nil && !errors.As(err, &typeErr) {
-		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
-		return
+	// A type mismatch (json.UnmarshalTypeError) still decodes the rest; it
+	// is judged after the envelope, since inside a node it must not block.
+	var typeErr error
+	if err := json.Unmarshal(buf.Bytes(), &rv); err != nil {
+		if te := (*json.UnmarshalTypeError)(nil); !errors.As(err, &te) {
+			h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
+			return
+		}
+		typeErr = err
 	}
 	if rv.APIVersion != "admission.k8s.io/v1" || rv.Kind != "AdmissionReview" {
 		h.reject(w, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.APIVersion, rv.Kind)

@@ -2,6 +2,7 @@ package oversell
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Metrics are the oversell server's Prometheus series. cpu values are in
@@ -91,8 +92,17 @@ func (m *Metrics) observeNode(node string, d *Decision) {
 		if d.Ratio[r].IsSet() {
 			ratio = d.Ratio[r].Float()
 		}
-		m.RawAllocatable.WithLabelValues(node, resourceNames[r]).Set(d.Raw[r].AsApproximateFloat64())
-		m.EffectiveAllocatable.WithLabelValues(node, resourceNames[r]).Set(d.Effective[r].AsApproximateFloat64())
+		m.RawAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Raw[r]))
+		m.EffectiveAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Effective[r]))
 		m.Ratio.WithLabelValues(node, resourceNames[r]).Set(ratio)
 	}
+}
+
+// metricValue is cores for cpu (from whole millicores, so 15.2 stays 15.2)
+// and bytes for memory.
+func metricValue(r Resource, q *resource.Quantity) float64 {
+	if r == CPU {
+		return float64(q.MilliValue()) / 1000
+	}
+	return float64(q.Value())
 }

@@ -1,0 +1,206 @@
+package oversell
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+func testTime(sec int64) time.Time { return time.Unix(sec, 0) }
+
+// nodeOversells returns one NodeOversell selecting pool=oversell.
+func nodeOversells(t testing.TB, name, cpu, mem string, priority int32, created time.Time) []*v1alpha1.NodeOversell {
+	t.Helper()
+	o := nodeOversellsSel(t, name, &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "oversell"}})[0]
+	o.Spec.Ratios = v1alpha1.OversellRatios{CPU: v1alpha1.Ratio(cpu), Memory: v1alpha1.Ratio(mem)}
+	o.Spec.Priority = priority
+	o.CreationTimestamp = metav1.NewTime(created)
+	return []*v1alpha1.NodeOversell{o}
+}
+
+func nodeOversellsSel(t testing.TB, name string, sel *metav1.LabelSelector) []*v1alpha1.NodeOversell {
+	t.Helper()
+	return []*v1alpha1.NodeOversell{{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 1, CreationTimestamp: metav1.NewTime(testTime(100))},
+		Spec:       v1alpha1.NodeOversellSpec{NodeSelector: sel, Ratios: v1alpha1.OversellRatios{CPU: "2"}},
+	}}
+}
+
+func TestBuildSnapshotPrecedence(t *testing.T) {
+	var objs []*v1alpha1.NodeOversell
+	objs = append(objs, nodeOversells(t, "b-old", "2", "", 5, testTime(10))...)
+	objs = append(objs, nodeOversells(t, "a-old", "2", "", 5, testTime(10))...)
+	objs = append(objs, nodeOversells(t, "newer", "2", "", 5, testTime(20))...)
+	objs = append(objs, nodeOversells(t, "oldest-low", "2", "", 1, testTime(1))...)
+	objs = append(objs, nodeOversells(t, "top", "2", "", 7, testTime(30))...)
+	s := BuildSnapshot(objs, nil, true)
+	var got []string
+	for _, p := range s.Policies {
+		got = append(got, p.Name)
+	}
+	want := []string{"top", "a-old", "b-old", "newer", "oldest-low"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+	if p := s.Select(map[string]string{"pool": "oversell"}); p.Name != "top" {
+		t.Fatalf("selected %s", p.Name)
+	}
+	if p := s.Select(map[string]string{"pool": "other"}); p != nil {
+		t.Fatalf("selected %s", p.Name)
+	}
+}
+
+func TestBuildSnapshotIgnoresInvalid(t *testing.T) {
+	bad := func(name string, mutate func(*v1alpha1.NodeOversell)) *v1alpha1.NodeOversell {
+		o := nodeOversells(t, name, "2", "", 0, testTime(1))[0]
+		mutate(o)
+		return o
+	}
+	objs := []*v1alpha1.NodeOversell{
+		bad("low-ratio", func(o *v1alpha1.NodeOversell) { o.Spec.Ratios.CPU = "0.5" }),
+		bad("garbage-ratio", func(o *v1alpha1.NodeOversell) { o.Spec.Ratios.Memory = "lots" }),
+		bad("no-ratio", func(o *v1alpha1.NodeOversell) { o.Spec.Ratios = v1alpha1.OversellRatios{} }),
+		bad("bad-selector", func(o *v1alpha1.NodeOversell) {
+			o.Spec.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: "Near"}}}
+		}),
+		bad("fine", func(*v1alpha1.NodeOversell) {}),
+	}
+	s := BuildSnapshot(objs, nil, true)
+	if len(s.Policies) != 1 || s.Policies[0].Name != "fine" || len(s.Ignored) != 4 {
+		t.Fatalf("policies %d ignored %+v", len(s.Policies), s.Ignored)
+	}
+}
+
+func TestSnapshotHashFollowsGenerations(t *testing.T) {
+	a := nodeOversells(t, "a", "2", "", 0, testTime(1))
+	h1 := BuildSnapshot(a, nil, true).Hash
+	a[0].Generation = 2
+	if h2 := BuildSnapshot(a, nil, true).Hash; h2 == h1 {
+		t.Fatal("hash unchanged after a generation change")
+	}
+}
+
+// The store, fed by an informer, publishes each change to the next review:
+// hot reload without a restart.
+func TestStoreWatchHotReload(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	fi := controllertest.NewFakeInformer() // not yet synced
+	cache := &informertest.FakeInformers{Scheme: scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{
+		v1alpha1.GroupVersion.WithKind("NodeOversell"): fi,
+	}}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewStore([]string{"harness"}, logr.Discard(), m)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := store.Watch(ctx, cache); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(store, m, logr.Discard())
+
+	no := nodeOversells(t, "oversell-pool", "2", "1.5", 0, testTime(1))[0]
+	fi.Add(no)
+	if store.Synced() {
+		t.Fatal("synced before the informer")
+	}
+	fi.Synced()
+	deadline := time.Now().Add(5 * time.Second)
+	for !store.Synced() {
+		if time.Now().After(deadline) {
+			t.Fatal("store never synced")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	obj := realisticNode("n1", "7600m", "30Gi", nil)
+	cpuAfter := func() string {
+		got := patchedNode(t, obj, decodeResponse(t, post(h, reviewFor(t, "system:node:n1", kubeletGroups, obj, obj), "application/json")))
+		q := got.Status.Allocatable["cpu"]
+		return q.String()
+	}
+	if c := cpuAfter(); c != "15200m" {
+		t.Fatalf("cpu %s", c)
+	}
+
+	// Ratio changed: next write uses it.
+	updated := no.DeepCopy()
+	updated.Generation = 2
+	updated.Spec.Ratios.CPU = "1.0"
+	fi.Update(no, updated)
+	if c := cpuAfter(); c != "7600m" {
+		t.Fatalf("after ratio 1.0: cpu %s", c)
+	}
+	if g := store.Snapshot().Policies[0].Generation; g != 2 {
+		t.Fatalf("generation %d", g)
+	}
+
+	// Invalid update: that CR is ignored (logged and counted), not a panic.
+	broken := updated.DeepCopy()
+	broken.Generation = 3
+	broken.Spec.Ratios.CPU = "99"
+	fi.Update(updated, broken)
+	if len(store.Snapshot().Policies) != 0 || testutil.ToFloat64(m.ConfigRejected.WithLabelValues("oversell-pool")) != 1 {
+		t.Fatalf("invalid CR served: %+v", store.Snapshot())
+	}
+
+	// Deleted (as a tombstone): deselected on the next write.
+	fi.Update(broken, updated)
+	fi.Delete(updated)
+	if len(store.Snapshot().Policies) != 0 {
+		t.Fatal("deleted CR still served")
+	}
+	store.Upsert(updated)
+	for _, ev := range []any{toolscache.DeletedFinalStateUnknown{Key: "oversell-pool", Obj: updated}} {
+		if o, ok := eventObject(ev); !ok || o.Name != "oversell-pool" {
+			t.Fatal("tombstone not unwrapped")
+		}
+	}
+	store.Delete("oversell-pool")
+	if testutil.ToFloat64(m.Policies) != 0 {
+		t.Fatal("policies gauge")
+	}
+}
+
+func TestConfigz(t *testing.T) {
+	objs := append(nodeOversells(t, "oversell-pool", "2", "1.5", 0, testTime(1)), nodeOversells(t, "broken", "0", "", 0, testTime(1))...)
+	s := BuildSnapshot(objs, []string{"harness"}, true)
+	w := httptest.NewRecorder()
+	ConfigzHandler(staticSource{s}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/configz", nil))
+	var c Configz
+	if err := json.Unmarshal(w.Body.Bytes(), &c); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Synced || c.Hash != s.Hash || len(c.NodeOversells) != 1 || c.NodeOversells[0].Generation != 1 ||
+		c.NodeOversells[0].Ratios["memory"] != "1.5" || c.NodeOversells[0].Selector != "pool=oversell" ||
+		len(c.Ignored) != 1 || c.TrustedReporters[0] != "harness" {
+		t.Fatalf("configz %s", w.Body)
+	}
+	w = httptest.NewRecorder()
+	ConfigzHandler(staticSource{s}).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/configz", nil))
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST %d", w.Code)
+	}
+}
