@@ -94,7 +94,7 @@ func realisticNode(name, cpu, mem string, ann map[string]string) *corev1.Node {
 		})
 	}
 	for i := 0; i < 50; i++ {
-		repo := fmt.Sprintf("registry.example.com/team-%02d/service-%02d", i%7, i)
+		repo := fmt.Sprintf("registry.example.com/platform/team-%02d/service-%02d", i%7, i)
 		n.Status.Images = append(n.Status.Images, corev1.ContainerImage{
 			Names: []string{
 				fmt.Sprintf("%s@sha256:%064x", repo, uint64(i)*0x9e3779b97f4a7c15),
@@ -102,6 +102,22 @@ func realisticNode(name, cpu, mem string, ann map[string]string) *corev1.Node {
 			},
 			SizeBytes: int64(20_000_000 + i*3_141_593),
 		})
+	}
+	for _, mf := range []struct{ manager, sub, fields string }{
+		{"kubeadm", "", `{"f:metadata":{"f:annotations":{"f:kubeadm.alpha.kubernetes.io/cri-socket":{}},"f:labels":{"f:node-role.kubernetes.io/worker":{}}}}`},
+		{"kube-controller-manager", "", `{"f:metadata":{"f:annotations":{"f:node.alpha.kubernetes.io/ttl":{}}},"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.244.3.0/24\"":{}}}}`},
+		{"kubelet", "status", `{"f:metadata":{"f:annotations":{".":{},"f:csi.volume.kubernetes.io/nodeid":{},"f:volumes.kubernetes.io/controller-managed-attach-detach":{}},"f:labels":{".":{},"f:beta.kubernetes.io/arch":{},"f:beta.kubernetes.io/os":{},"f:kubernetes.io/arch":{},"f:kubernetes.io/hostname":{},"f:kubernetes.io/os":{},"f:node.kubernetes.io/instance-type":{},"f:topology.kubernetes.io/region":{},"f:topology.kubernetes.io/zone":{}}},"f:status":{"f:allocatable":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{}},"f:capacity":{"f:cpu":{},"f:ephemeral-storage":{},"f:memory":{}},"f:conditions":{"k:{\"type\":\"DiskPressure\"}":{"f:lastHeartbeatTime":{}},"k:{\"type\":\"MemoryPressure\"}":{"f:lastHeartbeatTime":{}},"k:{\"type\":\"PIDPressure\"}":{"f:lastHeartbeatTime":{}},"k:{\"type\":\"Ready\"}":{"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}}},"f:images":{},"f:nodeInfo":{"f:bootID":{},"f:containerRuntimeVersion":{},"f:kernelVersion":{},"f:kubeletVersion":{}},"f:volumesInUse":{}}}`},
+		{"calico-node", "status", `{"f:metadata":{"f:annotations":{"f:projectcalico.org/IPv4Address":{}}},"f:status":{"f:conditions":{"k:{\"type\":\"NetworkUnavailable\"}":{".":{},"f:lastHeartbeatTime":{},"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}}}}`},
+	} {
+		ts := metav1.NewTime(time.Date(2026, 11, 29, 19, 0, 0, 0, time.UTC))
+		n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: mf.manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &ts,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(mf.fields)}, Subresource: mf.sub,
+		})
+	}
+	for i := range n.Status.Images {
+		n.Status.Images[i].Names = append(n.Status.Images[i].Names,
+			fmt.Sprintf("mirror.registry.example.com/cache/platform/team-%02d/service-%02d:v1.%d.%d", i%7, i, i%13, i%5))
 	}
 	n.Status.VolumesInUse = []corev1.UniqueVolumeName{"kubernetes.io/csi/ebs.csi.aws.com^vol-0a1b2c3d4e5f60718"}
 	return n
