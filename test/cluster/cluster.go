@@ -113,12 +113,13 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Logf == nil {
 		c.opts.Logf = func(string, ...any) {}
 	}
+	cl := c // "return nil, err" clears c before the deferred cleanup runs
 	if c.opts.NodeHeartbeat == 0 {
 		c.opts.NodeHeartbeat = 10 * time.Second
 	}
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
+			_ = cl.Stop()
 		}
 	}()
 	if opts.Dir == "" {
@@ -264,6 +265,9 @@ func (c *Cluster) Stop() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Processes are the components New started besides etcd and kube-apiserver.
+func (c *Cluster) Processes() []*Process { return c.procs }
 
 // APIServerCertDir is where envtest keeps the API server's certificates and
 // the service-account signing key (sa-signer.key, sa-signer.crt).

@@ -46,7 +46,7 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
 		"--service-account-private-key-file="+filepath.Join(certs, "sa-signer.key"),
-		"--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,-persistentvolume-binder-controller,-persistentvolume-attach-detach-controller",
+		"--controllers=*,-node-ipam-controller,-persistentvolume-binder-controller,-persistentvolume-attach-detach-controller",
 		// Simulated nodes: give up on a silent node quickly but do not evict
 		// the moment a heartbeat is late.
 		"--node-monitor-grace-period=60s",
@@ -217,14 +217,14 @@ func (c *Cluster) startAndWait(ctx context.Context, name, bin string, args []str
 		return ctx.Err()
 	}
 	if done, perr := p.Exited(); done {
-		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", name, perr, p.Tail(4096))
+		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", name, perr, p.Tail(1500))
 	}
 	if ready == nil {
 		return nil
 	}
 	if err := WaitFor(ctx, 60*time.Second, name+" ready", func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
-			return false, Permanent(fmt.Errorf("%s exited (%v); log tail:\n%s", name, perr, p.Tail(4096)))
+			return false, Permanent(fmt.Errorf("%s exited (%v); log tail:\n%s", name, perr, p.Tail(1500)))
 		}
 		return ready(ctx)
 	}); err != nil {

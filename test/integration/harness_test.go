@@ -45,6 +45,18 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
+		code = 1
+	}
+	// Nothing may outlive Stop: no component process, no temp dir.
+	for _, p := range env.Processes() {
+		if done, _ := p.Exited(); !done {
+			fmt.Fprintf(os.Stderr, "leak: %s still running after Stop\n", p.Name)
+			code = 1
+		}
+	}
+	if _, err := os.Stat(env.Dir); !os.IsNotExist(err) {
+		fmt.Fprintf(os.Stderr, "leak: %s still exists after Stop (%v)\n", env.Dir, err)
+		code = 1
 	}
 	os.Exit(code)
 }

@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func connect(t *testing.T, socket, target, extra string) (net.Conn, *http.Response, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// The request and the first tunnelled bytes in one write, as a client
+	// that pipelines would send them.
+	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"+extra); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, res, br
+}
+
+func TestEgressProxyRoutesAndRefuses(t *testing.T) {
+	p, err := NewEgressProxy(filepath.Join(t.TempDir(), "e.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	// An echo server standing in for a webhook.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	p.Route("10.0.0.9:443", ln.Addr().String())
+
+	c, res, br := connect(t, p.Socket(), "10.0.0.9:443", "early-")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("mapped CONNECT: status %d", res.StatusCode)
+	}
+	if _, err := io.WriteString(c, "bytes\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := br.ReadString('\n')
+	if err != nil || line != "early-bytes\n" {
+		t.Fatalf("relay = %q, %v; want bytes sent with and after CONNECT", line, err)
+	}
+
+	_, res, _ = connect(t, p.Socket(), "10.0.0.10:443", "")
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("unmapped CONNECT: status %d, want 502 (the proxy must never dial it)", res.StatusCode)
+	}
+	if p.Hits("10.0.0.10:443") != 1 || p.Hits("10.0.0.9:443") != 1 {
+		t.Fatalf("hits = %d/%d", p.Hits("10.0.0.9:443"), p.Hits("10.0.0.10:443"))
+	}
+
+	p.Unroute("10.0.0.9:443")
+	_, res, _ = connect(t, p.Socket(), "10.0.0.9:443", "")
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("after Unroute: status %d, want 502", res.StatusCode)
+	}
+
+	c2, err := net.Dial("unix", p.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, _ = io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	res2, err := http.ReadResponse(bufio.NewReader(c2), nil)
+	if err != nil || res2.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %v %v, want 405", res2, err)
+	}
+	if !strings.HasSuffix(p.Socket(), "e.sock") {
+		t.Fatal(p.Socket())
+	}
+}
