@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/template"
+	"text/template/parse"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,7 +69,9 @@ type Config struct {
 	// ServerNamespace is spec.server.namespace; like the operator's, never injected.
 	ServerNamespace string
 
-	templates         map[string]*compiledTemplate
+	templates map[string]*compiledTemplate
+	// needsSpec: some template reads .Spec, so the pod spec is decoded.
+	needsSpec         bool
 	values            map[string]any
 	namespaceSelector labels.Selector
 	objectSelector    labels.Selector
@@ -80,8 +84,8 @@ type Config struct {
 type compiledTemplate struct {
 	name string
 	tmpl *template.Template
-	// cache maps rendered YAML text to its JSON form: most pods render the
-	// same text, and YAML parsing dominates render cost.
+	// cache maps rendered YAML text to its prepared form: most pods render
+	// the same text, and YAML parsing and re-encoding dominate render cost.
 	cache renderCache
 }
 
@@ -89,22 +93,22 @@ type compiledTemplate struct {
 // render few distinct outputs; a pod-specific one just misses).
 type renderCache struct {
 	mu sync.RWMutex
-	m  map[string][]byte
+	m  map[string]*preparedPart
 }
 
 const renderCacheMax = 512
 
-func (c *renderCache) get(k []byte) ([]byte, bool) {
+func (c *renderCache) get(k []byte) (*preparedPart, bool) {
 	c.mu.RLock()
 	v, ok := c.m[string(k)]
 	c.mu.RUnlock()
 	return v, ok
 }
 
-func (c *renderCache) put(k []byte, v []byte) {
+func (c *renderCache) put(k []byte, v *preparedPart) {
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= renderCacheMax {
-		c.m = make(map[string][]byte, 16)
+		c.m = make(map[string]*preparedPart, 16)
 	}
 	c.m[string(k)] = v
 	c.mu.Unlock()
@@ -172,6 +176,7 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 			return nil, fmt.Errorf("template %q: %w", t.Name, err)
 		}
 		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
+		c.needsSpec = c.needsSpec || readsSpec(tm)
 	}
 	for _, d := range c.DefaultTemplates {
 		if _, ok := c.templates[d]; !ok {
@@ -293,4 +298,90 @@ func DecodeSidecarInjector(b []byte) (*v1alpha1.SidecarInjector, error) {
 		return nil, fmt.Errorf("got apiVersion %q kind %q: want %s SidecarInjector", cr.APIVersion, cr.Kind, v1alpha1.GroupVersion)
 	}
 	return cr, nil
+}
+
+// readsSpec tells whether a template can reach the pod's .Spec: a field
+// chain starting at .Spec or $.Spec, the root dot or $ passed whole to a
+// function, or a {{template}} call. When no template can, Inject skips
+// decoding the pod's spec (its containers can be megabytes). The analysis is
+// conservative: unknown node types count as reading it.
+func readsSpec(t *template.Template) bool {
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil && nodeReadsSpec(tt.Tree.Root, true) {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeReadsSpec(n parse.Node, dotIsRoot bool) bool {
+	switch n := n.(type) {
+	case nil:
+		return false
+	case *parse.ListNode:
+		if n == nil {
+			return false
+		}
+		for _, c := range n.Nodes {
+			if nodeReadsSpec(c, dotIsRoot) {
+				return true
+			}
+		}
+		return false
+	case *parse.TextNode, *parse.CommentNode, *parse.BreakNode, *parse.ContinueNode:
+		return false
+	case *parse.ActionNode:
+		return pipeReadsSpec(n.Pipe, dotIsRoot)
+	case *parse.IfNode:
+		return branchReadsSpec(&n.BranchNode, dotIsRoot, dotIsRoot)
+	case *parse.WithNode:
+		return branchReadsSpec(&n.BranchNode, dotIsRoot, dotIsRoot && isBareDot(n.Pipe))
+	case *parse.RangeNode:
+		return branchReadsSpec(&n.BranchNode, dotIsRoot, false)
+	}
+	return true
+}
+
+func branchReadsSpec(b *parse.BranchNode, dotIsRoot, bodyRoot bool) bool {
+	return pipeReadsSpec(b.Pipe, dotIsRoot) || nodeReadsSpec(b.List, bodyRoot) || nodeReadsSpec(b.ElseList, dotIsRoot)
+}
+
+func isBareDot(p *parse.PipeNode) bool {
+	if p == nil || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return false
+	}
+	_, ok := p.Cmds[0].Args[0].(*parse.DotNode)
+	return ok
+}
+
+func pipeReadsSpec(p *parse.PipeNode, dotIsRoot bool) bool {
+	if p == nil {
+		return false
+	}
+	for _, c := range p.Cmds {
+		for _, a := range c.Args {
+			if argReadsSpec(a, dotIsRoot) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func argReadsSpec(a parse.Node, dotIsRoot bool) bool {
+	switch a := a.(type) {
+	case *parse.DotNode:
+		return dotIsRoot
+	case *parse.FieldNode:
+		return dotIsRoot && len(a.Ident) > 0 && a.Ident[0] == "Spec"
+	case *parse.VariableNode:
+		return a.Ident[0] == "$" && (len(a.Ident) == 1 || a.Ident[1] == "Spec")
+	case *parse.ChainNode:
+		return slices.Contains(a.Field, "Spec") || argReadsSpec(a.Node, dotIsRoot)
+	case *parse.PipeNode:
+		return pipeReadsSpec(a, dotIsRoot)
+	case *parse.IdentifierNode, *parse.StringNode, *parse.NumberNode, *parse.BoolNode, *parse.NilNode:
+		return false
+	}
+	return true
 }

@@ -169,7 +169,7 @@ func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) (resp *
 		warningsTotal.WithLabelValues(injector).Add(float64(len(res.Warnings)))
 	}
 	d := res.Decision
-	if res.Object == nil {
+	if !res.Injected {
 		skipsTotal.WithLabelValues(injector, string(d.Code)).Inc()
 		requestsTotal.WithLabelValues(injector, outcomeSkipped).Inc()
 		// Reinvocation and kube-injected pods come back already injected:

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -105,4 +106,20 @@ func admit(tb testing.TB, h http.Handler, pod []byte, namespace string) *admissi
 		tb.Fatal("no response")
 	}
 	return out.Response
+}
+
+func applyPatch(tb testing.TB, doc, patch []byte) []byte {
+	tb.Helper()
+	if len(patch) == 0 {
+		return doc
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := p.Apply(doc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }

@@ -10,10 +10,11 @@ package sidecar
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
-	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
@@ -39,27 +40,31 @@ type Status struct {
 
 // Input is one pod to inject.
 type Input struct {
-	// Raw is the pod as JSON (the admission request's object).
+	// Raw is the pod as valid JSON (the admission request's object, which
+	// the AdmissionReview decode has validated). Parts the engine does not
+	// change are located, not re-validated.
 	Raw []byte
 	// Namespace of the pod; defaults to the pod's metadata.namespace.
 	Namespace string
 	// NamespaceLabels, when non-nil, are checked against spec.namespaceSelector.
 	NamespaceLabels map[string]string
-	// WantPatch asks for Result.Patch.
-	WantPatch bool
+	// WantPatch asks for Result.Patch, WantJSON for Result.JSON.
+	WantPatch, WantJSON bool
 }
 
-// Result of Inject. Object, JSON and Patch are nil when the pod is not injected.
+// Result of Inject. JSON and Patch are nil when the pod is not injected.
 type Result struct {
 	Decision Decision
 	// PodName is the pod's name, or its generateName followed by "*".
-	PodName   string
+	PodName string
+	// Injected is true when templates were applied.
+	Injected  bool
 	Native    bool
 	Templates []string
 	Status    *Status
-	// Object is the injected pod as a JSON-shaped map (numbers as json.Number).
-	Object map[string]any
-	// JSON is Object marshalled.
+	// JSON is the injected pod (with Input.WantJSON). Top-level, metadata and spec keys are
+	// sorted; the pod's own containers, volumes and other spec fields are
+	// copied byte for byte from the input.
 	JSON []byte
 	// Patch is the RFC 6902 JSON patch from the input (managedFields
 	// stripped) to JSON, marshalled; only with Input.WantPatch.
@@ -105,16 +110,19 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //   - volumes and imagePullSecrets are added when the pod has none of that
 //     name; labels and annotations when the pod lacks the key;
 //   - any other spec field is strategic-merged with the template winning,
-//     as Istio does.
+//     as Istio does (k8s.io/apimachinery/pkg/util/strategicpatch).
 //
 // Nothing the pod already has is removed or reordered. The status annotation
-// records what was added. Errors are *DecodeError or *RenderError.
+// records what was added. Only the parts of the pod that are read or changed
+// are decoded: a pod's own containers are copied as raw JSON, so cost grows
+// with the pod's size only through scanning. Errors are *DecodeError or
+// *RenderError.
 func Inject(cfg *Config, p Params, in Input) (*Result, error) {
-	var pod corev1.Pod
-	if err := json.Unmarshal(in.Raw, &pod); err != nil {
+	d, err := parsePod(in.Raw, cfg.needsSpec)
+	if err != nil {
 		return nil, &DecodeError{Err: err}
 	}
-	pod.ManagedFields = nil
+	pod := d.pod
 	ns := in.Namespace
 	if ns == "" {
 		ns = pod.Namespace
@@ -123,7 +131,7 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	if res.PodName == "" && pod.GenerateName != "" {
 		res.PodName = pod.GenerateName + "*"
 	}
-	res.Decision = Decide(cfg, p, DecideInput{Pod: &pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels})
+	res.Decision = Decide(cfg, p, DecideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels})
 	res.Warnings = res.Decision.Warnings
 	if !res.Decision.Inject {
 		return res, nil
@@ -160,21 +168,6 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	}
 	res.Templates = names
 
-	obj, err := decodeMap(in.Raw)
-	if err != nil {
-		return nil, &DecodeError{Err: err}
-	}
-	orig := in.Raw
-	meta := childMap(obj, "metadata")
-	if _, ok := meta["managedFields"]; ok {
-		delete(meta, "managedFields")
-		if in.WantPatch {
-			if orig, err = json.Marshal(obj); err != nil {
-				return nil, &DecodeError{Err: err}
-			}
-		}
-	}
-
 	data := &TemplateData{
 		ObjectMeta:     &pod.ObjectMeta,
 		Spec:           &pod.Spec,
@@ -183,7 +176,7 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 		Injector:       cfg.Name,
 		NativeSidecars: res.Native,
 	}
-	m := merger{spec: childMap(obj, "spec"), native: res.Native}
+	m := merger{native: res.Native}
 	for _, t := range tmpls {
 		j, err := cfg.renderOne(t, data)
 		if err != nil {
@@ -192,32 +185,29 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 		if j == nil {
 			continue
 		}
-		part, err := decodeMap(j)
-		if err != nil {
-			return nil, &RenderError{Template: t.name, Err: err}
-		}
-		if err := m.add(part); err != nil {
+		if err := m.add(j); err != nil {
 			return nil, &RenderError{Template: t.name, Err: err}
 		}
 	}
 	st := &Status{Injector: cfg.Name, Templates: names, NativeSidecars: res.Native, ConfigHash: cfg.Hash}
-	if err := m.apply(meta, st); err != nil {
+	if err := m.apply(d, st); err != nil {
+		var de *DecodeError
+		if errors.As(err, &de) {
+			return nil, err
+		}
 		return nil, &RenderError{Template: strings.Join(names, ","), Err: err}
 	}
 	sj, _ := json.Marshal(st)
-	ann := childMap(meta, "annotations")
-	ann[v1alpha1.SidecarStatusKey] = string(sj)
+	childMap(d.meta, "annotations")[v1alpha1.SidecarStatusKey] = string(sj)
 	res.Status = st
-	res.Object = obj
-	if res.JSON, err = json.Marshal(obj); err != nil {
-		return nil, err
+	res.Injected = true
+	if in.WantJSON {
+		if res.JSON, err = d.marshal(); err != nil {
+			return nil, err
+		}
 	}
 	if in.WantPatch {
-		ops, err := jsonpatch.CreatePatch(orig, res.JSON)
-		if err != nil {
-			return nil, &DecodeError{Err: err}
-		}
-		if res.Patch, err = json.Marshal(ops); err != nil {
+		if res.Patch, err = d.patch(); err != nil {
 			return nil, err
 		}
 	}
@@ -249,65 +239,80 @@ func childMap(parent map[string]any, key string) map[string]any {
 	return c
 }
 
+// injected is a list element from the templates. It stays the cached JSON
+// until a merge needs it as a map.
 type injected struct {
-	name string
-	m    map[string]any
-	init bool
+	name           string
+	init           bool
+	raw, nativeRaw []byte
+	m              map[string]any
+}
+
+func (e *injected) mapped() (map[string]any, error) {
+	if e.m == nil {
+		m, err := decodeMap(e.raw)
+		if err != nil {
+			return nil, err
+		}
+		e.m = m
+	}
+	return e.m, nil
+}
+
+// json returns the element, as a native sidecar (restartPolicy Always) when asked.
+func (e *injected) json(nativeSidecar bool) ([]byte, error) {
+	if e.m == nil {
+		if nativeSidecar {
+			return e.nativeRaw, nil
+		}
+		return e.raw, nil
+	}
+	if nativeSidecar {
+		e.m["restartPolicy"] = string(corev1.ContainerRestartPolicyAlways)
+	}
+	return json.Marshal(e.m)
 }
 
 // merger accumulates rendered partial pods, then applies them to the pod.
 type merger struct {
-	spec        map[string]any
 	native      bool
 	containers  []*injected
 	volumes     []*injected
 	pullSecrets []*injected
 	labels      map[string]any
 	annotations map[string]any
+	// rest are the spec patches without the four lists above, in template order.
+	rest []map[string]any
 }
 
-func (m *merger) add(part map[string]any) error {
-	if md, ok := part["metadata"].(map[string]any); ok {
-		if l, ok := md["labels"].(map[string]any); ok {
-			m.labels = mergeFlat(m.labels, l)
-		}
-		if a, ok := md["annotations"].(map[string]any); ok {
-			m.annotations = mergeFlat(m.annotations, a)
-		}
+func (m *merger) add(p *preparedPart) error {
+	if p.labels != nil {
+		m.labels = mergeFlat(m.labels, p.labels)
 	}
-	spec, ok := part["spec"].(map[string]any)
-	if !ok {
-		return nil
+	if p.annotations != nil {
+		m.annotations = mergeFlat(m.annotations, p.annotations)
 	}
 	var err error
-	// Init containers first: in template order they run before its sidecars.
-	if m.containers, err = addNamed(m.containers, spec["initContainers"], true, containerSchema, "initContainers"); err != nil {
+	if m.containers, err = addNamed(m.containers, p.containers, containerSchema); err != nil {
 		return err
 	}
-	if m.containers, err = addNamed(m.containers, spec["containers"], false, containerSchema, "containers"); err != nil {
+	if m.volumes, err = addNamed(m.volumes, p.volumes, volumeSchema); err != nil {
 		return err
 	}
-	if m.volumes, err = addNamed(m.volumes, spec["volumes"], false, volumeSchema, "volumes"); err != nil {
+	if m.pullSecrets, err = addNamed(m.pullSecrets, p.pullSecrets, nil); err != nil {
 		return err
 	}
-	if m.pullSecrets, err = addNamed(m.pullSecrets, spec["imagePullSecrets"], false, nil, "imagePullSecrets"); err != nil {
-		return err
-	}
-	for _, k := range []string{"initContainers", "containers", "volumes", "imagePullSecrets"} {
-		delete(spec, k)
-	}
-	if len(spec) == 0 {
-		return nil
-	}
-	merged, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(m.spec, spec, specSchema)
-	if err != nil {
-		return fmt.Errorf("merging spec: %w", err)
-	}
-	for k, v := range merged {
-		m.spec[k] = v
+	if p.rest != nil {
+		rest, err := decodeMap(p.rest)
+		if err != nil {
+			return err
+		}
+		m.rest = append(m.rest, rest)
 	}
 	return nil
 }
+
+var listKeys = []string{"initContainers", "containers", "volumes", "imagePullSecrets"}
 
 func mergeFlat(dst, src map[string]any) map[string]any {
 	if dst == nil {
@@ -319,36 +324,31 @@ func mergeFlat(dst, src map[string]any) map[string]any {
 	return dst
 }
 
-func addNamed(acc []*injected, list any, init bool, schema strategicpatch.LookupPatchMeta, field string) ([]*injected, error) {
-	if list == nil {
-		return acc, nil
-	}
-	items, ok := list.([]any)
-	if !ok {
-		return nil, fmt.Errorf("spec.%s is not a list", field)
-	}
-	for i, it := range items {
-		im, ok := it.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("spec.%s[%d] is not a mapping", field, i)
-		}
-		name, _ := im["name"].(string)
-		if name == "" {
-			return nil, fmt.Errorf("spec.%s[%d] has no name", field, i)
-		}
-		if prev := findInjected(acc, name); prev != nil {
-			if schema == nil {
-				prev.m = im
-				continue
-			}
-			merged, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(prev.m, im, schema)
-			if err != nil {
-				return nil, fmt.Errorf("merging spec.%s %q: %w", field, name, err)
-			}
-			prev.m = merged
+// addNamed adds entries to acc; an entry named like an earlier one is
+// strategic-merged onto it (later template wins).
+func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.LookupPatchMeta) ([]*injected, error) {
+	for _, pe := range entries {
+		prev := findInjected(acc, pe.name)
+		if prev == nil {
+			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw})
 			continue
 		}
-		acc = append(acc, &injected{name: name, m: im, init: init})
+		next := &injected{raw: pe.raw}
+		nm, err := next.mapped()
+		if err != nil {
+			return nil, err
+		}
+		if schema == nil {
+			prev.m = nm
+			continue
+		}
+		pm, err := prev.mapped()
+		if err != nil {
+			return nil, err
+		}
+		if prev.m, err = strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(pm, nm, schema); err != nil {
+			return nil, fmt.Errorf("merging %q: %w", pe.name, err)
+		}
 	}
 	return acc, nil
 }
@@ -362,112 +362,65 @@ func findInjected(acc []*injected, name string) *injected {
 	return nil
 }
 
-func listOf(spec map[string]any, key string) []any {
-	l, _ := spec[key].([]any)
-	return l
-}
-
-// indexByName maps the name of each map element of l to its index.
-func indexByName(l []any) map[string]int {
-	idx := make(map[string]int, len(l))
-	for i, it := range l {
-		if im, ok := it.(map[string]any); ok {
-			if n, ok := im["name"].(string); ok {
-				idx[n] = i
-			}
-		}
+func (m *merger) apply(d *podDoc, st *Status) error {
+	if err := d.mergeRest(m.rest); err != nil {
+		return err
 	}
-	return idx
-}
-
-func (m *merger) apply(meta map[string]any, st *Status) error {
-	spec := m.spec
-	containers, inits := listOf(spec, "containers"), listOf(spec, "initContainers")
-	cIdx, iIdx := indexByName(containers), indexByName(inits)
-	var front, back, sidecars []any
+	containers, err := d.list("containers")
+	if err != nil {
+		return err
+	}
+	inits, err := d.list("initContainers")
+	if err != nil {
+		return err
+	}
 	st.Containers, st.InitContainers = []string{}, []string{}
 	for _, e := range m.containers {
 		// The pod's own container of that name wins, field by field, and stays put.
-		if i, ok := cIdx[e.name]; ok {
-			merged, err := overlay(e.m, containers[i])
-			if err != nil {
+		if i := slices.Index(containers.names, e.name); i >= 0 {
+			if err := containers.overlay(i, e); err != nil {
 				return fmt.Errorf("container %q: %w", e.name, err)
 			}
-			containers[i] = merged
 			st.Containers = append(st.Containers, e.name)
 			continue
 		}
-		if i, ok := iIdx[e.name]; ok {
-			merged, err := overlay(e.m, inits[i])
-			if err != nil {
+		if i := slices.Index(inits.names, e.name); i >= 0 {
+			if err := inits.overlay(i, e); err != nil {
 				return fmt.Errorf("init container %q: %w", e.name, err)
 			}
-			inits[i] = merged
 			st.InitContainers = append(st.InitContainers, e.name)
 			continue
 		}
+		nativeSidecar := m.native && !e.init
+		b, err := e.json(nativeSidecar)
+		if err != nil {
+			return err
+		}
 		switch {
-		case e.init && m.native:
-			front = append(front, e.m)
+		case m.native:
+			inits.front = append(inits.front, b)
 			st.InitContainers = append(st.InitContainers, e.name)
 		case e.init:
-			back = append(back, e.m)
-			st.InitContainers = append(st.InitContainers, e.name)
-		case m.native:
-			e.m["restartPolicy"] = string(corev1.ContainerRestartPolicyAlways)
-			front = append(front, e.m)
+			inits.back = append(inits.back, b)
 			st.InitContainers = append(st.InitContainers, e.name)
 		default:
-			sidecars = append(sidecars, e.m)
+			containers.back = append(containers.back, b)
 			st.Containers = append(st.Containers, e.name)
 		}
 	}
-	if len(front)+len(back) > 0 {
-		all := make([]any, 0, len(front)+len(inits)+len(back))
-		all = append(append(append(all, front...), inits...), back...)
-		spec["initContainers"] = all
+	if st.Volumes, err = d.appendAbsent("volumes", m.volumes); err != nil {
+		return err
 	}
-	if len(sidecars) > 0 {
-		spec["containers"] = append(containers, sidecars...)
+	if st.ImagePullSecrets, err = d.appendAbsent("imagePullSecrets", m.pullSecrets); err != nil {
+		return err
 	}
-	st.Volumes = appendAbsent(spec, "volumes", m.volumes)
-	st.ImagePullSecrets = appendAbsent(spec, "imagePullSecrets", m.pullSecrets)
 	if len(m.labels) > 0 {
-		addAbsentKeys(childMap(meta, "labels"), m.labels)
+		addAbsentKeys(childMap(d.meta, "labels"), m.labels)
 	}
 	if len(m.annotations) > 0 {
-		addAbsentKeys(childMap(meta, "annotations"), m.annotations)
+		addAbsentKeys(childMap(d.meta, "annotations"), m.annotations)
 	}
 	return nil
-}
-
-// overlay merges the pod's container over the template's (pod wins).
-func overlay(tmpl map[string]any, podContainer any) (any, error) {
-	pc, ok := podContainer.(map[string]any)
-	if !ok {
-		return podContainer, nil
-	}
-	return strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(tmpl, pc, containerSchema)
-}
-
-func appendAbsent(spec map[string]any, key string, add []*injected) []string {
-	added := []string{}
-	if len(add) == 0 {
-		return added
-	}
-	l := listOf(spec, key)
-	idx := indexByName(l)
-	for _, e := range add {
-		if _, ok := idx[e.name]; ok {
-			continue
-		}
-		l = append(l, e.m)
-		added = append(added, e.name)
-	}
-	if len(added) > 0 {
-		spec[key] = l
-	}
-	return added
 }
 
 func addAbsentKeys(dst, src map[string]any) {

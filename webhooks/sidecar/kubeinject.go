@@ -129,29 +129,33 @@ func InjectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace st
 		if err != nil {
 			return changed, err
 		}
-		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace})
+		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
 		if err != nil {
 			return changed, fmt.Errorf("%s: %w", s.Ref, err)
 		}
 		for _, w := range res.Warnings {
 			warn(s.Ref + ": " + w)
 		}
-		if res.Object == nil {
+		if !res.Injected {
 			warn(fmt.Sprintf("%s: not injected: %s", s.Ref, res.Decision.Reason))
 			continue
+		}
+		injected, err := decodeMap(res.JSON)
+		if err != nil {
+			return changed, err
 		}
 		changed = true
 		if s.template == nil {
 			for k := range s.obj {
 				delete(s.obj, k)
 			}
-			for k, v := range res.Object {
+			for k, v := range injected {
 				s.obj[k] = v
 			}
 			continue
 		}
-		s.template["metadata"] = res.Object["metadata"]
-		s.template["spec"] = res.Object["spec"]
+		s.template["metadata"] = injected["metadata"]
+		s.template["spec"] = injected["spec"]
 	}
 	return changed, nil
 }

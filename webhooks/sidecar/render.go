@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,32 +42,136 @@ func (e *RenderError) Unwrap() error { return e.Err }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// renderOne executes t and returns the JSON of the partial pod, nil when the
+// preparedPart is one template's rendered partial pod, validated and split
+// into what the merge needs. It is cached and shared: never mutate it.
+type preparedPart struct {
+	// json is the whole rendered document as JSON.
+	json                []byte
+	labels, annotations map[string]any
+	// containers lists the template's initContainers, then its containers.
+	containers  []preparedEntry
+	volumes     []preparedEntry
+	pullSecrets []preparedEntry
+	// rest is the JSON of the spec without the four lists, nil when empty.
+	rest []byte
+}
+
+// preparedEntry is a named list element as JSON; for a regular container,
+// nativeRaw is the same with restartPolicy Always.
+type preparedEntry struct {
+	name      string
+	init      bool
+	raw       []byte
+	nativeRaw []byte
+}
+
+// renderOne executes t and returns the prepared partial pod, nil when the
 // template rendered nothing. The result is validated: top-level keys are only
 // metadata and spec, metadata only labels and annotations with string values,
-// and duplicate keys are rejected (YAMLToJSONStrict) so a value cannot
-// shadow a key written by the template.
-func (c *Config) renderOne(t *compiledTemplate, data *TemplateData) ([]byte, error) {
+// spec decodes as a PodSpec, list elements have names, and duplicate keys are
+// rejected (YAMLToJSONStrict) so a value cannot shadow a key written by the
+// template.
+func (c *Config) renderOne(t *compiledTemplate, data *TemplateData) (*preparedPart, error) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bufPool.Put(buf)
 	if err := t.tmpl.Execute(buf, data); err != nil {
 		return nil, &RenderError{Template: t.name, Err: err}
 	}
-	if j, ok := t.cache.get(buf.Bytes()); ok {
-		return j, nil
+	if p, ok := t.cache.get(buf.Bytes()); ok {
+		return p, nil
 	}
 	j, err := yaml.YAMLToJSONStrict(buf.Bytes())
 	if err != nil {
 		return nil, &RenderError{Template: t.name, Err: fmt.Errorf("rendered invalid YAML: %w", err)}
 	}
-	if bytes.Equal(j, []byte("null")) {
-		j = nil
-	} else if err := checkPartialPod(j); err != nil {
-		return nil, &RenderError{Template: t.name, Err: err}
+	var p *preparedPart
+	if !bytes.Equal(j, []byte("null")) {
+		if err := checkPartialPod(j); err != nil {
+			return nil, &RenderError{Template: t.name, Err: err}
+		}
+		if p, err = prepare(j); err != nil {
+			return nil, &RenderError{Template: t.name, Err: err}
+		}
 	}
-	t.cache.put(buf.Bytes(), j)
-	return j, nil
+	t.cache.put(buf.Bytes(), p)
+	return p, nil
+}
+
+func prepare(j []byte) (*preparedPart, error) {
+	part, err := decodeMap(j)
+	if err != nil {
+		return nil, err
+	}
+	p := &preparedPart{json: j}
+	if md, ok := part["metadata"].(map[string]any); ok {
+		p.labels, _ = md["labels"].(map[string]any)
+		p.annotations, _ = md["annotations"].(map[string]any)
+	}
+	spec, ok := part["spec"].(map[string]any)
+	if !ok {
+		return p, nil
+	}
+	// Init containers first: in template order they run before its sidecars.
+	if p.containers, err = prepareList(p.containers, spec["initContainers"], true, "initContainers"); err != nil {
+		return nil, err
+	}
+	if p.containers, err = prepareList(p.containers, spec["containers"], false, "containers"); err != nil {
+		return nil, err
+	}
+	if p.volumes, err = prepareList(nil, spec["volumes"], false, "volumes"); err != nil {
+		return nil, err
+	}
+	if p.pullSecrets, err = prepareList(nil, spec["imagePullSecrets"], false, "imagePullSecrets"); err != nil {
+		return nil, err
+	}
+	for _, k := range listKeys {
+		delete(spec, k)
+	}
+	for k := range spec {
+		if strings.HasPrefix(k, "$") {
+			return nil, fmt.Errorf("spec-level patch directive %q is not supported", k)
+		}
+	}
+	if len(spec) > 0 {
+		if p.rest, err = json.Marshal(spec); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func prepareList(acc []preparedEntry, list any, init bool, field string) ([]preparedEntry, error) {
+	if list == nil {
+		return acc, nil
+	}
+	items, ok := list.([]any)
+	if !ok {
+		return nil, fmt.Errorf("spec.%s is not a list", field)
+	}
+	for i, it := range items {
+		im, ok := it.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("spec.%s[%d] is not a mapping", field, i)
+		}
+		name, _ := im["name"].(string)
+		if name == "" {
+			return nil, fmt.Errorf("spec.%s[%d] has no name", field, i)
+		}
+		e := preparedEntry{name: name, init: init}
+		var err error
+		if e.raw, err = json.Marshal(im); err != nil {
+			return nil, err
+		}
+		if field == "containers" {
+			im["restartPolicy"] = string(corev1.ContainerRestartPolicyAlways)
+			if e.nativeRaw, err = json.Marshal(im); err != nil {
+				return nil, err
+			}
+		}
+		acc = append(acc, e)
+	}
+	return acc, nil
 }
 
 func checkPartialPod(j []byte) error {

@@ -1,0 +1,143 @@
+package sidecar
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+func TestParseBool(t *testing.T) {
+	for _, s := range []string{"true", "TRUE", "True", "y", "Y", "yes", "YES", "on", "On"} {
+		if v, ok := ParseBool(s); !ok || !v {
+			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
+		}
+	}
+	for _, s := range []string{"false", "FALSE", "n", "N", "no", "No", "off", "OFF"} {
+		if v, ok := ParseBool(s); !ok || v {
+			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
+		}
+	}
+	for _, s := range []string{"", "1", "0", "enabled", " true", "yes!", "t"} {
+		if _, ok := ParseBool(s); ok {
+			t.Errorf("ParseBool(%q) accepted", s)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	sel := func(k, v string) metav1.LabelSelector {
+		return metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+	base := v1alpha1.SidecarInjectorSpec{
+		Policy:               v1alpha1.PolicyEnabled,
+		NamespaceSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "enabled"}},
+		NeverInjectSelector:  []metav1.LabelSelector{sel("tier", "batch"), {}},
+		AlwaysInjectSelector: []metav1.LabelSelector{sel("mesh", "always"), sel("tier", "batch")},
+		Server:               v1alpha1.ServerSpec{Namespace: "injector-ns"},
+	}
+	type pod struct {
+		labels, annotations map[string]string
+		hostNetwork         bool
+	}
+	cases := []struct {
+		name     string
+		mutate   func(*v1alpha1.SidecarInjectorSpec)
+		ns       string
+		nsLabels map[string]string
+		pod      pod
+		inject   bool
+		code     Code
+		warn     string
+	}{
+		{name: "policy enabled", ns: "shop", inject: true, code: CodePolicy},
+		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: CodePolicy},
+		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: CodePolicy},
+		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: CodeAlreadyInjected},
+		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeSystemNamespace},
+		{name: "kube-public", ns: "kube-public", code: CodeSystemNamespace},
+		{name: "kube-node-lease", ns: "kube-node-lease", code: CodeSystemNamespace},
+		{name: "operator namespace", ns: "hookwright-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeOperatorNamespace},
+		{name: "injector server namespace", ns: "injector-ns", code: CodeOperatorNamespace},
+		{name: "namespace labels match", ns: "shop", nsLabels: map[string]string{"sidecar-injection": "enabled"}, inject: true, code: CodePolicy},
+		{name: "namespace labels do not match", ns: "shop", nsLabels: map[string]string{}, code: CodeNamespaceSelector},
+		{name: "object selector", mutate: func(s *v1alpha1.SidecarInjectorSpec) {
+			s.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"mesh": "on"}}
+		}, ns: "shop", code: CodeObjectSelector},
+		{name: "hostNetwork skipped even when opted in", ns: "shop", pod: pod{hostNetwork: true, labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeHostNetwork},
+		{name: "hostNetwork allowed", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.InjectHostNetwork = true }, ns: "shop", pod: pod{hostNetwork: true}, inject: true, code: CodePolicy},
+		{name: "label true", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "TRUE"}}, inject: true, code: CodeLabel},
+		{name: "label wins over annotation", ns: "shop",
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "off"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "yes"}}, code: CodeLabel},
+		{name: "invalid label ignored, annotation decides", ns: "shop",
+			pod:  pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "maybe"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "N"}},
+			code: CodeAnnotation, warn: `ignored label sidecar.hookwright.io/inject="maybe"`},
+		{name: "invalid annotation ignored, policy decides", ns: "shop",
+			pod:    pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "enabled"}},
+			inject: true, code: CodePolicy, warn: `ignored annotation sidecar.hookwright.io/inject="enabled"`},
+		{name: "annotation y", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
+			pod: pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "y"}}, inject: true, code: CodeAnnotation},
+		{name: "explicit opt-in beats neverInjectSelector", ns: "shop",
+			pod: pod{labels: map[string]string{"tier": "batch", v1alpha1.SidecarInjectKey: "on"}}, inject: true, code: CodeLabel},
+		{name: "neverInjectSelector wins over alwaysInjectSelector", ns: "shop",
+			pod: pod{labels: map[string]string{"tier": "batch"}}, code: CodeNeverInjectSelector},
+		{name: "alwaysInjectSelector beats disabled policy", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
+			pod: pod{labels: map[string]string{"mesh": "always"}}, inject: true, code: CodeAlwaysInjectSelector},
+		{name: "explicit opt-out beats alwaysInjectSelector", ns: "shop",
+			pod: pod{labels: map[string]string{"mesh": "always"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "false"}}, code: CodeAnnotation},
+		{name: "empty neverInjectSelector matches nothing", ns: "shop", pod: pod{labels: map[string]string{"x": "y"}}, inject: true, code: CodePolicy},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := *base.DeepCopy()
+			if tc.mutate != nil {
+				tc.mutate(&spec)
+			}
+			cfg, err := Compile(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Spec: spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: tc.pod.labels, Annotations: tc.pod.annotations}}
+			p.Spec.HostNetwork = tc.pod.hostNetwork
+			d := Decide(cfg, testParams, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
+			if d.Inject != tc.inject || d.Code != tc.code {
+				t.Fatalf("got inject=%v code=%s (%s), want inject=%v code=%s", d.Inject, d.Code, d.Reason, tc.inject, tc.code)
+			}
+			if d.Reason == "" {
+				t.Error("empty reason")
+			}
+			if tc.warn == "" && len(d.Warnings) > 0 {
+				t.Errorf("unexpected warnings %q", d.Warnings)
+			}
+			if tc.warn != "" && (len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], tc.warn)) {
+				t.Errorf("warnings %q, want one containing %q", d.Warnings, tc.warn)
+			}
+		})
+	}
+}
+
+func TestNativeDefault(t *testing.T) {
+	cases := []struct {
+		mode    v1alpha1.NativeSidecarMode
+		version string
+		want    bool
+	}{
+		{v1alpha1.NativeSidecarAuto, "v1.28.9", false},
+		{v1alpha1.NativeSidecarAuto, "v1.29.0", true},
+		{v1alpha1.NativeSidecarAuto, "v1.33.1-gke.100", true},
+		{v1alpha1.NativeSidecarAuto, "", false},
+		{v1alpha1.NativeSidecarAuto, "garbage", false},
+		{"", "v1.30.0", true},
+		{v1alpha1.NativeSidecarEnabled, "v1.27.0", true},
+		{v1alpha1.NativeSidecarDisabled, "v1.33.0", false},
+	}
+	for _, c := range cases {
+		if got := NativeDefault(c.mode, c.version); got != c.want {
+			t.Errorf("NativeDefault(%q, %q) = %v", c.mode, c.version, got)
+		}
+	}
+}

@@ -1,0 +1,441 @@
+package sidecar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+)
+
+// podDoc is a pod decoded only as far as injection needs: top-level and spec
+// keys stay raw JSON until something reads or changes them, metadata is
+// decoded (it is small and always changes).
+type podDoc struct {
+	pod      *corev1.Pod
+	top      map[string]json.RawMessage
+	meta     map[string]any
+	metaOrig []byte
+	spec     map[string]json.RawMessage
+	specOrig map[string]json.RawMessage
+	lists    map[string]*rawList
+	// changed holds spec keys rewritten by a strategic merge.
+	changed map[string]bool
+}
+
+// rawList is a spec list (containers, initContainers, volumes,
+// imagePullSecrets) as raw elements plus what injection inserts.
+type rawList struct {
+	key      string
+	present  bool
+	orig     []json.RawMessage
+	names    []string
+	front    []json.RawMessage
+	back     []json.RawMessage
+	replaced map[int]json.RawMessage
+}
+
+// parsePod splits raw into the parts Decide and the templates read: typed
+// metadata, spec.hostNetwork, and the whole typed spec only when a template
+// reads .Spec. managedFields are dropped (as Istio does before diffing).
+func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
+	d := &podDoc{pod: &corev1.Pod{}, changed: map[string]bool{}, lists: map[string]*rawList{}}
+	var err error
+	if d.top, err = splitObject(raw); err != nil {
+		return nil, err
+	}
+	if d.top == nil {
+		return nil, fmt.Errorf("pod is not a JSON object")
+	}
+	if mr, ok := d.top["metadata"]; ok && !isNull(mr) {
+		if err := json.Unmarshal(mr, &d.pod.ObjectMeta); err != nil {
+			return nil, fmt.Errorf("metadata: %w", err)
+		}
+		m, err := decodeMap(mr)
+		if err != nil {
+			return nil, fmt.Errorf("metadata: %w", err)
+		}
+		d.meta, d.metaOrig = m, mr
+		if _, ok := m["managedFields"]; ok {
+			delete(m, "managedFields")
+			if d.metaOrig, err = json.Marshal(m); err != nil {
+				return nil, err
+			}
+		}
+		d.pod.ManagedFields = nil
+	} else {
+		d.meta = map[string]any{}
+	}
+	d.spec = map[string]json.RawMessage{}
+	if sr, ok := d.top["spec"]; ok && !isNull(sr) {
+		if d.spec, err = splitObject(sr); err != nil {
+			return nil, fmt.Errorf("spec: %w", err)
+		}
+		if needsSpec {
+			if err := json.Unmarshal(sr, &d.pod.Spec); err != nil {
+				return nil, fmt.Errorf("spec: %w", err)
+			}
+		} else if hn, ok := d.spec["hostNetwork"]; ok {
+			if err := json.Unmarshal(hn, &d.pod.Spec.HostNetwork); err != nil {
+				return nil, fmt.Errorf("spec.hostNetwork: %w", err)
+			}
+		}
+	}
+	d.specOrig = make(map[string]json.RawMessage, len(d.spec))
+	for k, v := range d.spec {
+		d.specOrig[k] = v
+	}
+	return d, nil
+}
+
+func isNull(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
+
+// list parses spec[key] into raw elements and their names.
+func (d *podDoc) list(key string) (*rawList, error) {
+	if l, ok := d.lists[key]; ok {
+		return l, nil
+	}
+	l := &rawList{key: key}
+	if r, ok := d.spec[key]; ok && !isNull(r) {
+		l.present = true
+		var err error
+		if l.orig, err = splitArray(r); err != nil {
+			return nil, &DecodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
+		}
+		l.names = make([]string, len(l.orig))
+		for i, e := range l.orig {
+			if l.names[i], err = nameOf(e); err != nil {
+				return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", key, i, err)}
+			}
+		}
+	}
+	d.lists[key] = l
+	return l, nil
+}
+
+// overlay merges the pod's element i over the template's e (pod wins).
+func (l *rawList) overlay(i int, e *injected) error {
+	tm, err := e.mapped()
+	if err != nil {
+		return err
+	}
+	pm, err := decodeMap(l.orig[i])
+	if err != nil {
+		return &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
+	}
+	merged, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(tm, pm, containerSchema)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(merged)
+	if err != nil {
+		return err
+	}
+	if l.replaced == nil {
+		l.replaced = map[int]json.RawMessage{}
+	}
+	l.replaced[i] = b
+	return nil
+}
+
+func (l *rawList) changed() bool { return len(l.front)+len(l.back)+len(l.replaced) > 0 }
+
+func (l *rawList) elements() []json.RawMessage {
+	out := make([]json.RawMessage, 0, len(l.front)+len(l.orig)+len(l.back))
+	out = append(out, l.front...)
+	for i, e := range l.orig {
+		if r, ok := l.replaced[i]; ok {
+			e = r
+		}
+		out = append(out, e)
+	}
+	return append(out, l.back...)
+}
+
+// appendAbsent appends the injected entries whose name the list lacks and
+// returns their names.
+func (d *podDoc) appendAbsent(key string, add []*injected) ([]string, error) {
+	added := []string{}
+	if len(add) == 0 {
+		return added, nil
+	}
+	l, err := d.list(key)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range add {
+		if slices.Contains(l.names, e.name) {
+			continue
+		}
+		b, err := e.json(false)
+		if err != nil {
+			return nil, err
+		}
+		l.back = append(l.back, b)
+		l.names = append(l.names, e.name)
+		added = append(added, e.name)
+	}
+	return added, nil
+}
+
+// mergeRest strategic-merges the remaining spec patches, in order, decoding
+// only the spec fields they touch.
+func (d *podDoc) mergeRest(patches []map[string]any) error {
+	if len(patches) == 0 {
+		return nil
+	}
+	partial := map[string]any{}
+	for _, p := range patches {
+		for k := range p {
+			if _, done := partial[k]; done {
+				continue
+			}
+			if r, ok := d.spec[k]; ok {
+				var v any
+				dec := json.NewDecoder(bytes.NewReader(r))
+				dec.UseNumber()
+				if err := dec.Decode(&v); err != nil {
+					return &DecodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
+				}
+				partial[k] = v
+			}
+			d.changed[k] = true
+		}
+	}
+	for _, p := range patches {
+		var err error
+		if partial, err = strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(partial, p, specSchema); err != nil {
+			return fmt.Errorf("merging spec: %w", err)
+		}
+	}
+	for k := range d.changed {
+		v, ok := partial[k]
+		if !ok {
+			delete(d.spec, k)
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		d.spec[k] = b
+	}
+	return nil
+}
+
+// finalSpec returns spec with the changed lists assembled.
+func (d *podDoc) finalSpec() map[string]json.RawMessage {
+	for _, l := range d.lists {
+		if l.changed() {
+			d.spec[l.key] = joinRaw(l.elements())
+		}
+	}
+	return d.spec
+}
+
+func joinRaw(elems []json.RawMessage) json.RawMessage {
+	n := 2
+	for _, e := range elems {
+		n += len(e) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, e := range elems {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, ']')
+}
+
+// writeObject writes m as a JSON object with sorted keys and raw values.
+func writeObject(buf *bytes.Buffer, m map[string]json.RawMessage) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	buf.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(m[k])
+	}
+	buf.WriteByte('}')
+}
+
+// marshal returns the injected pod as JSON.
+func (d *podDoc) marshal() ([]byte, error) {
+	meta, err := json.Marshal(d.meta)
+	if err != nil {
+		return nil, err
+	}
+	top := make(map[string]json.RawMessage, len(d.top))
+	for k, v := range d.top {
+		top[k] = v
+	}
+	top["metadata"] = meta
+	var sb bytes.Buffer
+	writeObject(&sb, d.finalSpec())
+	top["spec"] = sb.Bytes()
+	n := len(sb.Bytes()) + len(meta) + 256
+	for _, v := range d.top {
+		n += len(v)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, n))
+	writeObject(out, top)
+	return out.Bytes(), nil
+}
+
+// patch builds the JSON patch from the input to the injected pod. Parts the
+// engine did not touch are skipped; changed parts are diffed with
+// gomodules.xyz/jsonpatch/v2 (as controller-runtime and Istio do); inserted
+// list elements become add operations at their index, so the pod's own
+// elements (another webhook's init containers) are never rewritten by a
+// positional diff.
+func (d *podDoc) patch() ([]byte, error) {
+	ops := make([]jsonpatch.Operation, 0, 8)
+	newMeta, err := json.Marshal(d.meta)
+	if err != nil {
+		return nil, err
+	}
+	if d.metaOrig == nil {
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata", json.RawMessage(newMeta)))
+	} else {
+		mops, err := jsonpatch.CreatePatch(d.metaOrig, newMeta)
+		if err != nil {
+			return nil, err
+		}
+		// Only map keys change under metadata, so path order is a valid order.
+		sort.SliceStable(mops, func(i, j int) bool { return mops[i].Path < mops[j].Path })
+		ops = append(ops, prefixed("/metadata", mops)...)
+	}
+	spec := d.finalSpec()
+	if _, ok := d.top["spec"]; !ok || isNull(d.top["spec"]) {
+		var sb bytes.Buffer
+		writeObject(&sb, spec)
+		ops = append(ops, jsonpatch.NewOperation("add", "/spec", json.RawMessage(sb.Bytes())))
+		return encodePatch(ops)
+	}
+	keys := make([]string, 0, len(spec))
+	for k := range spec {
+		keys = append(keys, k)
+	}
+	for k := range d.specOrig {
+		if _, ok := spec[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		path := "/spec/" + escapePointer(k)
+		if l, ok := d.lists[k]; ok && l.changed() {
+			if !l.present {
+				ops = append(ops, jsonpatch.NewOperation("add", path, spec[k]))
+				continue
+			}
+			for i, f := range l.front {
+				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(i), f))
+			}
+			idx := make([]int, 0, len(l.replaced))
+			for i := range l.replaced {
+				idx = append(idx, i)
+			}
+			sort.Ints(idx)
+			for _, i := range idx {
+				sub, err := jsonpatch.CreatePatch(l.orig[i], l.replaced[i])
+				if err != nil {
+					return nil, err
+				}
+				ops = append(ops, prefixed(path+"/"+strconv.Itoa(len(l.front)+i), sub)...)
+			}
+			for i, b := range l.back {
+				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(len(l.front)+len(l.orig)+i), b))
+			}
+			continue
+		}
+		o, had := d.specOrig[k]
+		n, has := spec[k]
+		switch {
+		case !had && has:
+			ops = append(ops, jsonpatch.NewOperation("add", path, n))
+		case had && !has:
+			ops = append(ops, jsonpatch.NewOperation("remove", path, nil))
+		case d.changed[k] && !bytes.Equal(o, n):
+			sub, err := jsonpatch.CreatePatch(o, n)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, prefixed(path, sub)...)
+		}
+	}
+	return encodePatch(ops)
+}
+
+func prefixed(prefix string, ops []jsonpatch.Operation) []jsonpatch.Operation {
+	for i := range ops {
+		ops[i].Path = prefix + ops[i].Path
+	}
+	return ops
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+func escapePointer(s string) string { return pointerEscaper.Replace(s) }
+
+// encodePatch marshals ops like jsonpatch.Operation.MarshalJSON does, but
+// writes json.RawMessage values (the engine's own compact JSON) verbatim
+// instead of re-validating and compacting them.
+func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
+	n := 2
+	for _, op := range ops {
+		n += len(op.Path) + 40
+		if r, ok := op.Value.(json.RawMessage); ok {
+			n += len(r)
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, op := range ops {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"op":`...)
+		b = strconv.AppendQuote(b, op.Operation)
+		b = append(b, `,"path":`...)
+		pb, err := json.Marshal(op.Path)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, pb...)
+		switch v := op.Value.(type) {
+		case json.RawMessage:
+			b = append(b, `,"value":`...)
+			b = append(b, v...)
+		case nil:
+			if op.Operation == "add" || op.Operation == "replace" {
+				b = append(b, `,"value":null`...)
+			}
+		default:
+			vb, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			b = append(b, `,"value":`...)
+			b = append(b, vb...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
+}
