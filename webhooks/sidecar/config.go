@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -55,7 +56,8 @@ func NativeDefault(mode v1alpha1.NativeSidecarMode, serverVersion string) bool {
 type Config struct {
 	// Name of the SidecarInjector.
 	Name string
-	// Generation of the SidecarInjector this was compiled from.
+	// UID and Generation of the SidecarInjector this was compiled from.
+	UID        types.UID
 	Generation int64
 	// Hash is a short sha256 of the spec fields that shape injection; it is
 	// recorded in the status annotation.
@@ -121,6 +123,7 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	s := &cr.Spec
 	c := &Config{
 		Name:              cr.Name,
+		UID:               cr.UID,
 		Generation:        cr.Generation,
 		Policy:            s.Policy,
 		InjectHostNetwork: s.InjectHostNetwork,

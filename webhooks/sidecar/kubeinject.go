@@ -267,3 +267,80 @@ func injectJSONStream(cfg *Config, p Params, r io.Reader, w io.Writer, ns string
 		}
 	}
 }
+
+// CheckPods writes, for every pod site and every config, whether the config
+// would inject it and the exact deciding rule, plus warnings (ignored
+// values, inject keys placed on a workload's own metadata) and render
+// failures. nsLabels returns a namespace's labels, or nil when unknown, in
+// which case namespaceSelector is reported as not checked.
+func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels func(string) map[string]string) error {
+	if len(sites) == 0 {
+		_, err := fmt.Fprintln(w, "no pod or pod template found")
+		return err
+	}
+	var b strings.Builder
+	for _, s := range sites {
+		fmt.Fprintf(&b, "%s (namespace %s):\n", s.Ref, s.Namespace)
+		for _, m := range s.Misplaced {
+			fmt.Fprintf(&b, "  note: %s\n", m)
+		}
+		raw, err := json.Marshal(s.Pod)
+		if err != nil {
+			return err
+		}
+		labels := nsLabels(s.Namespace)
+		for _, cfg := range cfgs {
+			res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels})
+			var rerr *RenderError
+			switch {
+			case errors.As(err, &rerr):
+				fmt.Fprintf(&b, "  %s: would try to inject, but rendering fails: %v (failurePolicy %s: pod would be %s)\n",
+					cfg.Name, rerr, cfg.FailurePolicy, map[bool]string{true: "admitted without sidecars", false: "rejected"}[cfg.FailurePolicy == v1alpha1.FailurePolicyIgnore])
+				continue
+			case err != nil:
+				fmt.Fprintf(&b, "  %s: error: %v\n", cfg.Name, err)
+				continue
+			}
+			d := res.Decision
+			if res.Injected {
+				mode := "regular sidecars"
+				if res.Native {
+					mode = "native sidecars (initContainers, restartPolicy Always)"
+				}
+				fmt.Fprintf(&b, "  %s: would inject [%s]: %s; templates %s; %s\n", cfg.Name, d.Code, d.Reason, strings.Join(res.Templates, ","), mode)
+			} else {
+				fmt.Fprintf(&b, "  %s: would NOT inject [%s]: %s\n", cfg.Name, d.Code, d.Reason)
+			}
+			for _, wmsg := range res.Warnings {
+				fmt.Fprintf(&b, "    warning: %s\n", wmsg)
+			}
+			if res.Injected && labels == nil && cfg.namespaceSelector != nil {
+				fmt.Fprintf(&b, "    note: namespaceSelector %s not checked (namespace labels unknown)\n", cfg.namespaceSelector)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ReadObjects parses a multi-document YAML or JSON stream into objects.
+func ReadObjects(r io.Reader) ([]map[string]any, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var out []map[string]any
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+			continue
+		}
+		obj, err := decodeMap(raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj)
+	}
+}
