@@ -3,8 +3,6 @@ package oversell
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -71,13 +69,8 @@ func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
 	return &Handler{src: src, metrics: m, log: log}
 }
 
-// reviewJSON is the subset of admission.k8s.io/v1 AdmissionReview read.
-type reviewJSON struct {
-	APIVersion string       `json:"apiVersion"`
-	Kind       string       `json:"kind"`
-	Request    *requestJSON `json:"request"`
-}
-
+// requestJSON is the subset of an admission.k8s.io/v1 AdmissionRequest the
+// handler reads (see parseReview).
 type requestJSON struct {
 	UID      string `json:"uid"`
 	Resource struct {
@@ -156,22 +149,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var rv reviewJSON
-	// A type mismatch (json.UnmarshalTypeError) still decodes the rest; it
-	// is judged after the envelope, since inside a node it must not block.
-	var typeErr error
-	if err := json.Unmarshal(buf.Bytes(), &rv); err != nil {
-		if te := (*json.UnmarshalTypeError)(nil); !errors.As(err, &te) {
-			h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
-			return
-		}
-		typeErr = err
-	}
-	if rv.APIVersion != "admission.k8s.io/v1" || rv.Kind != "AdmissionReview" {
-		h.reject(w, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.APIVersion, rv.Kind)
+	rv, nodeErr, err := parseReview(buf.Bytes())
+	if err != nil {
+		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
 		return
 	}
-	req := rv.Request
+	if rv.apiVersion != "admission.k8s.io/v1" || rv.kind != "AdmissionReview" {
+		h.reject(w, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.apiVersion, rv.kind)
+		return
+	}
+	req := rv.req
 	if req == nil || req.UID == "" {
 		h.reject(w, http.StatusBadRequest, "AdmissionReview has no request or no request.uid")
 		return
@@ -183,7 +170,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			outPool.Put(out)
 		}
 	}()
-	out.b = h.review(out.b[:0], req, typeErr)
+	out.b = h.review(out.b[:0], req, nodeErr)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out.b)
 }

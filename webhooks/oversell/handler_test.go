@@ -300,7 +300,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 		{"empty", http.MethodPost, bytes.NewReader(nil), "application/json", -1, http.StatusBadRequest, "malformed"},
 		{"not JSON", http.MethodPost, strings.NewReader("hello"), "application/json", -1, http.StatusBadRequest, "malformed"},
 		{"truncated", http.MethodPost, bytes.NewReader(good[:len(good)/2]), "application/json; charset=utf-8", -1, http.StatusBadRequest, "malformed"},
-		{"JSON array", http.MethodPost, strings.NewReader(`[1,2]`), "application/json", -1, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview"},
+		{"JSON array", http.MethodPost, strings.NewReader(`[1,2]`), "application/json", -1, http.StatusBadRequest, "want an object"},
 		{"wrong kind", http.MethodPost, bytes.NewReader(bytes.Replace(good, []byte(`"kind":"AdmissionReview"`), []byte(`"kind":"Node"`), 1)), "application/json", -1, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview"},
 		{"v1beta1", http.MethodPost, bytes.NewReader(bytes.Replace(good, []byte(`admission.k8s.io/v1"`), []byte(`admission.k8s.io/v1beta1"`), 1)), "application/json", -1, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview"},
 		{"no request", http.MethodPost, strings.NewReader(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), "application/json", -1, http.StatusBadRequest, "no request"},

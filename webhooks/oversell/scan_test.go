@@ -1,0 +1,110 @@
+package oversell
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestUnescapeMatchesEncodingJSON(t *testing.T) {
+	inputs := []string{
+		`plain`, `q\"uote`, `back\\slash`, `sl\/ash`, `\b\f\n\r\t`, `\u00e9t\u00E9`, `\ud83d\ude00`,
+		`lone \ud83d high`, `lone \ude00 low`, `\ud83d\u0041`, "ünï", "bad\xffutf8",
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 2000; i++ {
+		b := make([]rune, rng.IntN(12))
+		for j := range b {
+			b[j] = rune(rng.IntN(0x1_0000))
+		}
+		enc, _ := json.Marshal(string(b))
+		inputs = append(inputs, string(enc[1:len(enc)-1]))
+	}
+	for _, in := range inputs {
+		var want string
+		if err := json.Unmarshal([]byte(`"`+in+`"`), &want); err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		got, ok := unescape([]byte(in))
+		if !ok || got != want {
+			t.Fatalf("unescape(%q) = %q %v, want %q", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{`\x`, `\u12`, `\u12g4`, "ctl\x01", `end\`} {
+		if _, ok := unescape([]byte(bad)); ok {
+			t.Errorf("unescape(%q) accepted", bad)
+		}
+	}
+}
+
+// parseReview agrees with encoding/json on the fields it reads.
+func TestParseReviewMatchesEncodingJSON(t *testing.T) {
+	obj := realisticNode("n1", "7600m", "30Gi", map[string]string{"odd/\"key\"": "v\u00e9\n", annRaw: `{"cpu":"1"}`})
+	old := realisticNode("n1", "15200m", "45Gi", nil)
+	body := reviewFor(t, "system:node:n1", kubeletGroups, obj, old)
+	got, nodeErr, err := parseReview(body)
+	if err != nil || nodeErr != nil {
+		t.Fatal(err, nodeErr)
+	}
+	var want struct {
+		APIVersion string      `json:"apiVersion"`
+		Kind       string      `json:"kind"`
+		Request    requestJSON `json:"request"`
+	}
+	if err := json.Unmarshal(body, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got.apiVersion != want.APIVersion || got.kind != want.Kind || !reflect.DeepEqual(*got.req, want.Request) {
+		t.Fatalf("got %+v\nwant %+v", *got.req, want.Request)
+	}
+}
+
+func TestParseReviewErrors(t *testing.T) {
+	obj := realisticNode("n1", "7600m", "30Gi", nil)
+	good := string(reviewFor(t, "system:node:n1", kubeletGroups, obj, obj))
+	syntax := map[string]string{
+		"empty":            "",
+		"garbage":          "hello",
+		"truncated":        good[:len(good)-3],
+		"trailing":         good + "x",
+		"two values":       good + " {}",
+		"unterminated str": `{"apiVersion":"admission.k8s.io/v1`,
+		"mismatched":       `{"apiVersion":"v1","request":{"object":{"status":{"images":[}]}}}`,
+		"missing colon":    `{"apiVersion" "v1"}`,
+		"bad literal":      `{"request":{"dryRun":nope}}`,
+		"control in used":  "{\"apiVersion\":\"a\x01\"}",
+	}
+	for name, in := range syntax {
+		if _, _, err := parseReview([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// Wrong shapes in the envelope are errors; inside a node they are nodeErr.
+	if _, _, err := parseReview([]byte(`{"request":{"uid":5}}`)); err == nil {
+		t.Error("numeric uid accepted")
+	}
+	body := strings.Replace(good, `"labels":{`, `"labels":[1],"x":{`, 1)
+	rv, nodeErr, err := parseReview([]byte(body))
+	if err != nil || nodeErr == nil || rv.req.UID == "" {
+		t.Fatalf("err %v nodeErr %v", err, nodeErr)
+	}
+	// null object (DELETE-like) and null oldObject decode to empty / nil.
+	rv, nodeErr, err = parseReview([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":null,"oldObject":null,"userInfo":{"groups":null}}}`))
+	if err != nil || nodeErr != nil || rv.req.OldObject != nil {
+		t.Fatalf("null objects: %v %v %+v", err, nodeErr, rv.req)
+	}
+}
+
+// FuzzParseReview: no input panics, and accepted input is valid JSON or
+// differs from valid JSON only inside skipped values.
+func FuzzParseReview(f *testing.F) {
+	obj := realisticNode("n1", "7600m", "30Gi", nil)
+	f.Add(reviewFor(f, "system:node:n1", kubeletGroups, obj, obj))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"\u0075","userInfo":{"groups":["a","b"]}}}`))
+	f.Add([]byte(`[{"a":"\"}"}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, _ = parseReview(b)
+	})
+}
