@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookwright/hookwright/webhooks/oversell"
+	"github.com/hookwright/hookwright/webhooks/serving"
+)
+
+func init() {
+	subcommands = append(subcommands, newOversellCommand)
+}
+
+type oversellOptions struct {
+	metricsAddr      string
+	probeAddr        string
+	trustedReporters []string
+	serving          serving.Options
+	zap              zap.Options
+}
+
+func newOversellCommand() *cobra.Command {
+	o := &oversellOptions{}
+	cmd := &cobra.Command{
+		Use:   "oversell",
+		Short: "Serve the node allocatable oversell webhook (/oversell) for all NodeOversell objects",
+		Long: `Serve AdmissionReview v1 for UPDATE of nodes/status at /oversell on the
+webhook HTTPS listener. The server watches every NodeOversell; each add,
+update or delete swaps in a new configuration snapshot that applies to the
+next node status write, without a restart. /configz (same listener) reports
+the generation served per NodeOversell and a hash. Readiness passes once the
+NodeOversell cache has synced; before that, writes are admitted unchanged.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOversell(o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringArrayVar(&o.trustedReporters, "trusted-reporter", nil,
+		"user name whose nodes/status writes carry the real allocatable for every node, like the node's own kubelet (repeatable)")
+	o.serving.AddFlags(fs)
+	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.zap.BindFlags(gfs)
+	fs.AddGoFlagSet(gfs)
+	return cmd
+}
+
+// errNotSynced is the readiness failure before the NodeOversell cache syncs.
+var errNotSynced = errors.New("NodeOversell cache not synced")
+
+func runOversell(o *oversellOptions) error {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	log := ctrl.Log.WithName("oversell")
+	ctx := ctrl.SetupSignalHandler()
+
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	srv, err := o.serving.NewServer()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress: o.probeAddr,
+		WebhookServer:          srv,
+		// Every replica serves, so every replica watches: no leader election.
+		LeaderElection: false,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	m, err := oversell.NewMetrics(metrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	store := oversell.NewStore(o.trustedReporters, log.WithName("config"), m)
+	// An informer event handler rather than a reconciler: each change is
+	// published as soon as the watch delivers it, with no work queue between.
+	if err := store.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+
+	ws := mgr.GetWebhookServer()
+	ws.Register("/oversell", oversell.NewHandler(store, m, log.WithName("handler")))
+	ws.Register("/configz", oversell.ConfigzHandler(store))
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", ws.StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("config", func(*http.Request) error {
+		if !store.Synced() {
+			return errNotSynced
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	log.Info("starting", "webhook-port", o.serving.Port, "trustedReporters", o.trustedReporters)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("oversell: %w", err)
+	}
+	return nil
+}
