@@ -1,0 +1,200 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"gomodules.xyz/jsonpatch/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+func goldenPodJSON(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(goldenDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func patchOps(t *testing.T, p []byte) []jsonpatch.Operation {
+	t.Helper()
+	var ops []jsonpatch.Operation
+	if err := json.Unmarshal(p, &ops); err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
+
+// TestPatchLeavesForeignContainers: the patch only adds; the other
+// webhook's init container and the pod's own entries are never rewritten.
+func TestPatchLeavesForeignContainers(t *testing.T) {
+	cfg := sampleConfig(t)
+	res, err := Inject(cfg, testParams, Input{Raw: goldenPodJSON(t, "pod-foreign-init.yaml"), Namespace: "payments", WantPatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{
+		"/spec/initContainers/0": true, "/spec/initContainers/1": true, "/spec/volumes/1": true,
+		"/metadata/annotations/prometheus.io~1path": true, "/metadata/annotations/prometheus.io~1port": true,
+		"/metadata/annotations/prometheus.io~1scrape": true, "/metadata/annotations/sidecar.hookwright.io~1status": true,
+	}
+	ops := patchOps(t, res.Patch)
+	for _, op := range ops {
+		if op.Operation != "add" || !want[op.Path] {
+			t.Errorf("unexpected op %s %s", op.Operation, op.Path)
+		}
+	}
+	if len(ops) != len(want) {
+		t.Errorf("%d ops, want %d: %s", len(ops), len(want), res.Patch)
+	}
+}
+
+func TestManagedFieldsStripped(t *testing.T) {
+	cfg := sampleConfig(t)
+	pod := `{"metadata":{"name":"m","managedFields":[{"manager":"kubectl","operation":"Update"}]},"spec":{"containers":[{"name":"a","image":"a"}]}}`
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantPatch: true, WantJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Patch), "managedFields") {
+		t.Errorf("patch touches managedFields: %s", res.Patch)
+	}
+	if strings.Contains(string(res.JSON), "managedFields") {
+		t.Errorf("injected pod keeps managedFields")
+	}
+	// Applying the patch to the original keeps its managedFields.
+	out := applyPatch(t, []byte(pod), res.Patch)
+	if !strings.Contains(string(out), `"manager":"kubectl"`) {
+		t.Errorf("patch removed managedFields: %s", out)
+	}
+}
+
+// TestOverlayAndTemplateMerge: a later template's same-named container is
+// merged onto the earlier one; the pod's init container of an injected name
+// wins field by field and stays in place; pod labels and annotations win.
+func TestOverlayAndTemplateMerge(t *testing.T) {
+	cr := sampleCR(t)
+	cr.Spec.Templates = append(cr.Spec.Templates, v1alpha1.NamedTemplate{Name: "debug", Template: `metadata:
+  labels:
+    tier: injected
+  annotations:
+    prometheus.io/scrape: "false"
+spec:
+  containers:
+  - name: proxy
+    args: ["run", "--debug"]
+    env:
+    - name: DEBUG
+      value: "1"
+  dnsPolicy: None
+  dnsConfig:
+    nameservers: ["10.0.0.10"]
+`})
+	cfg, err := Compile(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := `{"metadata":{"name":"o","labels":{"tier":"web"},"annotations":{"sidecar.hookwright.io/templates":"proxy,debug","sidecar.hookwright.io/native-sidecar":"off"}},
+	"spec":{"initContainers":[{"name":"proxy-init","image":"my-init","args":["custom"]}],"containers":[{"name":"a","image":"a"}]}}`
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true, WantPatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Metadata struct{ Labels, Annotations map[string]string }
+		Spec     struct {
+			DNSPolicy      string `json:"dnsPolicy"`
+			InitContainers []struct {
+				Name, Image string
+				Args        []string
+				Resources   map[string]any
+			}
+			Containers []struct {
+				Name string
+				Args []string
+				Env  []struct{ Name, Value string }
+			}
+		}
+	}
+	if err := json.Unmarshal(res.JSON, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Metadata.Labels["tier"] != "web" || got.Metadata.Annotations["prometheus.io/scrape"] != "false" {
+		t.Errorf("metadata: %+v", got.Metadata)
+	}
+	if got.Spec.DNSPolicy != "None" {
+		t.Errorf("spec field from template not merged: %q", got.Spec.DNSPolicy)
+	}
+	ic := got.Spec.InitContainers
+	if len(ic) != 1 || ic[0].Image != "my-init" || fmt.Sprint(ic[0].Args) != "[custom]" || ic[0].Resources == nil {
+		t.Errorf("init container overlay: %+v", ic)
+	}
+	c := got.Spec.Containers
+	if len(c) != 2 || c[1].Name != "proxy" || fmt.Sprint(c[1].Args) != "[run --debug]" {
+		t.Fatalf("containers: %+v", c)
+	}
+	names := []string{}
+	for _, e := range c[1].Env {
+		names = append(names, e.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), "DEBUG") || !strings.Contains(strings.Join(names, ","), "SERVICE_NAME") {
+		t.Errorf("env not merged across templates: %v", names)
+	}
+	if !jsonEqual(t, applyPatch(t, []byte(pod), res.Patch), res.JSON) {
+		t.Error("patch does not reproduce the injected pod")
+	}
+	if res.Status.InitContainers[0] != "proxy-init" || res.Status.Containers[0] != "proxy" {
+		t.Errorf("status %+v", res.Status)
+	}
+}
+
+// TestHotSwapUnderLoad: requests keep being served while configs swap
+// (run with -race).
+func TestHotSwapUnderLoad(t *testing.T) {
+	h := newTestHandler(t, sampleConfig(t))
+	body := reviewFor(t, []byte(nginxPod), "shop", false)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rec := serve(h, body, "application/json")
+				if rec.Code != 200 {
+					t.Errorf("status %d", rec.Code)
+					return
+				}
+			}
+		}()
+	}
+	for g := int64(2); g < 30; g++ {
+		cr := sampleCR(t)
+		cr.Generation = g
+		if _, err := h.Store.Update(cr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if h.Store.Load().Generation != 29 {
+		t.Errorf("serving %d", h.Store.Load().Generation)
+	}
+}
