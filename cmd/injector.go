@@ -49,7 +49,7 @@ restart; /configz reports the generation served. Readiness passes once a
 configuration is loaded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInjector(ctrl.SetupSignalHandler(), o)
+			return runInjector(cmd.Context(), o)
 		},
 	}
 	fs := cmd.Flags()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,7 +43,7 @@ the generation served per NodeOversell and a hash. Readiness passes once the
 NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runOversell(o)
+			return runOversell(cmd.Context(), o)
 		},
 	}
 	fs := cmd.Flags()
@@ -60,10 +61,9 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 // errNotSynced is the readiness failure before the NodeOversell cache syncs.
 var errNotSynced = errors.New("NodeOversell cache not synced")
 
-func runOversell(o *oversellOptions) error {
+func runOversell(ctx context.Context, o *oversellOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("oversell")
-	ctx := ctrl.SetupSignalHandler()
 
 	scheme, err := newScheme()
 	if err != nil {
