@@ -69,7 +69,7 @@ func with(m map[string]string, kv ...string) map[string]string {
 	return m
 }
 
-func ptr[T any](v T) *T { return &v }
+func ref[T any](v T) *T { return &v }
 
 func TestDecide(t *testing.T) {
 	pool := policy("oversell-pool", "2", "1.5")
@@ -210,28 +210,28 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "raw annotation missing, another writer: no safe decision",
-			in:   Input{Writer: WriterOther, Object: amplified, Old: ptr(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "-"))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "-"))), Policy: pool},
 			want: want{reason: ReasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, another writer: no safe decision",
-			in:   Input{Writer: WriterOther, Object: amplified, Old: ptr(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m",`))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m",`))), Policy: pool},
 			want: want{reason: ReasonRawUnknown},
 		},
 		{
 			name: "raw annotation has a corrupt quantity, another writer: no safe decision",
-			in:   Input{Writer: WriterOther, Object: amplified, Old: ptr(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"lots","memory":"15Gi"}`))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"lots","memory":"15Gi"}`))), Policy: pool},
 			want: want{reason: ReasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, deselected, another writer: annotations kept as evidence",
-			in:   Input{Writer: WriterOther, Object: amplified, Old: ptr(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage")))},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage")))},
 			want: want{reason: ReasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, kubelet write repairs it",
 			in: Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, "garbage")),
-				Old: ptr(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage"))), Policy: pool},
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage"))), Policy: pool},
 			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
