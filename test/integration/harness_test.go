@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,12 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Printf("cluster: all components ready in %s\n", time.Since(start).Round(time.Millisecond))
 	code := m.Run()
+	for _, f := range atExit {
+		f()
+	}
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
 		code = 1
