@@ -1,0 +1,298 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+const sidecarNS = "hookwright-sidecar"
+
+// warningRecorder collects API server warnings (what kubectl prints).
+type warningRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningRecorder) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warningRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+func loadSampleInjector(t *testing.T) *v1alpha1.SidecarInjector {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "config", "samples", "admission_v1alpha1_sidecarinjector.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := &v1alpha1.SidecarInjector{}
+	if err := yaml.UnmarshalStrict(b, si); err != nil {
+		t.Fatalf("sample SidecarInjector: %v", err)
+	}
+	return si
+}
+
+func injectorMWC(s *webhookServer, si *v1alpha1.SidecarInjector) *admissionregistrationv1.MutatingWebhookConfiguration {
+	nsSel := si.Spec.NamespaceSelector.DeepCopy()
+	// Never the control plane's or the operator's namespaces.
+	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+		Values: []string{"kube-system", "kube-public", "kube-node-lease", sidecarNS},
+	})
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-sidecar-it"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "inject.sidecar.hookwright.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				Service:  &admissionregistrationv1.ServiceReference{Namespace: sidecarNS, Name: "sidecar-injector", Path: ptr.To("/inject"), Port: ptr.To[int32](443)},
+				CABundle: s.ca.CertPEM,
+			},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+			NamespaceSelector:       nsSel,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](10),
+		}},
+	}
+}
+
+func testPod(ns, name string, labels map[string]string, hostNetwork bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			HostNetwork: hostNetwork,
+			Containers:  []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}},
+		},
+	}
+}
+
+// sidecarNames lists injected sidecars: native ones (initContainers with
+// restartPolicy Always) and plain containers other than "app".
+func containerNames(p *corev1.Pod) (init, main []string) {
+	for _, c := range p.Spec.InitContainers {
+		init = append(init, c.Name)
+	}
+	for _, c := range p.Spec.Containers {
+		main = append(main, c.Name)
+	}
+	return init, main
+}
+
+func countName(names []string, n string) int {
+	k := 0
+	for _, x := range names {
+		if x == n {
+			k++
+		}
+	}
+	return k
+}
+
+func TestSidecarInjectionThroughAPIServer(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	if _, err := env.CreateNamespace(ctx, sidecarNS, nil); err != nil {
+		t.Fatal(err)
+	}
+	si := loadSampleInjector(t)
+	if err := env.Client.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	srv := startWebhookServer(t, false, "injector", sidecarNS, "sidecar-injector",
+		"--injector="+si.Name, "--operator-namespace="+sidecarNS)
+	if _, err := env.ExposeLocal(ctx, sidecarNS, "sidecar-injector", 443, srv.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	mwc := injectorMWC(srv, si)
+	if err := env.Client.Create(ctx, mwc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	if _, err := env.CreateNamespace(ctx, "lab", map[string]string{"sidecar-injection": "enabled"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.CreateNamespace(ctx, "plain", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	warns := &warningRecorder{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandlerWithContext = warns
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A pod in the labelled namespace is injected (the configuration takes
+	// effect asynchronously, so retry until the first injected pod).
+	var pod *corev1.Pod
+	i := 0
+	err = cluster.WaitFor(ctx, 30*time.Second, "an injected pod in namespace lab", func(ctx context.Context) (bool, error) {
+		i++
+		pod = testPod("lab", fmt.Sprintf("web-%d", i), nil, false)
+		if err := c.Create(ctx, pod); err != nil {
+			return false, err
+		}
+		return pod.Annotations[v1alpha1.SidecarStatusKey] != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	init, main := containerNames(pod)
+	// v1.37 supports native sidecars, so nativeSidecars Auto puts the proxy
+	// into initContainers with restartPolicy Always, ahead of user init containers.
+	if countName(init, "proxy-init") != 1 || countName(init, "proxy")+countName(main, "proxy") != 1 {
+		t.Fatalf("want proxy-init and proxy exactly once; init=%v containers=%v", init, main)
+	}
+	for _, ic := range pod.Spec.InitContainers {
+		if ic.Name == "proxy" && (ic.RestartPolicy == nil || *ic.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			t.Fatalf("native sidecar proxy without restartPolicy Always: %+v", ic.RestartPolicy)
+		}
+	}
+	stored := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Annotations[v1alpha1.SidecarStatusKey] == "" {
+		t.Fatal("the stored pod lacks the status annotation")
+	}
+
+	// Unlabelled namespace: untouched.
+	p2 := testPod("plain", "web", nil, false)
+	if err := c.Create(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Spec.InitContainers) != 0 || len(p2.Spec.Containers) != 1 || p2.Annotations[v1alpha1.SidecarStatusKey] != "" {
+		t.Fatalf("pod in an unlabelled namespace was changed: %+v", p2.Spec)
+	}
+
+	// Opt-out label: untouched.
+	p3 := testPod("lab", "opted-out", map[string]string{v1alpha1.SidecarInjectKey: "false"}, false)
+	if err := c.Create(ctx, p3); err != nil {
+		t.Fatal(err)
+	}
+	if p3.Annotations[v1alpha1.SidecarStatusKey] != "" || len(p3.Spec.Containers) != 1 {
+		t.Fatalf("opted-out pod was injected")
+	}
+
+	// hostNetwork: skipped, and the skip is returned as a warning.
+	warns.take()
+	p4 := testPod("lab", "host", nil, true)
+	if err := c.Create(ctx, p4); err != nil {
+		t.Fatal(err)
+	}
+	if p4.Annotations[v1alpha1.SidecarStatusKey] != "" || len(p4.Spec.Containers) != 1 {
+		t.Fatalf("hostNetwork pod was injected")
+	}
+	if w := warns.take(); len(w) == 0 || !strings.Contains(strings.ToLower(strings.Join(w, " ")), "hostnetwork") {
+		t.Fatalf("hostNetwork skip: warnings %q, want one naming hostNetwork", w)
+	}
+
+	// Server-side dry run: the injected pod comes back, nothing is stored.
+	p5 := testPod("lab", "dry", nil, false)
+	if err := c.Create(ctx, p5, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	if p5.Annotations[v1alpha1.SidecarStatusKey] == "" {
+		t.Fatal("dry-run create did not return the injected pod")
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(p5), &corev1.Pod{}); err == nil {
+		t.Fatal("dry-run create stored the pod")
+	}
+
+	// Hot reload: change the proxy image; measure the time from the update to
+	// the first admission that uses it.
+	var lat []time.Duration
+	for k := 0; k < 10; k++ {
+		img := fmt.Sprintf("ghcr.io/hookwright/proxy:1.5.%d", k)
+		cur := &v1alpha1.SidecarInjector{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), cur); err != nil {
+			t.Fatal(err)
+		}
+		vals := string(cur.Spec.Values.Raw)
+		old := vals[strings.Index(vals, `"image":"ghcr.io/hookwright/proxy:`):]
+		old = old[:strings.Index(old[len(`"image":"`):], `"`)+len(`"image":"`)+1]
+		cur.Spec.Values.Raw = []byte(strings.Replace(vals, old, `"image":"`+img+`"`, 1))
+		if err := c.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for {
+			p := testPod("lab", "reload", nil, false)
+			if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+				t.Fatal(err)
+			}
+			if podHasImage(p, img) {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("image %s not injected within 10 s", img)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	var cz sidecar.Configz
+	if err := srv.configz(&cz); err != nil {
+		t.Fatal(err)
+	}
+	cur := &v1alpha1.SidecarInjector{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(si), cur); err != nil {
+		t.Fatal(err)
+	}
+	if !cz.Loaded || cz.Generation != cur.Generation {
+		t.Fatalf("/configz = %+v, want loaded generation %d", cz, cur.Generation)
+	}
+	maxLat := lat[0]
+	for _, l := range lat {
+		maxLat = max(maxLat, l)
+	}
+	t.Logf("hot reload, CR update -> first admission using it: max of %d = %s", len(lat), maxLat.Round(time.Millisecond))
+	if maxLat > 5*time.Second {
+		t.Errorf("hot reload took %s; the goal is 1 s", maxLat)
+	}
+}
+
+func podHasImage(p *corev1.Pod, img string) bool {
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		if c.Image == img {
+			return true
+		}
+	}
+	return false
+}
