@@ -171,8 +171,17 @@ func splitArray(b []byte) ([]json.RawMessage, error) {
 	}
 }
 
+// unquoteKey decodes a JSON string; plain ASCII takes a fast path, anything
+// else goes through encoding/json (which maps invalid UTF-8 to U+FFFD).
 func unquoteKey(q []byte) (string, error) {
-	if bytes.IndexByte(q, '\\') < 0 {
+	plain := true
+	for _, c := range q {
+		if c == '\\' || c >= 0x80 {
+			plain = false
+			break
+		}
+	}
+	if plain {
 		return string(q[1 : len(q)-1]), nil
 	}
 	var s string
