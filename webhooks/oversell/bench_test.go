@@ -1,15 +1,25 @@
 package oversell
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 )
@@ -148,6 +158,7 @@ func BenchmarkTLSThroughput(b *testing.B) {
 
 	b.SetParallelism(8)
 	b.ReportAllocs()
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]byte, 4096)
@@ -169,7 +180,127 @@ func BenchmarkTLSThroughput(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
 	perSec := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(perSec, "reviews/s")
 	b.ReportMetric(perSec/float64(runtime.GOMAXPROCS(0)), "reviews/s/core")
+	// CPU actually used by this process (server and clients): on a machine
+	// shared with other work, wall-clock per core understates capacity.
+	b.ReportMetric(float64(b.N)/(processCPU(b)-cpu0), "reviews/cpu-s")
+}
+
+// processCPU is the user+system CPU time of this process, in seconds.
+func processCPU(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// TestHelperTLSServer is not a test: BenchmarkTLSServerProcess runs the test
+// binary again with OVERSELL_BENCH_SERVER=1 so the server is a process of its
+// own whose CPU time can be read apart from the load generator's.
+func TestHelperTLSServer(t *testing.T) {
+	if os.Getenv("OVERSELL_BENCH_SERVER") != "1" {
+		return
+	}
+	h, _ := testHandler(t, poolSnapshot(t))
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = false
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	fmt.Printf("%s\n%s", srv.URL, certPEM)
+	_, _ = io.Copy(io.Discard, os.Stdin) // serve until the benchmark closes stdin
+}
+
+// BenchmarkTLSServerProcess measures the server alone: TLS 1.3, HTTP/1.1
+// keep-alive, 8 concurrent clients per core, the server in its own process.
+// server-reviews/cpu-s is reviews answered per second of server CPU, i.e.
+// what one fully used core sustains.
+func BenchmarkTLSServerProcess(b *testing.B) {
+	body := benchReview(b)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperTLSServer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "OVERSELL_BENCH_SERVER=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	}()
+	rd := bufio.NewReader(stdout)
+	url, err := rd.ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	var certPEM []byte
+	for !bytes.Contains(certPEM, []byte("END CERTIFICATE")) {
+		line, err := rd.ReadBytes('\n')
+		if err != nil {
+			b.Fatal(err)
+		}
+		certPEM = append(certPEM, line...)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}},
+		MaxIdleConnsPerHost: 256,
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      16 << 10,
+	}}
+	target := strings.TrimSpace(url) + "/oversell"
+
+	b.SetParallelism(8)
+	cpu0 := childCPU(b, cmd.Process.Pid)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 4096)
+		for pb.Next() {
+			resp, err := client.Post(target, "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for {
+				if _, err := resp.Body.Read(buf); err != nil {
+					break
+				}
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reviews/s")
+	b.ReportMetric(float64(b.N)/(childCPU(b, cmd.Process.Pid)-cpu0), "server-reviews/cpu-s")
+}
+
+// childCPU reads utime+stime of pid from /proc, in seconds.
+func childCPU(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the parenthesised command name; utime and stime are the
+	// 14th and 15th fields of the line (proc(5)).
+	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (ut + st) / 100 // USER_HZ is 100 on Linux
 }
