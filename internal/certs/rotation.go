@@ -75,7 +75,15 @@ type Policy struct {
 	ServingRenewFraction float64       // renew serving certs after this fraction; default 2/3
 	MaxBundleCerts       int           // default DefaultMaxBundleCerts
 	CACommonName         string        // default DefaultCACommonName + "@<unix>"
+	// PromoteDelay is the minimum age of a staged CA before it may sign:
+	// time for every API server's webhook informer to pick up the caBundle
+	// that was just written. Default DefaultPromoteDelay; negative means none.
+	PromoteDelay time.Duration
 }
+
+// DefaultPromoteDelay: API servers see webhook configuration changes through
+// an informer, normally within a second; 10 s leaves margin at little cost.
+const DefaultPromoteDelay = 10 * time.Second
 
 func (p Policy) withDefaults() Policy {
 	if p.CAValidity <= 0 {
@@ -95,6 +103,12 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.MaxBundleCerts <= 0 {
 		p.MaxBundleCerts = DefaultMaxBundleCerts
+	}
+	switch {
+	case p.PromoteDelay == 0:
+		p.PromoteDelay = DefaultPromoteDelay
+	case p.PromoteDelay < 0:
+		p.PromoteDelay = 0
 	}
 	return p
 }
@@ -245,7 +259,8 @@ func ParseCASecret(data map[string][]byte, now time.Time) CASet {
 //  3. any configuration (or the Secret's ca.crt) differs from the bundle →
 //     PublishBundle; nothing below runs until every configuration carries
 //     every CA that signs, will sign, or signed a certificate in use;
-//  4. a staged CA exists → PromoteNextCA (it is now in every configuration);
+//  4. a staged CA exists and is PromoteDelay old → PromoteNextCA (it is
+//     now in every configuration); until then the steps below still run;
 //  5. serving certificates not fine per ServingRenewalReason against the
 //     active CA → IssueServing (the active CA is published everywhere by 3);
 //  6. retired CAs that nothing in use chains to, or expired → DropRetiredCA,
@@ -301,10 +316,17 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		return step, nil
 	}
 
+	// A staged CA is in every configuration now. Its creation time is
+	// NotBefore+Backdate (NewCA backdates), which bounds when it was first
+	// published, so the delay needs no extra bookkeeping in the Secret.
+	var promoteAt time.Time
 	if ca.Next != nil {
-		step.Kind, step.Reason = StepPromoteNextCA, ReasonNextCAPublished
-		step.Message = fmt.Sprintf("CA %q is in all %d configurations; it becomes the signing CA", ca.Next.Cert.Subject.CommonName, len(s.Published))
-		return step, nil
+		promoteAt = ca.Next.Cert.NotBefore.Add(Backdate + p.PromoteDelay)
+		if !now.Before(promoteAt) {
+			step.Kind, step.Reason = StepPromoteNextCA, ReasonNextCAPublished
+			step.Message = fmt.Sprintf("CA %q is in all %d configurations; it becomes the signing CA", ca.Next.Cert.Subject.CommonName, len(s.Published))
+			return step, nil
+		}
 	}
 
 	for _, name := range slices.Sorted(maps.Keys(s.Serving)) {
@@ -350,6 +372,9 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 
 	step.Kind, step.Reason = StepNone, ReasonUpToDate
 	next := CARotationTime(ca.Active.Cert, p)
+	if ca.Next != nil {
+		next = promoteAt
+	}
 	for _, c := range inUseCerts(State{Serving: s.Serving}) { // draining certs are not renewed
 		if at := RenewalTime(c, p.ServingRenewFraction); at.Before(next) {
 			next = at
@@ -362,6 +387,9 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 	}
 	step.RequeueAfter = max(next.Sub(now), time.Second)
 	step.Message = "up to date; next check in " + step.RequeueAfter.Round(time.Second).String()
+	if ca.Next != nil {
+		step.Message = fmt.Sprintf("CA %q published; promoting at %s", ca.Next.Cert.Subject.CommonName, fmtTime(promoteAt))
+	}
 	return step, nil
 }
 
