@@ -140,6 +140,7 @@ func TestPlanTransitions(t *testing.T) {
 		{"Secret ca.crt stale", State{CA: staleSecret, Published: published(bundle(a.Cert), cfgs...)}, t0, StepPublishBundle, ReasonBundleOutdated, nil, nil, true},
 		{"promoted: serving on old CA", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(time.Hour), StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
 		{"serving from a foreign CA still published: adopt, re-issue", State{CA: adopting, Published: published(bundle(a.Cert, foreign.Cert), cfgs...), Serving: serving(srvForeign)}, t0, StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
+		{"retired-certs corrupted mid-rotation: old CA adopted from caBundle", State{CA: corrupt(caData(b, nil, a.Cert), SecretKeyRetiredCerts, []byte("junk")), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(time.Hour), StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
 		{"serving renewal due", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvA)}, t0.Add(20 * day), StepIssueServing, ReasonRenewalDue, nil, []string{"inj"}, false},
 		{"new server", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: map[string]Serving{"ovs": {DNSNames: ovsNames}}}, t0, StepIssueServing, ReasonMissing, nil, []string{"ovs"}, false},
 		{"retired unused", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvB)}, rotA.Add(2 * time.Hour), StepDropRetiredCA, ReasonRetiredCAUnused, nil, nil, false},
@@ -541,4 +542,45 @@ func TestExpiredCAReplacedOutright(t *testing.T) {
 	if BundleContains(s.Published["mwc"], a.Cert) || len(s.CA[SecretKeyRetiredCerts]) > 0 {
 		t.Error("expired CA still around")
 	}
+}
+
+// Arbitrary bytes anywhere in the inputs must never panic Plan or Apply,
+// and Plan must never pick a step Apply cannot carry out.
+func FuzzPlanApply(f *testing.F) {
+	a := mustCA(f, t0, 0)
+	srv := mustServing(f, a, t0, 0, injNames...)
+	f.Add(a.CertPEM, a.KeyPEM, []byte(nil), srv.CertPEM, bundle(a.Cert))
+	f.Add([]byte("garbage"), a.KeyPEM, a.CertPEM, srv.KeyPEM, []byte("x"))
+	f.Add(a.CertPEM[:50], []byte{}, srv.CertPEM, []byte(nil), srv.CertPEM)
+	f.Fuzz(func(t *testing.T, active, key, retired, servingCert, pub []byte) {
+		s := State{
+			CA:        map[string][]byte{SecretKeyActiveCert: active, SecretKeyActiveKey: key, SecretKeyRetiredCerts: retired},
+			Published: map[string][]byte{"mwc": pub},
+			Serving:   map[string]Serving{"inj": {Cert: servingCert, DNSNames: injNames}},
+		}
+		for range 6 {
+			step, err := Plan(s, t0.Add(time.Hour), Policy{})
+			if err != nil || step.Kind == StepNone {
+				return
+			}
+			if s, err = Apply(s, step, t0.Add(time.Hour), Policy{}); err != nil {
+				t.Fatalf("Apply(%s): %v", step.Kind, err)
+			}
+		}
+	})
+}
+
+func FuzzParseCertsPEM(f *testing.F) {
+	a := mustCA(f, t0, 0)
+	f.Add(a.CertPEM)
+	f.Add(append(bytes.Clone(a.CertPEM), a.KeyPEM...))
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		certs, err := ParseCertsPEM(data)
+		if (err == nil) != (len(certs) > 0) {
+			t.Fatalf("%d certs with err %v", len(certs), err)
+		}
+		_, _ = ParseKeyPEM(data)
+		_ = BuildBundle(certs, BundleOptions{Now: t0})
+	})
 }
