@@ -86,7 +86,10 @@ type Options struct {
 	Logger logr.Logger
 	// OnChange is called with the first snapshot and then once per content
 	// change, serially from Run's goroutine (required). It must not block
-	// for long: events are not read meanwhile.
+	// for long (events are not read meanwhile) and must not modify the
+	// snapshot, which Current also returns. To turn it into caBundle bytes
+	// that tolerate one broken file, merge the Files' Data with
+	// certs.MergeBundlesPEM.
 	OnChange func(Snapshot)
 }
 
