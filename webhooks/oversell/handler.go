@@ -202,6 +202,10 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: NodeOversell configuration not loaded yet; node status admitted unchanged")
 	}
 
+	name := req.Name
+	if name == "" {
+		name = req.Object.Metadata.Name
+	}
 	var (
 		d       Decision
 		writer  WriterClass
@@ -214,10 +218,6 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 				err = fmt.Errorf("panic: %v", p)
 			}
 		}()
-		name := req.Name
-		if name == "" {
-			name = req.Object.Metadata.Name
-		}
 		obj := req.Object.state()
 		policy := snap.Select(obj.Labels)
 		writer = ClassifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.TrustedFunc(policy))
@@ -238,11 +238,11 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	}
 	if !d.Apply && d.Reason != ReasonNotSelected {
 		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()
-		h.log.Info("node status admitted unchanged: no safe decision", "node", req.Name, "user", req.UserInfo.Username, "reason", d.Reason)
+		h.log.Info("node status admitted unchanged: no safe decision", "node", name, "user", req.UserInfo.Username, "reason", d.Reason)
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: "+string(d.Reason)+"; node status admitted unchanged")
 	}
 	if d.Apply && !req.DryRun {
-		h.metrics.observeNode(req.Name, &d)
+		h.metrics.observeNode(name, &d)
 	}
 	outcome := OutcomeUnchanged
 	if patched {
