@@ -19,6 +19,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// SimulatedKubeletTaint (NoSchedule) is on every Heartbeater node.
+const SimulatedKubeletTaint = "hookwright.io/simulated-kubelet"
+
 // KubeletNode is a node whose status a Heartbeater reports.
 type KubeletNode struct {
 	Name   string
@@ -67,6 +70,8 @@ func (c *Cluster) NewHeartbeater(ctx context.Context, nodes ...KubeletNode) (*He
 		}
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
+			// Nothing runs pods on these nodes: keep other tests' pods off.
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: SimulatedKubeletTaint, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{
 				Capacity:    n.Capacity,
 				Allocatable: n.Allocatable,

@@ -99,6 +99,7 @@ func toyMWC(name, ns, svc string, caBundle []byte, resources []string, ops []adm
 }
 
 func TestWebhookThroughServiceWithVerifiedTLS(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 2*time.Minute)
 	c := env.Client
 	if _, err := env.CreateNamespace(ctx, "toy-system", nil); err != nil {
@@ -189,6 +190,7 @@ func TestWebhookThroughServiceWithVerifiedTLS(t *testing.T) {
 }
 
 func TestKwokNodesHeartbeatAndRunPods(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	c := env.Client
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,13 +27,18 @@ import (
 const oversellNS = "hookwright-oversell"
 
 // oversellSrv is shared by the oversell tests and stopped by TestMain.
-var oversellSrv *webhookServer
+var (
+	oversellMu  sync.Mutex
+	oversellSrv *webhookServer
+)
 
 // startOversell runs `hookwright oversell` behind Service
 // hookwright-oversell/oversell with a MutatingWebhookConfiguration on
 // nodes/status UPDATE (failurePolicy Ignore, timeout 2 s), once per binary.
 func startOversell(t *testing.T) *webhookServer {
 	t.Helper()
+	oversellMu.Lock()
+	defer oversellMu.Unlock()
 	if oversellSrv != nil {
 		return oversellSrv
 	}
@@ -305,6 +311,7 @@ func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
 // the design doc warns about: an inflated node is patched every
 // nodeStatusUpdateFrequency, a plain one only every report period.
 func TestOversellHeartbeatsNoDrift(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	srv := startOversell(t)
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
@@ -388,6 +395,7 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 // reach the next status write (goal: p99 ≤ 1 s, recorded, not asserted
 // tightly: timing goals are figures, not pass/fail conditions here).
 func TestOversellHotReloadLatency(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 2*time.Minute)
 	startOversell(t)
 	sel := map[string]string{"oversell-it": "reload"}

@@ -125,6 +125,7 @@ func countName(names []string, n string) int {
 }
 
 func TestSidecarInjectionThroughAPIServer(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	if _, err := env.CreateNamespace(ctx, sidecarNS, nil); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,171 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// owned lists every object a CR owns, as keys for env.Client.
+type owned struct {
+	SA     *corev1.ServiceAccount
+	Role   *rbacv1.ClusterRole
+	Bind   *rbacv1.ClusterRoleBinding
+	Deploy *appsv1.Deployment
+	PDB    *policyv1.PodDisruptionBudget
+	Svc    *corev1.Service
+	Secret *corev1.Secret
+	MWC    *admissionregistrationv1.MutatingWebhookConfiguration
+}
+
+func ownedKeys(base, ns string) owned {
+	om := metav1.ObjectMeta{Name: base, Namespace: ns}
+	cm := metav1.ObjectMeta{Name: base}
+	return owned{
+		SA: &corev1.ServiceAccount{ObjectMeta: om}, Role: &rbacv1.ClusterRole{ObjectMeta: cm},
+		Bind: &rbacv1.ClusterRoleBinding{ObjectMeta: cm}, Deploy: &appsv1.Deployment{ObjectMeta: om},
+		PDB: &policyv1.PodDisruptionBudget{ObjectMeta: om}, Svc: &corev1.Service{ObjectMeta: om},
+		Secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: base + "-tls", Namespace: ns}},
+		MWC:    &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: cm},
+	}
+}
+
+func (o owned) all() []client.Object {
+	return []client.Object{o.SA, o.Role, o.Bind, o.Deploy, o.PDB, o.Svc, o.Secret, o.MWC}
+}
+
+// fetch reads every owned object from the API server (not a cache) and
+// checks it is controlled by the CR with uid.
+func (o owned) fetch(t *testing.T, ctx context.Context, kind string, uid types.UID) {
+	t.Helper()
+	for _, obj := range o.all() {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatalf("%T %s: %v", obj, client.ObjectKeyFromObject(obj), err)
+		}
+		ref := metav1.GetControllerOf(obj)
+		if ref == nil || ref.UID != uid || ref.Kind != kind || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+			t.Fatalf("%T %s: controller reference %+v, want %s with uid %s and blockOwnerDeletion", obj, obj.GetName(), ref, kind, uid)
+		}
+		if obj.GetLabels()[controllers.LabelManagedBy] != controllers.ManagedByValue {
+			t.Fatalf("%T %s: labels %v lack %s", obj, obj.GetName(), obj.GetLabels(), controllers.LabelManagedBy)
+		}
+	}
+}
+
+// waitGone waits until every owned object is deleted and returns how long it took.
+func (o owned) waitGone(t *testing.T, ctx context.Context) time.Duration {
+	t.Helper()
+	start := time.Now()
+	err := cluster.WaitFor(ctx, 90*time.Second, "owned objects garbage-collected", func(ctx context.Context) (bool, error) {
+		for _, obj := range o.all() {
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
+			if err == nil {
+				return false, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// waitConditions waits until get's conditions have every type in want at
+// the wanted status, for the object's current generation.
+func waitConditions(t *testing.T, ctx context.Context, obj client.Object, conds func() []metav1.Condition, want map[string]metav1.ConditionStatus, timeout time.Duration) {
+	t.Helper()
+	var last []metav1.Condition
+	err := cluster.WaitFor(ctx, timeout, fmt.Sprintf("conditions %v", want), func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, err
+		}
+		last = conds()
+		for typ, st := range want {
+			c := apimeta.FindStatusCondition(last, typ)
+			if c == nil || c.Status != st || c.ObservedGeneration != obj.GetGeneration() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; conditions: %s", err, fmtConds(last))
+	}
+}
+
+func fmtConds(cs []metav1.Condition) string {
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "\n  %s=%s (%s, gen %d): %s", c.Type, c.Status, c.Reason, c.ObservedGeneration, c.Message)
+	}
+	return b.String()
+}
+
+// timeUntil polls cond every 5 ms and returns how long it took to hold.
+func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context.Context) (bool, error)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, err := cond(ctx)
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%s: not within 30 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// eventReasons lists the reasons of events.k8s.io Events about the CR named name.
+func eventReasons(t *testing.T, ctx context.Context, kind, name string) map[string]int {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := env.Client.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name {
+			out[e.Reason]++
+		}
+	}
+	return out
+}
+
+// quiet asserts the operator sends no write request for d.
+func quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	time.Sleep(2 * time.Second) // let in-flight reconciles of earlier steps finish
+	before := writes.Count()
+	time.Sleep(d)
+	n := writes.Count() - before
+	t.Logf("quiet period of %s: %d write requests by the operator", d, n)
+	if n != 0 {
+		t.Fatalf("operator made %d write requests in a quiet %s; recent: %v", n, d, writes.Recent())
+	}
+}

@@ -1,0 +1,278 @@
+// Package operator tests the operator (controllers/) against a real API
+// server with kube-controller-manager (garbage collection), kube-scheduler
+// and kwok nodes (server Deployments become available): owned objects,
+// garbage collection, drift repair times, zero writes when idle, and
+// admission through the Service with the certificate the operator issued.
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+const (
+	operatorNS  = "hookwright-system"
+	serverImage = "ghcr.io/hookwright/hookwright:v0.0.0-test"
+)
+
+var (
+	env    *cluster.Cluster
+	writes = &writeCounter{}
+	atExit []func()
+)
+
+// writeCounter counts the operator's write requests (every verb but GET,
+// which covers list and watch) seen by its rest.Config transport.
+type writeCounter struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	last []string
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			w.n.Add(1)
+			w.mu.Lock()
+			w.last = append(w.last, req.Method+" "+req.URL.Path)
+			if len(w.last) > 50 {
+				w.last = w.last[len(w.last)-50:]
+			}
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// since returns the writes counted after start (a value of Count()) and the
+// last requests seen.
+func (w *writeCounter) Count() int64 { return w.n.Load() }
+
+func (w *writeCounter) Recent() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.last...)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	var err error
+	env, err = cluster.New(ctx, cluster.Options{
+		ControllerManager: true,
+		Scheduler:         true,
+		Nodes: []cluster.NodeSpec{
+			{Name: "kwok-node-0", Labels: map[string]string{"pool": "system"}},
+			{Name: "kwok-node-1", Labels: map[string]string{"pool": "system"}},
+		},
+		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start cluster:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("cluster: ready in %s\n", time.Since(start).Round(time.Millisecond))
+	code := 1
+	if err := startOperator(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "start operator:", err)
+	} else {
+		code = m.Run()
+	}
+	for _, f := range atExit {
+		f()
+	}
+	cancel()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// startOperator runs the controllers in this process, exactly as
+// `hookwright manager` wires them, with a write-counting transport.
+func startOperator(ctx context.Context) error {
+	if _, err := env.CreateNamespace(ctx, operatorNS, nil); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logFile())))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = writes.wrap
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		Cache:                  controllers.CacheOptions(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := controllers.Setup(mgr, controllers.Settings{Namespace: operatorNS, Image: serverImage}); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return nil
+}
+
+func logFile() *os.File {
+	f, err := os.Create(filepath.Join(env.Dir, "logs", "operator.log"))
+	if err != nil {
+		return os.Stderr
+	}
+	fmt.Printf("operator log: %s\n", f.Name())
+	return f
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// hookwrightBinary builds cmd/ once per test binary.
+func hookwrightBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := cluster.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "hw-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "hookwright")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serviceAccountKubeconfig writes a kubeconfig that impersonates the
+// ServiceAccount ns/name with the groups the token authenticator gives it,
+// so a local server runs with exactly the RBAC the operator granted.
+func serviceAccountKubeconfig(t *testing.T, dir, ns, name string) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range kc.AuthInfos {
+		ai.Impersonate = "system:serviceaccount:" + ns + ":" + name
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// localServer runs `hookwright` with the args of the operator's Deployment
+// (plus local listener overrides; later flags win) and the serving
+// certificate from the operator's Secret, until the test ends.
+type localServer struct {
+	port, probePort int
+	proc            *cluster.Process
+}
+
+func (s *localServer) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, keyPEM []byte, kubeconfig string) *localServer {
+	t.Helper()
+	dir := t.TempDir()
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &localServer{port: freePort(t), probePort: freePort(t)}
+	args := append(append([]string(nil), deployArgs...),
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", s.port),
+		"--cert-dir="+certDir,
+		"--metrics-bind-address=0",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", s.probePort),
+	)
+	p, err := cluster.StartProcess(name, dir, hookwrightBinary(t), args, []string{"KUBECONFIG=" + kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.proc = p
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	ctx := ctxT(t, 60*time.Second)
+	err = cluster.WaitFor(ctx, 60*time.Second, name+" /readyz", func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
+		}
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", s.probePort))
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nargs: %s\nlog:\n%s", err, strings.Join(args, " "), p.Tail(3000))
+	}
+	return s
+}
