@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 
@@ -13,6 +14,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
 )
 
 // newScheme registers client-go's kinds and hookwright's.
@@ -32,6 +34,8 @@ type managerOptions struct {
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
+	namespace        string
+	serverImage      string
 	zap              zap.Options
 }
 
@@ -54,6 +58,10 @@ func init() {
 		o.zap.BindFlags(gfs)
 		fs.AddGoFlagSet(gfs)
 		fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+		fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "hookwright-system"),
+			"operator namespace: holds the CA Secret, is the default server namespace and is never injected")
+		fs.StringVar(&o.serverImage, "server-image", "",
+			"image of the webhook server Deployments (spec.server.image overrides it per CR); required")
 		return cmd
 	})
 }
@@ -64,9 +72,16 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.serverImage == "" {
+		return errors.New("--server-image is required (the operator's own image)")
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	leNS := o.leaderElectionNS
+	if leNS == "" {
+		leNS = o.namespace
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -74,10 +89,14 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "hookwright.admission.hookwright.io",
-		LeaderElectionNamespace: o.leaderElectionNS,
+		LeaderElectionNamespace: leNS,
+		Cache:                   controllers.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.Settings{Namespace: o.namespace, Image: o.serverImage}); err != nil {
+		return fmt.Errorf("set up controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

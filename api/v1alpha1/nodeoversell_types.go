@@ -91,6 +91,12 @@ type NodeOversellStatus struct {
 	// ServedGeneration is the generation the webhook servers report serving.
 	// +optional
 	ServedGeneration int64 `json:"servedGeneration,omitempty"`
+	// ResyncedGeneration is the generation for which the operator last
+	// touched every selected (and formerly amplified) node through
+	// nodes/status, so the webhook re-evaluated them without waiting for the
+	// kubelet's next report.
+	// +optional
+	ResyncedGeneration int64 `json:"resyncedGeneration,omitempty"`
 	// NodesMatched is the number of nodes the selector matches.
 	// +optional
 	NodesMatched int32 `json:"nodesMatched,omitempty"`

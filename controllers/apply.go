@@ -1,0 +1,136 @@
+package controllers
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// ToApplyObject converts a typed desired object into the unstructured
+// content sent with server-side apply: apiVersion and kind set from gvk,
+// status and server-populated metadata removed, and nil values and empty
+// maps pruned, so the operator claims only the fields it sets.
+func ToApplyObject(obj runtime.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if md, ok := m["metadata"].(map[string]any); ok {
+		for _, k := range []string{"creationTimestamp", "resourceVersion", "uid", "generation", "managedFields"} {
+			delete(md, k)
+		}
+	}
+	pruned, _ := prune(m).(map[string]any)
+	u := &unstructured.Unstructured{Object: pruned}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+// prune drops nil values and maps that become empty. Lists are kept as
+// they are (an empty list is a statement).
+func prune(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			p := prune(e)
+			if p == nil {
+				delete(t, k)
+				continue
+			}
+			if pm, ok := p.(map[string]any); ok && len(pm) == 0 {
+				delete(t, k)
+				continue
+			}
+			t[k] = p
+		}
+		return t
+	case []any:
+		for i, e := range t {
+			t[i] = prune(e)
+		}
+		return t
+	}
+	return v
+}
+
+// Drift compares desired (as returned by ToApplyObject) with live (the
+// object as read from the API, converted to unstructured) and returns the
+// paths where live differs, sorted; nil means live already holds everything
+// desired does, so an apply would change nothing. Maps compare as subsets
+// (fields the operator does not set, such as server defaults or other
+// managers' labels, are ignored); lists must have the same length and match
+// element by element. apiVersion and kind are not compared.
+func Drift(desired, live map[string]any) []string {
+	var out []string
+	for k, dv := range desired {
+		if k == "apiVersion" || k == "kind" {
+			continue
+		}
+		diff(k, dv, live[k], &out)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func diff(path string, d, l any, out *[]string) {
+	switch dt := d.(type) {
+	case map[string]any:
+		lt, ok := l.(map[string]any)
+		if !ok {
+			*out = append(*out, path)
+			return
+		}
+		for k, dv := range dt {
+			diff(path+"."+k, dv, lt[k], out)
+		}
+	case []any:
+		lt, ok := l.([]any)
+		if !ok || len(lt) != len(dt) {
+			// An empty desired list matches an absent one (omitempty).
+			if len(dt) == 0 && (l == nil || ok && len(lt) == 0) {
+				return
+			}
+			*out = append(*out, path)
+			return
+		}
+		for i := range dt {
+			diff(fmt.Sprintf("%s[%d]", path, i), dt[i], lt[i], out)
+		}
+	default:
+		if !scalarEqual(d, l) {
+			*out = append(*out, path)
+		}
+	}
+}
+
+// scalarEqual treats integers of any width as equal by value: the converter
+// yields int64 for typed objects, JSON decoding may yield float64.
+func scalarEqual(a, b any) bool {
+	if ai, ok := asInt(a); ok {
+		if bi, ok := asInt(b); ok {
+			return ai == bi
+		}
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func asInt(v any) (int64, bool) {
+	switch t := v.(type) {
+	case int64:
+		return t, true
+	case int:
+		return int64(t), true
+	case int32:
+		return int64(t), true
+	case float64:
+		if t == float64(int64(t)) {
+			return int64(t), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,382 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// SystemNamespaces are never sent to the sidecar injector: a webhook outage
+// must not stop the control plane's pods from starting.
+var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// Desired is every object one CR owns, built by BuildSidecarInjector or
+// BuildNodeOversell. The serving certificate Secret is built separately
+// (ServingSecret) because its content depends on certificate state.
+type Desired struct {
+	ServiceAccount      *corev1.ServiceAccount
+	ClusterRole         *rbacv1.ClusterRole
+	ClusterRoleBinding  *rbacv1.ClusterRoleBinding
+	Deployment          *appsv1.Deployment
+	PodDisruptionBudget *policyv1.PodDisruptionBudget // nil when replicas is 1
+	Service             *corev1.Service
+	Webhook             *admissionregistrationv1.MutatingWebhookConfiguration
+}
+
+// Objects lists the non-nil objects in apply order: identity and RBAC before
+// the Deployment that uses them, the webhook configuration last so the API
+// server is only pointed at a Service once it exists.
+func (d *Desired) Objects() []client.Object {
+	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.Deployment}
+	if d.PodDisruptionBudget != nil {
+		out = append(out, d.PodDisruptionBudget)
+	}
+	return append(out, d.Service, d.Webhook)
+}
+
+// ServerNamespace is spec.server.namespace, or the operator namespace.
+func ServerNamespace(op Operand, s Settings) string {
+	if op.Server.Namespace != "" {
+		return op.Server.Namespace
+	}
+	return s.Namespace
+}
+
+// CertificateMode is spec.certificate.mode with its default (SelfSigned).
+func CertificateMode(op Operand) v1alpha1.CertificateMode {
+	if op.Certificate.Mode == "" {
+		return v1alpha1.CertificateSelfSigned
+	}
+	return op.Certificate.Mode
+}
+
+// ServingSecretName is the Secret the server mounts: the user's in mode
+// Secret, else "<base>-tls", written by the operator.
+func ServingSecretName(op Operand) string {
+	if CertificateMode(op) == v1alpha1.CertificateSecret {
+		return op.Certificate.SecretName
+	}
+	return op.Kind.BaseName(op.Object.GetName()) + "-tls"
+}
+
+// SelectorLabels select the server pods of op.
+func SelectorLabels(op Operand) map[string]string {
+	return map[string]string{
+		LabelName:     "hookwright-" + op.Kind.Short,
+		LabelInstance: op.Kind.BaseName(op.Object.GetName()),
+	}
+}
+
+// CommonLabels are on every owned object.
+func CommonLabels(op Operand) map[string]string {
+	l := SelectorLabels(op)
+	l[LabelComponent] = "webhook-server"
+	l[LabelManagedBy] = ManagedByValue
+	return l
+}
+
+// OwnerReference makes op's CR the controller of an owned object, so the
+// garbage collector deletes the object with the CR. Namespaced dependents of
+// a cluster-scoped owner are valid (KEP-1465 "owner references": only
+// cluster-scoped dependents of namespaced owners are not).
+func OwnerReference(op Operand) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         v1alpha1.GroupVersion.String(),
+		Kind:               kindOf(op.Object),
+		Name:               op.Object.GetName(),
+		UID:                op.Object.GetUID(),
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *v1alpha1.SidecarInjector:
+		return "SidecarInjector"
+	case *v1alpha1.NodeOversell:
+		return "NodeOversell"
+	}
+	panic(fmt.Sprintf("controllers: unexpected operand type %T", obj))
+}
+
+func meta(op Operand, name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: namespace,
+		Labels:          CommonLabels(op),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(op)},
+	}
+}
+
+// DefaultResources of the server container when spec.server.resources is
+// unset: requests sized from the webhook benchmarks (a few ms of CPU per
+// thousand reviews), a memory limit and no CPU limit (throttling a webhook
+// turns into API latency).
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}
+}
+
+// BuildSidecarInjector returns the objects a SidecarInjector owns. caBundle
+// is the PEM trust bundle for the webhook configuration.
+func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []byte) *Desired {
+	op := SidecarOperand(si)
+	d := build(op, s, []string{"injector", "--injector=" + si.Name, "--operator-namespace=" + s.Namespace})
+
+	// The user's namespaceSelector, always narrowed to exclude the control
+	// plane's and the operator's namespaces. kubernetes.io/metadata.name is
+	// set on every namespace by the API server (KEP-2161).
+	nsSel := &metav1.LabelSelector{}
+	if si.Spec.NamespaceSelector != nil {
+		nsSel = si.Spec.NamespaceSelector.DeepCopy()
+	}
+	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key:      corev1.LabelMetadataName,
+		Operator: metav1.LabelSelectorOpNotIn,
+		Values:   excludedNamespaces(s.Namespace, ServerNamespace(op, s)),
+	})
+	fp := admissionregistrationv1.FailurePolicyType(or(string(si.Spec.FailurePolicy), string(v1alpha1.FailurePolicyFail)))
+	rp := admissionregistrationv1.ReinvocationPolicyType(or(string(si.Spec.ReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)))
+	wh := webhook(op, s, caBundle, fp, or32(si.Spec.TimeoutSeconds, 10), admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+	})
+	wh.NamespaceSelector = nsSel
+	if si.Spec.ObjectSelector != nil {
+		wh.ObjectSelector = si.Spec.ObjectSelector.DeepCopy()
+	}
+	wh.ReinvocationPolicy = &rp
+	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
+	// The injector reads only its own SidecarInjector (an informer with a
+	// metadata.name field selector, which RBAC matches against resourceNames).
+	d.ClusterRole.Rules[0].ResourceNames = []string{si.Name}
+	return d
+}
+
+// BuildNodeOversell returns the objects a NodeOversell owns.
+//
+// The webhook has no objectSelector even though the CR has a nodeSelector: a
+// node that stops matching must still pass through the server, which then
+// restores its raw allocatable ("off means off").
+func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings, caBundle []byte) *Desired {
+	op := OversellOperand(no)
+	d := build(op, s, []string{"oversell"})
+	fp := admissionregistrationv1.FailurePolicyType(or(string(no.Spec.FailurePolicy), string(v1alpha1.FailurePolicyIgnore)))
+	wh := webhook(op, s, caBundle, fp, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
+	})
+	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
+	return d
+}
+
+func excludedNamespaces(operatorNS, serverNS string) []string {
+	out := slices.Clone(SystemNamespaces)
+	for _, ns := range []string{operatorNS, serverNS} {
+		if ns != "" && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
+func webhook(op Operand, s Settings, caBundle []byte, fp admissionregistrationv1.FailurePolicyType, timeout int32, rule admissionregistrationv1.RuleWithOperations) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
+		Name: op.Kind.WebhookName,
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{
+			Service: &admissionregistrationv1.ServiceReference{
+				Namespace: ServerNamespace(op, s),
+				Name:      op.Kind.BaseName(op.Object.GetName()),
+				Path:      ptr.To(op.Kind.Path),
+				Port:      ptr.To[int32](443),
+			},
+			CABundle: caBundle,
+		},
+		Rules:                   []admissionregistrationv1.RuleWithOperations{rule},
+		FailurePolicy:           &fp,
+		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		TimeoutSeconds:          ptr.To(timeout),
+		AdmissionReviewVersions: []string{"v1"},
+	}
+}
+
+func build(op Operand, s Settings, args []string) *Desired {
+	name := op.Kind.BaseName(op.Object.GetName())
+	ns := ServerNamespace(op, s)
+	selector := SelectorLabels(op)
+	replicas := DefaultReplicas
+	if op.Server.Replicas != nil {
+		replicas = *op.Server.Replicas
+	}
+	image := s.Image
+	if op.Server.Image != "" {
+		image = op.Server.Image
+	}
+	res := DefaultResources()
+	if op.Server.Resources != nil {
+		res = *op.Server.Resources.DeepCopy()
+	}
+	args = append(slices.Clone(args),
+		"--cert-dir="+ServerCertDir,
+		fmt.Sprintf("--webhook-port=%d", WebhookPort),
+		fmt.Sprintf("--health-probe-bind-address=:%d", ProbePort),
+		fmt.Sprintf("--metrics-bind-address=:%d", MetricsPort),
+	)
+	d := &Desired{}
+	d.ServiceAccount = &corev1.ServiceAccount{ObjectMeta: meta(op, name, ns)}
+	d.ClusterRole = &rbacv1.ClusterRole{
+		ObjectMeta: meta(op, name, ""),
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{v1alpha1.GroupVersion.Group},
+			Resources: []string{op.Kind.Resource},
+			Verbs:     []string{"get", "list", "watch"},
+		}},
+	}
+	d.ClusterRoleBinding = &rbacv1.ClusterRoleBinding{
+		ObjectMeta: meta(op, name, ""),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}
+
+	probe := func(path string, period int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromString("probes"), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds: period,
+		}
+	}
+	podLabels := CommonLabels(op)
+	d.Deployment = &appsv1.Deployment{
+		ObjectMeta: meta(op, name, ns),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			// Never fewer ready servers than asked for during a rollout.
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: name,
+					// Pod Security Standards "restricted" (v1.37 profile).
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew:     1,
+						TopologyKey: corev1.LabelHostname,
+						// ScheduleAnyway: a one-node cluster still runs every replica.
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
+					}},
+					Containers: []corev1.Container{{
+						Name:  "server",
+						Image: image,
+						Args:  args,
+						Env: []corev1.EnvVar{{
+							Name:      "POD_NAMESPACE",
+							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
+						}},
+						Ports: []corev1.ContainerPort{
+							{Name: "webhook", ContainerPort: WebhookPort, Protocol: corev1.ProtocolTCP},
+							{Name: "probes", ContainerPort: ProbePort, Protocol: corev1.ProtocolTCP},
+							{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
+						},
+						ReadinessProbe: probe("/readyz", 5),
+						LivenessProbe:  probe("/healthz", 10),
+						Resources:      res,
+						SecurityContext: &corev1.SecurityContext{
+							RunAsNonRoot:             ptr.To(true),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							AllowPrivilegeEscalation: ptr.To(false),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+							SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						},
+						VolumeMounts: []corev1.VolumeMount{{Name: "serving-cert", MountPath: ServerCertDir, ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{
+						Name: "serving-cert",
+						VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName:  ServingSecretName(op),
+							DefaultMode: ptr.To[int32](0o440),
+						}},
+					}},
+				},
+			},
+		},
+	}
+	if replicas > 1 {
+		d.PodDisruptionBudget = &policyv1.PodDisruptionBudget{
+			ObjectMeta: meta(op, name, ns),
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: ptr.To(intstr.FromInt32(1)),
+				Selector:     &metav1.LabelSelector{MatchLabels: selector},
+			},
+		}
+	}
+	d.Service = &corev1.Service{
+		ObjectMeta: meta(op, name, ns),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: selector,
+			Ports: []corev1.ServicePort{{
+				Name: "https", Port: 443, TargetPort: intstr.FromInt32(WebhookPort), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+	d.Webhook = &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: meta(op, name, "")}
+	return d
+}
+
+// ServingSecret is the kubernetes.io/tls Secret of a self-signed serving
+// certificate: tls.crt, tls.key and ca.crt (PEM).
+func ServingSecret(op Operand, s Settings, certPEM, keyPEM, caPEM []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: meta(op, ServingSecretName(op), ServerNamespace(op, s)),
+		Type:       corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			corev1.TLSCertKey:       certPEM,
+			corev1.TLSPrivateKeyKey: keyPEM,
+			"ca.crt":                caPEM,
+		},
+	}
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func or32(v *int32, def int32) int32 {
+	if v == nil {
+		return def
+	}
+	return *v
+}

@@ -1,0 +1,277 @@
+package controllers
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+var testSettings = Settings{Namespace: "hookwright-system", Image: "ghcr.io/hookwright/hookwright:v1.2.3"}
+
+func testInjector() *v1alpha1.SidecarInjector {
+	return &v1alpha1.SidecarInjector{
+		ObjectMeta: metav1.ObjectMeta{Name: "mesh", UID: types.UID("11111111-2222-3333-4444-555555555555"), Generation: 3},
+		Spec: v1alpha1.SidecarInjectorSpec{
+			NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"sidecar-injection": "enabled"},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"},
+				}},
+			},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"mesh": "on"}},
+		},
+	}
+}
+
+func testOversell() *v1alpha1.NodeOversell {
+	return &v1alpha1.NodeOversell{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", UID: types.UID("66666666-7777-8888-9999-000000000000"), Generation: 1},
+		Spec: v1alpha1.NodeOversellSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "oversell"}},
+			Ratios:       v1alpha1.OversellRatios{CPU: "2", Memory: "1.5"},
+			Server: v1alpha1.ServerSpec{
+				Namespace: "nodes-system", Replicas: ptr.To[int32](1), Image: "example.com/hw:custom",
+				Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.2")}},
+			},
+		},
+	}
+}
+
+// renderGolden renders every desired object as a YAML stream, each in its
+// server-side apply form (what is sent to the API server).
+func renderGolden(t *testing.T, d *Desired) []byte {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, o := range d.Objects() {
+		gvk, err := apiutil.GVKForObject(o, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := ToApplyObject(o, gvk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	return buf.Bytes()
+}
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("REFRESH_GOLDEN") == "1" {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (REFRESH_GOLDEN=1 writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the builder output (REFRESH_GOLDEN=1 regenerates it); got:\n%s", path, got)
+	}
+}
+
+func TestGoldenSidecarInjector(t *testing.T) {
+	checkGolden(t, "sidecarinjector.golden.yaml", renderGolden(t, BuildSidecarInjector(testInjector(), testSettings, []byte("CA-PEM"))))
+}
+
+func TestGoldenNodeOversell(t *testing.T) {
+	checkGolden(t, "nodeoversell.golden.yaml", renderGolden(t, BuildNodeOversell(testOversell(), testSettings, []byte("CA-PEM"))))
+}
+
+func TestBuildIsDeterministicAndPure(t *testing.T) {
+	si := testInjector()
+	before := si.DeepCopy()
+	a := renderGolden(t, BuildSidecarInjector(si, testSettings, []byte("x")))
+	b := renderGolden(t, BuildSidecarInjector(si, testSettings, []byte("x")))
+	if !bytes.Equal(a, b) {
+		t.Fatal("two builds differ")
+	}
+	if !equalJSON(t, si, before) {
+		t.Fatal("the builder modified its input CR")
+	}
+}
+
+func equalJSON(t *testing.T, a, b any) bool {
+	x, err := yaml.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(x, y)
+}
+
+func TestNamespaceSelectorAlwaysExcludesSystemAndOperator(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sel      *metav1.LabelSelector
+		serverNS string
+		wantExpr int
+		wantNS   []string
+	}{
+		{"no selector", nil, "", 1, []string{"kube-system", "kube-public", "kube-node-lease", "hookwright-system"}},
+		{"user expressions kept", testInjector().Spec.NamespaceSelector, "", 2, []string{"kube-system", "kube-public", "kube-node-lease", "hookwright-system"}},
+		{"server namespace too", nil, "mesh-system", 1, []string{"kube-system", "kube-public", "kube-node-lease", "hookwright-system", "mesh-system"}},
+		{"operator namespace is a system one", nil, "kube-system", 1, []string{"kube-system", "kube-public", "kube-node-lease", "hookwright-system"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			si := testInjector()
+			si.Spec.NamespaceSelector = tc.sel
+			si.Spec.Server.Namespace = tc.serverNS
+			wh := BuildSidecarInjector(si, testSettings, nil).Webhook.Webhooks[0]
+			exprs := wh.NamespaceSelector.MatchExpressions
+			if len(exprs) != tc.wantExpr {
+				t.Fatalf("%d expressions, want %d: %+v", len(exprs), tc.wantExpr, exprs)
+			}
+			last := exprs[len(exprs)-1]
+			if last.Key != corev1.LabelMetadataName || last.Operator != metav1.LabelSelectorOpNotIn || !slices.Equal(last.Values, tc.wantNS) {
+				t.Fatalf("exclusion %+v, want NotIn %v", last, tc.wantNS)
+			}
+			if tc.sel != nil && len(tc.sel.MatchExpressions) != 1 {
+				t.Fatal("the CR's selector was modified")
+			}
+		})
+	}
+}
+
+func TestDefaultsAndOverrides(t *testing.T) {
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
+	d := BuildSidecarInjector(si, testSettings, nil)
+	wh := d.Webhook.Webhooks[0]
+	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 10 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector != nil {
+		t.Fatalf("injector defaults: %+v", wh)
+	}
+	if *d.Deployment.Spec.Replicas != 2 || d.PodDisruptionBudget == nil || d.Deployment.Spec.Template.Spec.Containers[0].Image != testSettings.Image {
+		t.Fatal("default replicas 2 with a PDB and the operator's image")
+	}
+	if d.Deployment.Namespace != testSettings.Namespace {
+		t.Fatalf("namespace %s", d.Deployment.Namespace)
+	}
+	if got := d.Deployment.Spec.Template.Spec.Containers[0].Args; !slices.Contains(got, "--operator-namespace=hookwright-system") {
+		t.Fatalf("args %v", got)
+	}
+
+	no := testOversell()
+	d = BuildNodeOversell(no, testSettings, nil)
+	wh = d.Webhook.Webhooks[0]
+	if *wh.FailurePolicy != "Ignore" || *wh.TimeoutSeconds != 2 || wh.ReinvocationPolicy != nil || wh.ObjectSelector != nil || wh.NamespaceSelector != nil {
+		t.Fatalf("oversell defaults: %+v", wh)
+	}
+	if d.PodDisruptionBudget != nil {
+		t.Fatal("replicas 1 must have no PDB (minAvailable 1 would block every drain)")
+	}
+	ct := d.Deployment.Spec.Template.Spec.Containers[0]
+	if ct.Image != "example.com/hw:custom" || d.Deployment.Namespace != "nodes-system" || ct.Args[0] != "oversell" {
+		t.Fatalf("overrides: image %s namespace %s args %v", ct.Image, d.Deployment.Namespace, ct.Args)
+	}
+	if ct.Resources.Requests.Cpu().String() != "200m" || ct.Resources.Limits != nil {
+		t.Fatalf("resources %+v", ct.Resources)
+	}
+	if d.ClusterRole.Rules[0].ResourceNames != nil || d.ClusterRole.Rules[0].Resources[0] != "nodeoversells" {
+		t.Fatalf("oversell role %+v", d.ClusterRole.Rules)
+	}
+	if s := d.ClusterRoleBinding.Subjects[0]; s.Namespace != "nodes-system" || s.Name != d.ServiceAccount.Name {
+		t.Fatalf("binding subject %+v", s)
+	}
+	if v := d.Webhook.Webhooks[0].ClientConfig.Service; v.Namespace != "nodes-system" || v.Name != d.Service.Name {
+		t.Fatalf("service ref %+v", v)
+	}
+}
+
+func TestLeastPrivilegeRules(t *testing.T) {
+	for _, d := range []*Desired{BuildSidecarInjector(testInjector(), testSettings, nil), BuildNodeOversell(testOversell(), testSettings, nil)} {
+		if len(d.ClusterRole.Rules) != 1 {
+			t.Fatalf("rules %+v", d.ClusterRole.Rules)
+		}
+		r := d.ClusterRole.Rules[0]
+		if !slices.Equal(r.Verbs, []string{"get", "list", "watch"}) || !slices.Equal(r.APIGroups, []string{"admission.hookwright.io"}) || len(r.Resources) != 1 {
+			t.Fatalf("rule %+v", r)
+		}
+		for _, s := range append(append(slices.Clone(r.Verbs), r.Resources...), r.APIGroups...) {
+			if strings.Contains(s, "*") {
+				t.Fatalf("wildcard in %+v", r)
+			}
+		}
+	}
+	if got := BuildSidecarInjector(testInjector(), testSettings, nil).ClusterRole.Rules[0].ResourceNames; !slices.Equal(got, []string{"mesh"}) {
+		t.Fatalf("injector resourceNames %v", got)
+	}
+}
+
+func TestOwnerReferencesOnEveryObject(t *testing.T) {
+	si := testInjector()
+	for _, o := range BuildSidecarInjector(si, testSettings, nil).Objects() {
+		refs := o.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].UID != si.UID || refs[0].Kind != "SidecarInjector" || !*refs[0].Controller || !*refs[0].BlockOwnerDeletion ||
+			refs[0].APIVersion != "admission.hookwright.io/v1alpha1" {
+			t.Fatalf("%T %s: owner references %+v", o, o.GetName(), refs)
+		}
+		if o.GetLabels()[LabelManagedBy] != ManagedByValue {
+			t.Fatalf("%T: labels %v", o, o.GetLabels())
+		}
+	}
+}
+
+func TestBaseName(t *testing.T) {
+	long := strings.Repeat("a", 100)
+	for _, tc := range []struct{ cr, want string }{
+		{"mesh", "hookwright-sidecar-mesh"},
+		{"my.injector", "hookwright-sidecar-my-injector-"},
+		{long, "hookwright-sidecar-aaaa"},
+		{strings.Repeat("b", 44), "hookwright-sidecar-" + strings.Repeat("b", 44)},
+	} {
+		got := SidecarKind.BaseName(tc.cr)
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("BaseName(%q) = %q, want prefix %q", tc.cr, got, tc.want)
+		}
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("BaseName(%q) = %q is not a DNS-1035 label: %v", tc.cr, got, errs)
+		}
+		if SidecarKind.BaseName(tc.cr) != got {
+			t.Error("not deterministic")
+		}
+	}
+	if SidecarKind.BaseName(long) == SidecarKind.BaseName(long+"x") {
+		t.Error("two long names collide")
+	}
+	if SidecarKind.BaseName("a.b") == SidecarKind.BaseName("a-b") {
+		t.Error("a dotted name collides with its dashed form")
+	}
+	// Service names are DNS-1035 labels; the serving Secret adds "-tls".
+	if n := ServingSecretName(SidecarOperand(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: long}})); len(validation.IsDNS1123Subdomain(n)) > 0 {
+		t.Errorf("secret name %q invalid", n)
+	}
+}

@@ -1,0 +1,250 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// The NodeOversell reconciler reads nodes and writes their status (resync
+// touches and restores on deletion).
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
+
+// OversellFinalizer holds a NodeOversell until every node it amplified has
+// its raw allocatable back.
+const OversellFinalizer = "oversell.hookwright.io/restore"
+
+// Event reasons of NodeOversell.
+const (
+	EventNodesRestored = "NodesRestored"
+	EventRestoreGaveUp = "RestoreIncomplete"
+	EventNodesResynced = "NodesResynced"
+)
+
+// restoreDeadline bounds how long a deleting NodeOversell waits for its
+// nodes to stay restored. Another NodeOversell's webhook server still serves
+// this object's policy until the object is gone, and may re-amplify a node
+// after the restore; past the deadline the finalizer is released and the
+// nodes' next kubelet report (no policy any more) restores them.
+const restoreDeadline = 30 * time.Second
+
+// NewOversellReconciler reconciles NodeOversell objects: the common
+// lifecycle, plus a finalizer that restores amplified nodes, a nodes/status
+// touch of every affected node on each new generation, and nodesMatched.
+func NewOversellReconciler(mgr ctrl.Manager, s Settings) *Reconciler {
+	r := newReconciler(mgr, s, OversellKind)
+	r.newObject = func() client.Object { return &v1alpha1.NodeOversell{} }
+	r.newList = func() client.ObjectList { return &v1alpha1.NodeOversellList{} }
+	r.operand = func(o client.Object) Operand { return OversellOperand(o.(*v1alpha1.NodeOversell)) }
+	r.build = func(o client.Object, s Settings, ca []byte) *Desired {
+		return BuildNodeOversell(o.(*v1alpha1.NodeOversell), s, ca)
+	}
+	r.finalizer = OversellFinalizer
+	r.watchNodes = true
+	r.finalize = func(ctx context.Context, o client.Object) (bool, time.Duration, error) {
+		return r.restoreNodes(ctx, o.(*v1alpha1.NodeOversell))
+	}
+	r.afterApply = func(ctx context.Context, o client.Object) (time.Duration, error) {
+		return r.syncNodes(ctx, o.(*v1alpha1.NodeOversell))
+	}
+	return r
+}
+
+// NodeSelector converts spec.nodeSelector; absent means every node, as the
+// API documents (metav1.LabelSelectorAsSelector(nil) would mean none).
+func NodeSelector(no *v1alpha1.NodeOversell) (labels.Selector, error) {
+	if no.Spec.NodeSelector == nil {
+		return labels.Everything(), nil
+	}
+	return metav1.LabelSelectorAsSelector(no.Spec.NodeSelector)
+}
+
+// listNodeMeta lists node metadata from the cache (labels and annotations
+// are all the selection needs; full nodes carry image lists).
+func (r *Reconciler) listNodeMeta(ctx context.Context) ([]metav1.PartialObjectMetadata, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// syncNodes sets nodesMatched/nodesAmplified and, once per generation and
+// only when the webhook is configured and served, touches every selected or
+// formerly amplified node through nodes/status so the webhook re-evaluates
+// it at once instead of at the kubelet's next report (up to 5 min).
+func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (time.Duration, error) {
+	sel, err := NodeSelector(no)
+	if err != nil {
+		return 0, fmt.Errorf("spec.nodeSelector: %w", err)
+	}
+	nodes, err := r.listNodeMeta(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var matched, amplified int32
+	var touch []string
+	for _, n := range nodes {
+		m := sel.Matches(labels.Set(n.Labels))
+		mine := n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name
+		if m {
+			matched++
+		}
+		if mine {
+			amplified++
+		}
+		if m || mine {
+			touch = append(touch, n.Name)
+		}
+	}
+	no.Status.NodesMatched, no.Status.NodesAmplified = matched, amplified
+
+	if no.Status.ResyncedGeneration == no.Generation {
+		return 0, nil
+	}
+	ready := func(t string) bool {
+		for _, c := range no.Status.Conditions {
+			if c.Type == t {
+				return c.Status == metav1.ConditionTrue
+			}
+		}
+		return false
+	}
+	if !ready(v1alpha1.ConditionWebhookConfigured) || !ready(v1alpha1.ConditionServerAvailable) {
+		return 0, nil // the Deployment becoming available re-triggers us
+	}
+	slices.Sort(touch)
+	stamp := r.now().UTC().Format(time.RFC3339Nano)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.OversellResyncKey, stamp)
+	for _, name := range touch {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := r.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("resync node %s: %w", name, err)
+		}
+	}
+	no.Status.ResyncedGeneration = no.Generation
+	if len(touch) > 0 {
+		log.FromContext(ctx).Info("nodes resynced", "generation", no.Generation, "nodes", len(touch))
+		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesResynced, "Resync",
+			"generation %d: %d nodes re-evaluated through nodes/status: %s", no.Generation, len(touch), summarize(touch, 10))
+	}
+	return 0, nil
+}
+
+// RestorePatch is the JSON merge patch of nodes/status that gives a node its
+// raw allocatable back (from the oversell.hookwright.io/raw-allocatable
+// annotation: a JSON object of exact quantities such as
+// {"cpu":"3800m","memory":"16Gi"}) and removes the oversell annotations. It
+// errors when the annotation is missing or not a JSON object of quantities.
+func RestorePatch(node *corev1.Node) ([]byte, error) {
+	raw := node.Annotations[v1alpha1.OversellRawAllocatableKey]
+	if raw == "" {
+		return nil, fmt.Errorf("node %s has no %s annotation", node.Name, v1alpha1.OversellRawAllocatableKey)
+	}
+	var vals map[string]string
+	if err := json.Unmarshal([]byte(raw), &vals); err != nil {
+		return nil, fmt.Errorf("node %s: %s: %w", node.Name, v1alpha1.OversellRawAllocatableKey, err)
+	}
+	alloc := map[string]string{}
+	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		v, ok := vals[string(k)]
+		if !ok {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: raw %s %q: %w", node.Name, k, v, err)
+		}
+		alloc[string(k)] = q.String()
+	}
+	patch := map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{
+			v1alpha1.OversellRawAllocatableKey: nil,
+			v1alpha1.OversellRatiosKey:         nil,
+			v1alpha1.OversellAppliedByKey:      nil,
+		}},
+	}
+	if len(alloc) > 0 {
+		patch["status"] = map[string]any{"allocatable": alloc}
+	}
+	return json.Marshal(patch)
+}
+
+// restoreNodes runs while a NodeOversell is being deleted. It deletes the
+// CR's webhook configuration first (so its server no longer rewrites node
+// status), then restores every node the CR amplified, and reports done once
+// no node carries applied-by=<name> any more (or the deadline passed).
+func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell) (bool, time.Duration, error) {
+	op := OversellOperand(no)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: op.Kind.BaseName(no.Name)}}
+	if err := r.deleteOwned(ctx, op, mwc); err != nil {
+		return false, 0, err
+	}
+	nodes, err := r.listNodeMeta(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	var restored, failed []string
+	pending := 0
+	for _, m := range nodes {
+		if m.Annotations[v1alpha1.OversellAppliedByKey] != no.Name {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: m.Name}, node); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return false, 0, err
+		}
+		if node.Annotations[v1alpha1.OversellAppliedByKey] != no.Name {
+			continue // the cache was behind
+		}
+		pending++
+		patch, err := RestorePatch(node)
+		if err != nil {
+			failed = append(failed, err.Error())
+			continue
+		}
+		if err := r.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return false, 0, fmt.Errorf("restore node %s: %w", node.Name, err)
+		}
+		if node.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
+			// A webhook the API server still called put it back.
+			continue
+		}
+		restored = append(restored, node.Name)
+	}
+	if len(restored) > 0 {
+		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
+			"raw allocatable restored on %d nodes: %s", len(restored), summarize(restored, 10))
+	}
+	if pending == len(restored) && len(failed) == 0 {
+		return true, 0, nil
+	}
+	if since := r.now().Sub(no.DeletionTimestamp.Time); since > restoreDeadline {
+		msg := fmt.Sprintf("%d of %d nodes not restored after %s (%s); releasing the finalizer, their next kubelet report restores them",
+			pending-len(restored), pending, since.Round(time.Second), strings.Join(failed, "; "))
+		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreGaveUp, "Restore", msg)
+		return true, 0, nil
+	}
+	return false, time.Second, nil
+}

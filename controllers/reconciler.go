@@ -1,0 +1,573 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// The operator writes the objects each CR owns, reads Secrets and nodes, and
+// records events. No wildcards: every resource and verb is listed. Writes
+// are server-side apply (patch; create when the object is new) and delete.
+// +kubebuilder:rbac:groups="",resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;delete
+
+// Event reasons.
+const (
+	EventCreated           = "Created"
+	EventDriftRepaired     = "DriftRepaired"
+	EventCertificateIssued = "CertificateIssued"
+	EventDeleted           = "Deleted"
+	EventNotSupported      = "NotSupported"
+)
+
+// Condition reasons besides the certificate ones.
+const (
+	ReasonConfigured     = "Configured"
+	ReasonApplyFailed    = "ApplyFailed"
+	ReasonNoCertificate  = "NoCertificate"
+	ReasonAvailable      = "MinimumReplicasAvailable"
+	ReasonUnavailable    = "NoReplicasAvailable"
+	ReasonNoDeployment   = "DeploymentMissing"
+	ReasonReady          = "Ready"
+	ReasonNotReady       = "NotReady"
+	ReasonDeleting       = "Deleting"
+	userSecretResyncTime = 5 * time.Minute
+)
+
+// Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
+// into a ServiceAccount, RBAC, a Deployment, a PodDisruptionBudget, a
+// Service, a serving certificate Secret and a MutatingWebhookConfiguration,
+// all owned by the CR and written with server-side apply only when they
+// differ from what is desired. Build it with NewSidecarReconciler or
+// NewOversellReconciler.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Settings  Settings
+	Kind      Kind
+	// Now is the clock for certificate decisions; nil means time.Now.
+	Now func() time.Time
+
+	newObject func() client.Object
+	newList   func() client.ObjectList
+	operand   func(client.Object) Operand
+	build     func(client.Object, Settings, []byte) *Desired
+	// finalize runs for a CR being deleted; done releases the finalizer.
+	finalizer string
+	finalize  func(ctx context.Context, obj client.Object) (done bool, retry time.Duration, err error)
+	// afterApply runs after the owned objects are in place (NodeOversell:
+	// node status and resync); it may set status fields and conditions.
+	afterApply func(ctx context.Context, obj client.Object) (time.Duration, error)
+	// watchNodes re-reconciles every CR when a node's labels or
+	// oversell.hookwright.io/applied-by annotation change (NodeOversell).
+	watchNodes bool
+}
+
+func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
+	return &Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("hookwright-" + k.Short), Settings: s, Kind: k,
+	}
+}
+
+// NewSidecarReconciler reconciles SidecarInjector objects.
+func NewSidecarReconciler(mgr ctrl.Manager, s Settings) *Reconciler {
+	r := newReconciler(mgr, s, SidecarKind)
+	r.newObject = func() client.Object { return &v1alpha1.SidecarInjector{} }
+	r.newList = func() client.ObjectList { return &v1alpha1.SidecarInjectorList{} }
+	r.operand = func(o client.Object) Operand { return SidecarOperand(o.(*v1alpha1.SidecarInjector)) }
+	r.build = func(o client.Object, s Settings, ca []byte) *Desired {
+		return BuildSidecarInjector(o.(*v1alpha1.SidecarInjector), s, ca)
+	}
+	return r
+}
+
+// Setup registers both reconcilers with mgr. The manager's cache must be
+// built with CacheOptions so that owned objects are watched by label.
+func Setup(mgr ctrl.Manager, s Settings) error {
+	if s.Namespace == "" || s.Image == "" {
+		return errors.New("controllers: operator namespace and server image are required")
+	}
+	if err := NewSidecarReconciler(mgr, s).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return NewOversellReconciler(mgr, s).SetupWithManager(mgr)
+}
+
+// ownedTypes are watched by every reconciler (Owns: events map to the
+// controlling CR through its ownerReference).
+func ownedTypes() []client.Object {
+	return []client.Object{
+		&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{},
+		&appsv1.Deployment{}, &policyv1.PodDisruptionBudget{}, &corev1.Service{}, &corev1.Secret{},
+		&admissionregistrationv1.MutatingWebhookConfiguration{},
+	}
+}
+
+// CacheOptions restrict the manager's cache for the owned types (and
+// Secrets) to objects labelled app.kubernetes.io/managed-by=hookwright, so
+// the operator does not hold every Deployment, Service or Secret of the
+// cluster in memory. Objects it does not label (a user's serving Secret) are
+// read with the API reader.
+func CacheOptions() cache.Options {
+	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+	by := map[client.Object]cache.ByObject{}
+	for _, o := range ownedTypes() {
+		by[o] = cache.ByObject{Label: sel}
+	}
+	return cache.Options{ByObject: by}
+}
+
+// SetupWithManager registers the controller: the CR kind, every owned type,
+// and the CA Secret (a change re-reconciles every CR of the kind).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).Named(r.Kind.Short).For(r.newObject())
+	for _, o := range ownedTypes() {
+		b = b.Owns(o)
+	}
+	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		if o.GetName() != CASecretName || o.GetNamespace() != r.Settings.Namespace {
+			return nil
+		}
+		return r.allRequests(ctx)
+	}))
+	if r.watchNodes {
+		// Metadata only, and only label or applied-by changes: a kubelet
+		// heartbeat (every 10 s per node) must not reconcile anything.
+		b = b.WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.allRequests(ctx)
+		}), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+					e.ObjectOld.GetAnnotations()[v1alpha1.OversellAppliedByKey] != e.ObjectNew.GetAnnotations()[v1alpha1.OversellAppliedByKey]
+			},
+		}))
+	}
+	return b.Complete(r)
+}
+
+// allRequests lists every CR of the reconciler's kind from the cache.
+func (r *Reconciler) allRequests(ctx context.Context) []reconcile.Request {
+	list := r.newList()
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "list CRs to re-reconcile")
+		return nil
+	}
+	var reqs []reconcile.Request
+	_ = apimeta.EachListItem(list, func(obj runtime.Object) error {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: obj.(client.Object).GetName()}})
+		return nil
+	})
+	return reqs
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile brings one CR's owned objects and status to the desired state.
+// It writes nothing when everything already matches.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	obj := r.newObject()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.finalizer != "" {
+		if !obj.GetDeletionTimestamp().IsZero() {
+			return r.reconcileDelete(ctx, obj)
+		}
+		if !containsString(obj.GetFinalizers(), r.finalizer) {
+			// A merge patch of the finalizer list alone; the next event
+			// (our own update) continues the reconcile.
+			patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+			obj.SetFinalizers(append(obj.GetFinalizers(), r.finalizer))
+			if err := r.Client.Patch(ctx, obj, patch); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	} else if !obj.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, nil // the garbage collector removes the owned objects
+	}
+
+	orig := obj.DeepCopyObject().(client.Object)
+	op := r.operand(obj)
+	result, rerr := r.reconcileOperand(ctx, op)
+	if rerr == nil && r.afterApply != nil {
+		var after time.Duration
+		after, rerr = r.afterApply(ctx, obj)
+		result.RequeueAfter = minPositive(result.RequeueAfter, after)
+	}
+	if rerr == nil {
+		// Only a generation fully acted on counts as observed (NodeOversell
+		// resyncs nodes when it differs).
+		*op.ObservedGeneration = obj.GetGeneration()
+	}
+	if err := r.writeStatus(ctx, orig, obj); err != nil {
+		return ctrl.Result{}, errors.Join(rerr, err)
+	}
+	return result, rerr
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, obj client.Object) (ctrl.Result, error) {
+	if !containsString(obj.GetFinalizers(), r.finalizer) {
+		return ctrl.Result{}, nil
+	}
+	done, retry, err := r.finalize(ctx, obj)
+	if err != nil || !done {
+		return ctrl.Result{RequeueAfter: retry}, err
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetFinalizers(removeString(obj.GetFinalizers(), r.finalizer))
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, obj, patch))
+}
+
+// writeStatus patches the status subresource only when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, orig, obj client.Object) error {
+	if equality.Semantic.DeepEqual(statusOf(orig), statusOf(obj)) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
+}
+
+func statusOf(o client.Object) any {
+	switch t := o.(type) {
+	case *v1alpha1.SidecarInjector:
+		return t.Status
+	case *v1alpha1.NodeOversell:
+		return t.Status
+	}
+	return nil
+}
+
+func (r *Reconciler) setCondition(op Operand, typ string, ok bool, reason, msg string) {
+	st := metav1.ConditionFalse
+	if ok {
+		st = metav1.ConditionTrue
+	}
+	apimeta.SetStatusCondition(op.Conditions, metav1.Condition{
+		Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: op.Object.GetGeneration(),
+	})
+}
+
+// reconcileOperand applies the owned objects and sets the conditions.
+func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Result, error) {
+	mode := CertificateMode(op)
+	if mode == v1alpha1.CertificateCertManager {
+		msg := "certificate mode CertManager is not supported yet; use SelfSigned or Secret"
+		if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionCertificateReady); c == nil || c.Reason != ReasonNotSupported {
+			r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventNotSupported, "Reconcile", msg)
+		}
+		r.setCondition(op, v1alpha1.ConditionCertificateReady, false, ReasonNotSupported, msg)
+		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNotSupported, msg)
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNotSupported, msg)
+		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotSupported, msg)
+		return ctrl.Result{}, nil
+	}
+
+	var cs CertState
+	var result ctrl.Result
+	now := r.now()
+	switch mode {
+	case v1alpha1.CertificateSecret:
+		sec := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ServerNamespace(op, r.Settings), Name: op.Certificate.SecretName}, sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			sec = nil
+		case err != nil:
+			return ctrl.Result{}, err
+		}
+		cs = UserSecretState(op, r.Settings, sec, now)
+		// The user's Secret is not watched (it carries no operator label):
+		// look again periodically.
+		result.RequeueAfter = userSecretResyncTime
+	default:
+		caData, err := r.ensureCA(ctx)
+		if err != nil {
+			r.setCondition(op, v1alpha1.ConditionCertificateReady, false, ReasonCAUnusable, err.Error())
+			r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, "certificate: "+err.Error())
+			return ctrl.Result{}, err
+		}
+		cur := &corev1.Secret{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ServerNamespace(op, r.Settings), Name: ServingSecretName(op)}, cur); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, err
+			}
+			cur = nil
+		}
+		if cs, err = SelfSignedState(op, r.Settings, caData, cur, now); err != nil {
+			return ctrl.Result{}, err
+		}
+		if cs.Secret != nil {
+			if _, err := r.ensure(ctx, op, cs.Secret); err != nil {
+				return r.applyFailed(op, err)
+			}
+			if cs.Issued {
+				r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventCertificateIssued, "Issue",
+					"serving certificate %s/%s issued (%s), valid until %s", cs.Secret.Namespace, cs.Secret.Name, cs.IssueReason, fmtTime(cs.NotAfter))
+			}
+		}
+		if !cs.RenewAt.IsZero() {
+			result.RequeueAfter = max(cs.RenewAt.Sub(now), time.Second)
+		}
+	}
+	r.setCondition(op, v1alpha1.ConditionCertificateReady, cs.Ready, cs.Reason, cs.Message)
+
+	d := r.build(op.Object, r.Settings, cs.CABundle)
+	for _, o := range d.Objects() {
+		if o == d.Webhook {
+			continue
+		}
+		if _, err := r.ensure(ctx, op, o); err != nil {
+			return r.applyFailed(op, err)
+		}
+	}
+	if d.PodDisruptionBudget == nil {
+		if err := r.deleteOwned(ctx, op, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{
+			Namespace: d.Deployment.Namespace, Name: d.Deployment.Name}}); err != nil {
+			return r.applyFailed(op, err)
+		}
+	}
+	if len(cs.CABundle) == 0 {
+		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
+			"MutatingWebhookConfiguration "+d.Webhook.Name+" is not written until a serving certificate is ready")
+	} else {
+		if _, err := r.ensure(ctx, op, d.Webhook); err != nil {
+			return r.applyFailed(op, err)
+		}
+		svc := d.Webhook.Webhooks[0].ClientConfig.Service
+		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, true, ReasonConfigured, fmt.Sprintf(
+			"MutatingWebhookConfiguration %s calls service %s/%s:443%s", d.Webhook.Name, svc.Namespace, svc.Name, *svc.Path))
+	}
+
+	r.serverAvailable(ctx, op, d.Deployment)
+	r.setReady(op)
+	return result, nil
+}
+
+func (r *Reconciler) applyFailed(op Operand, err error) (ctrl.Result, error) {
+	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonApplyFailed, err.Error())
+	return ctrl.Result{}, err
+}
+
+// serverAvailable sets ServerAvailable from the Deployment's availableReplicas
+// as the cache last saw it (a Deployment status change re-triggers us).
+func (r *Reconciler) serverAvailable(ctx context.Context, op Operand, want *appsv1.Deployment) {
+	dep := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNoDeployment, fmt.Sprintf("Deployment %s/%s: %v", want.Namespace, want.Name, err))
+		return
+	}
+	msg := fmt.Sprintf("Deployment %s/%s: %d of %d replicas available", dep.Namespace, dep.Name, dep.Status.AvailableReplicas, *want.Spec.Replicas)
+	if dep.Status.AvailableReplicas > 0 {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, true, ReasonAvailable, msg)
+	} else {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonUnavailable, msg)
+	}
+}
+
+// setReady sets Ready from CertificateReady, WebhookConfigured and
+// ServerAvailable, naming the ones that are not True.
+func (r *Reconciler) setReady(op Operand) {
+	var not []string
+	for _, t := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionWebhookConfigured, v1alpha1.ConditionServerAvailable} {
+		if !apimeta.IsStatusConditionTrue(*op.Conditions, t) {
+			c := apimeta.FindStatusCondition(*op.Conditions, t)
+			msg := t + " is not True"
+			if c != nil {
+				msg = fmt.Sprintf("%s is %s (%s)", t, c.Status, c.Reason)
+			}
+			not = append(not, msg)
+		}
+	}
+	if len(not) == 0 {
+		r.setCondition(op, v1alpha1.ConditionReady, true, ReasonReady, "webhook configured, certificate valid and server available")
+		return
+	}
+	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, strings.Join(not, "; "))
+}
+
+// ensureCA returns the installation CA Secret's data, creating the Secret
+// when it does not exist. Create (not apply) so two reconcilers racing
+// cannot each write their own CA: the loser reads the winner's.
+func (r *Reconciler) ensureCA(ctx context.Context) (map[string][]byte, error) {
+	key := client.ObjectKey{Namespace: r.Settings.Namespace, Name: CASecretName}
+	sec := &corev1.Secret{}
+	err := r.Client.Get(ctx, key, sec)
+	if err == nil {
+		return sec.Data, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	data, err := NewCASecretData(r.now())
+	if err != nil {
+		return nil, err
+	}
+	sec = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
+			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "ca",
+		}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if err := r.Client.Create(ctx, sec, client.FieldOwner(FieldManager)); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create CA Secret %s: %w", key, err)
+		}
+		// Created meanwhile (or present without our label, so not cached).
+		if err := r.APIReader.Get(ctx, key, sec); err != nil {
+			return nil, err
+		}
+	}
+	return sec.Data, nil
+}
+
+// ensure server-side applies obj unless the live object (from the cache)
+// already holds every field obj sets. It reports whether it wrote.
+func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) (bool, error) {
+	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
+	if err != nil {
+		return false, err
+	}
+	want, err := ToApplyObject(obj, gvk)
+	if err != nil {
+		return false, err
+	}
+	liveObj, err := r.Scheme.New(gvk)
+	if err != nil {
+		return false, err
+	}
+	live := liveObj.(client.Object)
+	created := false
+	var drift []string
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), live); {
+	case apierrors.IsNotFound(err):
+		created = true
+	case err != nil:
+		return false, err
+	default:
+		if !metav1.IsControlledBy(live, op.Object) && metav1.GetControllerOf(live) != nil {
+			return false, fmt.Errorf("%s %s is controlled by %s %s, not by %s %s",
+				gvk.Kind, client.ObjectKeyFromObject(obj), metav1.GetControllerOf(live).Kind, metav1.GetControllerOf(live).Name,
+				kindOf(op.Object), op.Object.GetName())
+		}
+		liveMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+		if err != nil {
+			return false, err
+		}
+		if drift = Drift(want.Object, liveMap); len(drift) == 0 {
+			return false, nil
+		}
+	}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
+	}
+	name := gvk.Kind + " " + strings.TrimPrefix(client.ObjectKeyFromObject(obj).String(), "/")
+	if created {
+		log.FromContext(ctx).Info("created", "object", name)
+		// The owned object is the related object: the events API merges
+		// events that differ only in their note into one series.
+		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventCreated, "Create", "created %s", name)
+	} else {
+		log.FromContext(ctx).Info("drift repaired", "object", name, "fields", drift)
+		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
+	}
+	return true, nil
+}
+
+// deleteOwned deletes obj if it exists and op controls it.
+func (r *Reconciler) deleteOwned(ctx context.Context, op Operand, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, op.Object) {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	gvk, _ := apiutil.GVKForObject(obj, r.Scheme)
+	r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventDeleted, "Delete", "deleted %s %s/%s (no longer desired)", gvk.Kind, obj.GetNamespace(), obj.GetName())
+	return nil
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+func summarize(paths []string, n int) string {
+	if len(paths) <= n {
+		return strings.Join(paths, ", ")
+	}
+	return strings.Join(paths[:n], ", ") + fmt.Sprintf(" and %d more", len(paths)-n)
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func removeString(list []string, s string) []string {
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
