@@ -38,6 +38,7 @@ import (
 // The operator writes the objects each CR owns, reads Secrets and nodes, and
 // records events. No wildcards: every resource and verb is listed. Writes
 // are server-side apply (patch; create when the object is new) and delete.
+// The leader election Lease is granted by config/rbac/leader_election_role.yaml.
 // +kubebuilder:rbac:groups="",resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
@@ -46,7 +47,6 @@ import (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;patch;delete
 
 // Event reasons.
 const (

@@ -141,12 +141,12 @@ func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context
 	}
 }
 
-// eventReasons lists the reasons of events.k8s.io Events about the CR named name.
-func eventReasons(t *testing.T, ctx context.Context, kind, name string) map[string]int {
-	t.Helper()
+// eventReasons counts events.k8s.io Events about the CR named name by
+// reason (one per distinct related object; a series counts once).
+func eventReasons(ctx context.Context, kind, name string) (map[string]int, error) {
 	var list eventsv1.EventList
 	if err := env.Client.List(ctx, &list); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, e := range list.Items {
@@ -154,7 +154,7 @@ func eventReasons(t *testing.T, ctx context.Context, kind, name string) map[stri
 			out[e.Reason]++
 		}
 	}
-	return out
+	return out, nil
 }
 
 // quiet asserts the operator sends no write request for d.

@@ -1,0 +1,164 @@
+package operator
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// plainNode registers a node no simulator manages: only the test (as its
+// kubelet) and the operator write its status.
+func plainNode(t *testing.T, ctx context.Context, name string, labels map[string]string) {
+	t.Helper()
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3800m"), corev1.ResourceMemory: resource.MustParse("7Gi"), corev1.ResourcePods: resource.MustParse("110")},
+		},
+	}
+	if err := env.Client.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func allocOf(t *testing.T, ctx context.Context, name string) (cpu, mem string, ann map[string]string) {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n.Status.Allocatable.Cpu().String(), n.Status.Allocatable.Memory().String(), n.Annotations
+}
+
+func TestNodeOversellLifecycle(t *testing.T) {
+	ctx := ctxT(t, 6*time.Minute)
+	c := env.Client
+	plainNode(t, ctx, "ov-node-0", map[string]string{"pool": "oversell"})
+	plainNode(t, ctx, "ov-node-1", map[string]string{"pool": "other"})
+
+	no := &v1alpha1.NodeOversell{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+		Spec: v1alpha1.NodeOversellSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "oversell"}},
+			Ratios:       v1alpha1.OversellRatios{CPU: "2", Memory: "1.5"},
+		},
+	}
+	if err := c.Create(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	conds := func() []metav1.Condition { return no.Status.Conditions }
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 60*time.Second)
+	if !slices.Contains(no.Finalizers, controllers.OversellFinalizer) {
+		t.Fatalf("finalizers %v", no.Finalizers)
+	}
+	base := controllers.OversellKind.BaseName(no.Name)
+	o := ownedKeys(base, operatorNS)
+	o.fetch(t, ctx, "NodeOversell", no.UID)
+	wh := o.MWC.Webhooks[0]
+	if *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.TimeoutSeconds != 2 || wh.ObjectSelector != nil && len(wh.ObjectSelector.MatchLabels) > 0 ||
+		!slices.Equal(wh.Rules[0].Resources, []string{"nodes/status"}) || *wh.ClientConfig.Service.Path != "/oversell" {
+		t.Fatalf("webhook %+v", wh)
+	}
+	if ct := o.Deploy.Spec.Template.Spec.Containers[0]; ct.Args[0] != "oversell" {
+		t.Fatalf("args %v", ct.Args)
+	}
+
+	// The real oversell server with the operator's certificate and RBAC.
+	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
+	srv := startLocalServer(t, "oversell", o.Deploy.Spec.Template.Spec.Containers[0].Args,
+		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.UnrouteService(o.Svc) })
+
+	// The node's kubelet reports its real allocatable: stored amplified.
+	kubelet, err := kubernetes.NewForConfig(env.KubeletConfig("ov-node-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := []byte(`{"status":{"allocatable":{"cpu":"3800m","memory":"7Gi"}}}`)
+	err = cluster.WaitFor(ctx, 30*time.Second, "kubelet report amplified through the operator's webhook", func(ctx context.Context) (bool, error) {
+		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ov-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
+		if err != nil {
+			return false, err
+		}
+		return n.Status.Allocatable.Cpu().String() == "7600m" && n.Status.Allocatable.Memory().String() == "10752Mi", nil
+	})
+	if err != nil {
+		t.Fatalf("%v\noversell log:\n%s", err, srv.proc.Tail(3000))
+	}
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionTrue}, 90*time.Second)
+	err = cluster.WaitFor(ctx, 10*time.Second, "nodesMatched 1, nodesAmplified 1", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
+			return false, err
+		}
+		return no.Status.NodesMatched == 1 && no.Status.NodesAmplified == 1 && no.Status.ResyncedGeneration == no.Generation, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: status %+v", err, no.Status)
+	}
+
+	// A ratio change reaches the node through the operator's nodes/status
+	// touch, without any kubelet report.
+	no.Spec.Ratios.CPU = "3"
+	if err := c.Update(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	d := timeUntil(t, ctx, "ratio change applied to the node", func(ctx context.Context) (bool, error) {
+		cpu, _, _ := allocOf(t, ctx, "ov-node-0")
+		return cpu == "11400m", nil
+	})
+	t.Logf("ratio 2 → 3 reflected on the node %s after the CR update (operator resync, no kubelet write)", d.Round(time.Millisecond))
+	if d > 5*time.Second {
+		t.Errorf("ratio change took %s, want ≤ 5 s", d)
+	}
+	if cpu, _, ann := allocOf(t, ctx, "ov-node-1"); cpu != "3800m" || ann[v1alpha1.OversellAppliedByKey] != "" {
+		t.Fatalf("unselected node changed: cpu %s annotations %v", cpu, ann)
+	}
+
+	// Deletion: the finalizer restores the raw allocatable and removes the
+	// annotations before the CR goes; then everything owned is collected.
+	if err := c.Delete(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = cluster.WaitFor(ctx, 60*time.Second, "NodeOversell gone", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(no), &v1alpha1.NodeOversell{})
+		return client.IgnoreNotFound(err) == nil && err != nil, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, mem, ann := allocOf(t, ctx, "ov-node-0")
+	t.Logf("NodeOversell deleted in %s: node allocatable cpu %s memory %s", time.Since(start).Round(time.Millisecond), cpu, mem)
+	if cpu != "3800m" || mem != "7Gi" {
+		t.Fatalf("restored allocatable cpu %s memory %s, want 3800m 7Gi", cpu, mem)
+	}
+	for _, k := range []string{v1alpha1.OversellRawAllocatableKey, v1alpha1.OversellRatiosKey, v1alpha1.OversellAppliedByKey} {
+		if v, ok := ann[k]; ok {
+			t.Fatalf("annotation %s=%s left after deletion", k, v)
+		}
+	}
+	if r, err := eventReasons(ctx, "NodeOversell", "pool"); err != nil || r[controllers.EventNodesRestored] == 0 || r[controllers.EventNodesResynced] == 0 {
+		t.Fatalf("events %v (%v)", r, err)
+	}
+	gc := o.waitGone(t, ctx)
+	t.Logf("all owned objects garbage-collected %s after the NodeOversell was gone", gc.Round(time.Millisecond))
+}
