@@ -169,11 +169,11 @@ func RestorePatch(node *corev1.Node) ([]byte, error) {
 		if !ok {
 			continue
 		}
-		q, err := resource.ParseQuantity(v)
-		if err != nil {
+		// Validated, then written as recorded: the API server canonicalises.
+		if _, err := resource.ParseQuantity(v); err != nil {
 			return nil, fmt.Errorf("node %s: raw %s %q: %w", node.Name, k, v, err)
 		}
-		alloc[string(k)] = q.String()
+		alloc[string(k)] = v
 	}
 	patch := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{
