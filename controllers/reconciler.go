@@ -364,11 +364,12 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 			return r.applyFailed(op, err)
 		}
 	}
-	if d.PodDisruptionBudget == nil {
-		if err := r.deleteOwned(ctx, op, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{
-			Namespace: d.Deployment.Namespace, Name: d.Deployment.Name}}); err != nil {
-			return r.applyFailed(op, err)
-		}
+	keep := d.Objects()
+	if cs.Secret != nil {
+		keep = append(keep, cs.Secret)
+	}
+	if err := r.pruneOwned(ctx, op, keep); err != nil {
+		return r.applyFailed(op, err)
 	}
 	if len(cs.CABundle) == 0 {
 		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
@@ -516,6 +517,50 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
 	}
 	return true, nil
+}
+
+// prunable are the owned types whose objects may stop being desired: a PDB
+// when replicas drop to 1, namespaced objects when spec.server.namespace
+// changes, the operator's serving Secret when the mode leaves SelfSigned.
+// The webhook configuration is never pruned here: without a certificate it
+// is left as it was rather than removed.
+func prunable() []client.ObjectList {
+	return []client.ObjectList{
+		&corev1.ServiceAccountList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{},
+		&corev1.ServiceList{}, &corev1.SecretList{}, &rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{},
+	}
+}
+
+// pruneOwned deletes objects op controls (found in the cache by the
+// instance label) that are not in keep.
+func (r *Reconciler) pruneOwned(ctx context.Context, op Operand, keep []client.Object) error {
+	key := func(o client.Object) string {
+		gvk, _ := apiutil.GVKForObject(o, r.Scheme)
+		return gvk.Kind + "/" + o.GetNamespace() + "/" + o.GetName()
+	}
+	want := map[string]bool{}
+	for _, o := range keep {
+		want[key(o)] = true
+	}
+	sel := client.MatchingLabels{LabelInstance: op.Kind.BaseName(op.Object.GetName()), LabelManagedBy: ManagedByValue}
+	for _, list := range prunable() {
+		if err := r.Client.List(ctx, list, sel); err != nil {
+			return err
+		}
+		var stale []client.Object
+		_ = apimeta.EachListItem(list, func(o runtime.Object) error {
+			if obj := o.(client.Object); metav1.IsControlledBy(obj, op.Object) && !want[key(obj)] {
+				stale = append(stale, obj)
+			}
+			return nil
+		})
+		for _, obj := range stale {
+			if err := r.deleteOwned(ctx, op, obj); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // deleteOwned deletes obj if it exists and op controls it.

@@ -133,6 +133,10 @@ func TestNodeOversellLifecycle(t *testing.T) {
 		t.Fatalf("unselected node changed: cpu %s annotations %v", cpu, ann)
 	}
 
+	// Nothing changes (kwok nodes keep heartbeating through nodes/status):
+	// no write by the operator.
+	quiet(t, 20*time.Second)
+
 	// Deletion: the finalizer restores the raw allocatable and removes the
 	// annotations before the CR goes; then everything owned is collected.
 	if err := c.Delete(ctx, no); err != nil {

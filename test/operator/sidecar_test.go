@@ -243,7 +243,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	t.Logf("events by reason (distinct related objects): %v", reasons)
 
 	// Nothing changes: no write at all.
-	quiet(t, 30*time.Second)
+	quiet(t, time.Minute)
 
 	// Deleting the CR garbage-collects everything it owns.
 	if err := c.Delete(ctx, si); err != nil {

@@ -1,0 +1,243 @@
+package operator
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+func deleteAndWait(t *testing.T, ctx context.Context, obj client.Object, o owned) {
+	t.Helper()
+	if err := env.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	o.waitGone(t, ctx)
+}
+
+// CertManager mode is not implemented: the CR says so in its conditions and
+// an Event, and nothing is deployed.
+func TestCertManagerModeIsRejectedClearly(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	si := &v1alpha1.SidecarInjector{
+		ObjectMeta: metav1.ObjectMeta{Name: "certmgr"},
+		Spec:       v1alpha1.SidecarInjectorSpec{Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager}},
+	}
+	if err := env.Client.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionFalse,
+	}, 30*time.Second)
+	c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady)
+	if c.Reason != controllers.ReasonNotSupported || !strings.Contains(c.Message, "not supported yet") {
+		t.Fatalf("CertificateReady %+v", c)
+	}
+	err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.SidecarKind.BaseName("certmgr")}, &appsv1.Deployment{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("a Deployment exists for an unsupported mode: %v", err)
+	}
+	err = cluster.WaitFor(ctx, 10*time.Second, "NotSupported event", func(ctx context.Context) (bool, error) {
+		r, err := eventReasons(ctx, "SidecarInjector", "certmgr")
+		return r[controllers.EventNotSupported] > 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Mode Secret: the user's Secret is mounted and its ca.crt becomes the
+// caBundle; nothing is written until it exists and verifies.
+func TestUserProvidedSecretMode(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	si := &v1alpha1.SidecarInjector{
+		ObjectMeta: metav1.ObjectMeta{Name: "byo"},
+		Spec: v1alpha1.SidecarInjectorSpec{
+			Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "byo-serving"},
+			Server:      v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
+		},
+	}
+	if err := env.Client.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
+	}, 30*time.Second)
+	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != controllers.ReasonSecretMissing {
+		t.Fatalf("CertificateReady %+v", c)
+	}
+	base := controllers.SidecarKind.BaseName("byo")
+	o := ownedKeys(base, operatorNS)
+	dep := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.Deploy), dep); err != nil {
+		t.Fatal(err)
+	}
+	if v := dep.Spec.Template.Spec.Volumes[0].Secret.SecretName; v != "byo-serving" {
+		t.Fatalf("mounted Secret %s", v)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.PDB), &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("replicas 1 has a PDB: %v", err)
+	}
+
+	ca, err := cluster.NewTestCA("byo-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "byo-serving", Namespace: operatorNS},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM},
+	}
+	if err := env.Client.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	// The user's Secret is not watched (resynced every 5 min); any change of
+	// the CR reconciles it at once.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+		t.Fatal(err)
+	}
+	si.Annotations = map[string]string{"test/poke": "1"}
+	if err := env.Client.Update(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 30*time.Second)
+	o.MWC.Name = base
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
+		t.Fatal(err)
+	}
+	if string(o.MWC.Webhooks[0].ClientConfig.CABundle) != string(ca.CertPEM) {
+		t.Fatal("caBundle is not the user's ca.crt")
+	}
+	// The operator issued no Secret of its own for this CR.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.Secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("operator serving Secret exists in mode Secret: %v", err)
+	}
+	o.PDB, o.Secret = nil, nil
+	if err := env.Client.Delete(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	gone := owned{SA: o.SA, Role: o.Role, Bind: o.Bind, Deploy: o.Deploy, Svc: o.Svc, MWC: o.MWC}
+	gone.PDB = &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: base + "-none", Namespace: operatorNS}}
+	gone.Secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: base + "-none", Namespace: operatorNS}}
+	gone.waitGone(t, ctx)
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sec), sec); err != nil {
+		t.Fatalf("the user's Secret must survive the CR: %v", err)
+	}
+}
+
+// A serving certificate past 2/3 of its lifetime is renewed as soon as the
+// operator sees it; moving the server to another namespace moves every
+// namespaced object, re-issues the certificate for the new SANs and removes
+// the old objects; replicas 1 removes the PDB.
+func TestRenewalAndNamespaceMove(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "movable"}}
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: metav1.ConditionTrue}, 30*time.Second)
+	base := controllers.SidecarKind.BaseName(si.Name)
+	o := ownedKeys(base, operatorNS)
+	o.fetch(t, ctx, "SidecarInjector", si.UID)
+
+	// Replace the serving certificate with one issued 80 of 90 days ago.
+	caSec := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, caSec); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.ParseKeyPair(caSec.Data[certs.SecretKeyActiveCert], caSec.Data[certs.SecretKeyActiveKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := certs.NewServingCert(ca, certs.ServingOptions{Service: base, Namespace: operatorNS, Clock: certs.FixedClock(time.Now().Add(-80 * 24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey] = old.CertPEM, old.KeyPEM
+	if err := c.Update(ctx, o.Secret); err != nil {
+		t.Fatal(err)
+	}
+	d := timeUntil(t, ctx, "serving certificate renewed", func(ctx context.Context) (bool, error) {
+		s := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), s); err != nil {
+			return false, err
+		}
+		leaf, err := certs.ParseCertPEM(s.Data[corev1.TLSCertKey])
+		return err == nil && time.Since(leaf.NotBefore) < time.Hour, nil
+	})
+	t.Logf("serving certificate due for renewal replaced in %s", d.Round(time.Millisecond))
+
+	// Move to another namespace and drop to one replica.
+	if _, err := env.CreateNamespace(ctx, "mesh-servers", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+		t.Fatal(err)
+	}
+	si.Spec.Server.Namespace = "mesh-servers"
+	si.Spec.Server.Replicas = ptr.To[int32](1)
+	if err := c.Update(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 30*time.Second)
+	moved := ownedKeys(base, "mesh-servers")
+	oldNS := owned{SA: o.SA, Deploy: o.Deploy, PDB: o.PDB, Svc: o.Svc, Secret: o.Secret}
+	err = cluster.WaitFor(ctx, 30*time.Second, "objects moved to mesh-servers, old ones and the PDB removed", func(ctx context.Context) (bool, error) {
+		for _, obj := range []client.Object{oldNS.SA, oldNS.Deploy, oldNS.PDB, oldNS.Svc, oldNS.Secret, moved.PDB} {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)); !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		for _, obj := range []client.Object{moved.SA, moved.Deploy, moved.Svc, moved.Secret, moved.MWC, moved.Bind} {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+		}
+		return moved.MWC.Webhooks[0].ClientConfig.Service.Namespace == "mesh-servers" && moved.Bind.Subjects[0].Namespace == "mesh-servers", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := certs.ParseCertPEM(moved.Secret.Data[corev1.TLSCertKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(leaf.DNSNames, base+".mesh-servers.svc") {
+		t.Fatalf("SANs after the move: %v", leaf.DNSNames)
+	}
+	sel := moved.MWC.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values
+	if !slices.Contains(sel, "mesh-servers") || !slices.Contains(sel, operatorNS) {
+		t.Fatalf("excluded namespaces %v", sel)
+	}
+	moved.PDB = &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: base + "-none", Namespace: "mesh-servers"}}
+	deleteAndWait(t, ctx, si, moved)
+}
