@@ -157,12 +157,21 @@ func TestHandlerInjectAndMetrics(t *testing.T) {
 	}
 }
 
+// TestHandlerDryRunIdentical: dry-run is never read, and for a pod without
+// user overrides the patch is built in a fixed order, so the answers are
+// byte-identical.
 func TestHandlerDryRunIdentical(t *testing.T) {
 	h := newTestHandler(t, sampleConfig(t))
-	wet := decodeReview(t, serve(h, reviewFor(t, []byte(nginxPod), "shop", false), "application/json"))
-	dry := decodeReview(t, serve(h, reviewFor(t, []byte(nginxPod), "shop", true), "application/json"))
-	if wet.Allowed != dry.Allowed || !patchesEquivalent(t, []byte(nginxPod), wet.Patch, dry.Patch) {
-		t.Fatalf("dry-run answer differs:\n%s\n%s", wet.Patch, dry.Patch)
+	for _, pod := range []string{nginxPod, string(goldenPodJSON(t, "pod-foreign-init.yaml")), string(goldenPodJSON(t, "pod-user-proxy.yaml"))} {
+		wet := serve(h, reviewFor(t, []byte(pod), "shop", false), "application/json")
+		dry := serve(h, reviewFor(t, []byte(pod), "shop", true), "application/json")
+		w, d := decodeReview(t, wet), decodeReview(t, dry)
+		if !w.Allowed || !d.Allowed || !patchesEquivalent(t, []byte(pod), w.Patch, d.Patch) {
+			t.Fatalf("dry-run answer differs:\n%s\n%s", w.Patch, d.Patch)
+		}
+		if !strings.Contains(pod, `"name":"proxy"`) && !bytes.Equal(wet.Body.Bytes(), dry.Body.Bytes()) {
+			t.Errorf("dry-run answer not byte-identical:\n%s\n%s", wet.Body, dry.Body)
+		}
 	}
 }
 
