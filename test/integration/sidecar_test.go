@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -279,6 +280,47 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	if !cz.Loaded || cz.Generation != cur.Generation {
 		t.Fatalf("/configz = %+v, want loaded generation %d", cz, cur.Generation)
 	}
+	// The CLI reads the same SidecarInjector from the cluster and agrees with
+	// the webhook: kube-inject renders the current proxy image, check-inject
+	// names the deciding rule for stored pods.
+	runCLI := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, hookwrightBinary(t), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("hookwright %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	manifest := filepath.Join(t.TempDir(), "deploy.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: lab}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: app, image: nginx:1.23-alpine}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runCLI("kube-inject", "--injector="+si.Name, "--operator-namespace="+sidecarNS, "-f", manifest)
+	lastImg := fmt.Sprintf("ghcr.io/hookwright/proxy:1.5.%d", len(lat)-1)
+	if !strings.Contains(out, lastImg) || !strings.Contains(out, v1alpha1.SidecarStatusKey) {
+		t.Fatalf("kube-inject against the cluster should render %s:\n%s", lastImg, out)
+	}
+	out = runCLI("check-inject", "--injector="+si.Name, "--operator-namespace="+sidecarNS, "-n", "plain", "web")
+	if !strings.Contains(strings.ToLower(out), "namespaceselector") {
+		t.Fatalf("check-inject for a pod in an unlabelled namespace should name the namespaceSelector:\n%s", out)
+	}
+	out = runCLI("check-inject", "--injector="+si.Name, "--operator-namespace="+sidecarNS, "-n", "lab", "opted-out")
+	if !strings.Contains(out, v1alpha1.SidecarInjectKey) {
+		t.Fatalf("check-inject for an opted-out pod should name the %s label:\n%s", v1alpha1.SidecarInjectKey, out)
+	}
+	t.Logf("check-inject lab/opted-out:\n%s", out)
+
 	maxLat := lat[0]
 	for _, l := range lat {
 		maxLat = max(maxLat, l)
