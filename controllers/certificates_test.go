@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -191,5 +192,29 @@ func TestRestorePatch(t *testing.T) {
 	b, err = RestorePatch(node)
 	if err != nil || !strings.Contains(string(b), `"allocatable":{"memory":"1.5e9"}`) {
 		t.Fatalf("memory only: %s %v", b, err)
+	}
+}
+
+func TestCertificateMetrics(t *testing.T) {
+	op := SidecarOperand(testInjector())
+	caData, err := NewCASecretData(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := SelfSignedState(op, testSettings, caData, nil, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordCertificate("SidecarInjector", "mesh", "hookwright-system", "hookwright-sidecar-mesh-tls", st)
+	if got := testutil.ToFloat64(servingNotAfter.WithLabelValues("SidecarInjector", "mesh", "hookwright-system", "hookwright-sidecar-mesh-tls")); got != float64(st.NotAfter.Unix()) {
+		t.Fatalf("serving notAfter %v, want %d", got, st.NotAfter.Unix())
+	}
+	ca := mustCA(t, caData)
+	if got := testutil.ToFloat64(bundleNotAfter.WithLabelValues("SidecarInjector", "mesh", ca.Subject.CommonName)); got != float64(ca.NotAfter.Unix()) {
+		t.Fatalf("CA notAfter %v", got)
+	}
+	forgetMetrics("SidecarInjector", "mesh")
+	if n := testutil.CollectAndCount(servingNotAfter) + testutil.CollectAndCount(bundleNotAfter); n != 0 {
+		t.Fatalf("%d series left after the CR was deleted", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,4 +114,20 @@ type Settings struct {
 	Namespace string
 	// Image is the default server image (--server-image).
 	Image string
+	// Repairs limits drift repairs per owned object; zero values mean
+	// DefaultRepairBudget.
+	Repairs RepairBudget
 }
+
+// RepairBudget bounds how often one owned object is repaired: at most Max
+// repairs in any Window. Past that, another writer is fighting the operator
+// (a GitOps tool or an injector rewriting caBundle): the operator stops,
+// reports the writers from managedFields in a Warning Event and the Ready
+// (and WebhookConfigured) condition, and tries again when the window allows.
+type RepairBudget struct {
+	Max    int
+	Window time.Duration
+}
+
+// DefaultRepairBudget allows 5 repairs of one object per minute.
+var DefaultRepairBudget = RepairBudget{Max: 5, Window: time.Minute}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -55,6 +57,7 @@ const (
 	EventCertificateIssued = "CertificateIssued"
 	EventDeleted           = "Deleted"
 	EventNotSupported      = "NotSupported"
+	EventConflictingWriter = "ConflictingWriter"
 )
 
 // Condition reasons besides the certificate ones.
@@ -68,6 +71,7 @@ const (
 	ReasonReady          = "Ready"
 	ReasonNotReady       = "NotReady"
 	ReasonDeleting       = "Deleting"
+	ReasonConflicting    = "ConflictingWriter"
 	userSecretResyncTime = 5 * time.Minute
 )
 
@@ -97,6 +101,8 @@ type Reconciler struct {
 	// afterApply runs after the owned objects are in place (NodeOversell:
 	// node status and resync); it may set status fields and conditions.
 	afterApply func(ctx context.Context, obj client.Object) (time.Duration, error)
+	mu      sync.Mutex
+	repairs map[string][]time.Time // recent repair times by CR and object
 	// watchNodes re-reconciles every CR when a node's labels or
 	// oversell.hookwright.io/applied-by annotation change (NodeOversell).
 	watchNodes bool
@@ -212,6 +218,9 @@ func (r *Reconciler) now() time.Time {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	obj := r.newObject()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetMetrics(kindOf(obj), req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.finalizer != "" {
@@ -342,7 +351,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 		}
 		if cs.Secret != nil {
 			if _, err := r.ensure(ctx, op, cs.Secret); err != nil {
-				return r.applyFailed(op, err)
+				return r.applyFailed(ctx, op, err)
 			}
 			if cs.Issued {
 				r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventCertificateIssued, "Issue",
@@ -354,6 +363,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 		}
 	}
 	r.setCondition(op, v1alpha1.ConditionCertificateReady, cs.Ready, cs.Reason, cs.Message)
+	recordCertificate(kindOf(op.Object), op.Object.GetName(), ServerNamespace(op, r.Settings), ServingSecretName(op), cs)
 
 	d := r.build(op.Object, r.Settings, cs.CABundle)
 	for _, o := range d.Objects() {
@@ -361,7 +371,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 			continue
 		}
 		if _, err := r.ensure(ctx, op, o); err != nil {
-			return r.applyFailed(op, err)
+			return r.applyFailed(ctx, op, err)
 		}
 	}
 	keep := d.Objects()
@@ -369,14 +379,18 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 		keep = append(keep, cs.Secret)
 	}
 	if err := r.pruneOwned(ctx, op, keep); err != nil {
-		return r.applyFailed(op, err)
+		return r.applyFailed(ctx, op, err)
 	}
 	if len(cs.CABundle) == 0 {
 		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
 			"MutatingWebhookConfiguration "+d.Webhook.Name+" is not written until a serving certificate is ready")
 	} else {
 		if _, err := r.ensure(ctx, op, d.Webhook); err != nil {
-			return r.applyFailed(op, err)
+			var ce *ConflictError
+			if errors.As(err, &ce) {
+				r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonConflicting, ce.Error())
+			}
+			return r.applyFailed(ctx, op, err)
 		}
 		svc := d.Webhook.Webhooks[0].ClientConfig.Service
 		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, true, ReasonConfigured, fmt.Sprintf(
@@ -388,9 +402,104 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	return result, nil
 }
 
-func (r *Reconciler) applyFailed(op Operand, err error) (ctrl.Result, error) {
+// applyFailed records a failed write in Ready. A ConflictError is not an
+// error of the reconcile: it becomes a Warning Event and a requeue when the
+// repair budget allows the next repair.
+func (r *Reconciler) applyFailed(ctx context.Context, op Operand, err error) (ctrl.Result, error) {
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		log.FromContext(ctx).Info("repair budget exhausted; backing off", "object", ce.Object, "writers", ce.Writers, "retryAfter", ce.RetryAfter)
+		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonConflicting, ce.Error())
+		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventConflictingWriter, "Repair", ce.Error())
+		return ctrl.Result{RequeueAfter: ce.RetryAfter}, nil
+	}
 	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonApplyFailed, err.Error())
 	return ctrl.Result{}, err
+}
+
+// ConflictError means an owned object drifted again after Max repairs within
+// Window: another writer is changing it. Writers lists the other field
+// managers from its managedFields, most recent first.
+type ConflictError struct {
+	Object     string
+	Writers    []string
+	Repairs    int
+	Window     time.Duration
+	RetryAfter time.Duration
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s was changed again after %d repairs within %s, by %s; not repairing it for %s",
+		e.Object, e.Repairs, e.Window, strings.Join(e.Writers, ", "), e.RetryAfter.Round(time.Second))
+}
+
+func (r *Reconciler) budget() RepairBudget {
+	b := r.Settings.Repairs
+	if b.Max <= 0 {
+		b.Max = DefaultRepairBudget.Max
+	}
+	if b.Window <= 0 {
+		b.Window = DefaultRepairBudget.Window
+	}
+	return b
+}
+
+// checkBudget returns how long to wait before key may be repaired again
+// (0: now), dropping repairs older than the window.
+func (r *Reconciler) checkBudget(key string, now time.Time) time.Duration {
+	b := r.budget()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := slices.DeleteFunc(r.repairs[key], func(t time.Time) bool { return now.Sub(t) >= b.Window })
+	if len(ts) == 0 {
+		delete(r.repairs, key)
+	} else {
+		r.repairs[key] = ts
+	}
+	if len(ts) < b.Max {
+		return 0
+	}
+	return max(ts[0].Add(b.Window).Sub(now), time.Second)
+}
+
+func (r *Reconciler) recordRepair(key string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.repairs == nil {
+		r.repairs = map[string][]time.Time{}
+	}
+	r.repairs[key] = append(r.repairs[key], now)
+}
+
+// otherWriters names the field managers of obj other than the operator,
+// most recent first, e.g. "argocd-controller (Update at 2026-11-29T20:50:01Z)".
+func otherWriters(obj client.Object) []string {
+	mf := slices.Clone(obj.GetManagedFields())
+	slices.SortStableFunc(mf, func(a, b metav1.ManagedFieldsEntry) int {
+		var at, bt time.Time
+		if a.Time != nil {
+			at = a.Time.Time
+		}
+		if b.Time != nil {
+			bt = b.Time.Time
+		}
+		return bt.Compare(at)
+	})
+	var out []string
+	for _, m := range mf {
+		if m.Manager == FieldManager || m.Subresource != "" {
+			continue
+		}
+		w := fmt.Sprintf("%s (%s", m.Manager, m.Operation)
+		if m.Time != nil {
+			w += " at " + fmtTime(m.Time.Time)
+		}
+		out = append(out, w+")")
+	}
+	if len(out) == 0 {
+		return []string{"an unknown writer"}
+	}
+	return out
 }
 
 // serverAvailable sets ServerAvailable from the Deployment's availableReplicas
@@ -503,6 +612,18 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 			return false, nil
 		}
 	}
+	budgetKey := kindOf(op.Object) + "/" + op.Object.GetName() + "|" + gvk.Kind + "/" + client.ObjectKeyFromObject(obj).String()
+	now := r.now()
+	if !created {
+		if wait := r.checkBudget(budgetKey, now); wait > 0 {
+			repairConflicts.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
+			b := r.budget()
+			return false, &ConflictError{
+				Object:  gvk.Kind + " " + strings.TrimPrefix(client.ObjectKeyFromObject(obj).String(), "/"),
+				Writers: otherWriters(live), Repairs: b.Max, Window: b.Window, RetryAfter: wait,
+			}
+		}
+	}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
@@ -513,6 +634,8 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		// events that differ only in their note into one series.
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventCreated, "Create", "created %s", name)
 	} else {
+		r.recordRepair(budgetKey, now)
+		driftRepairs.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
 		log.FromContext(ctx).Info("drift repaired", "object", name, "fields", drift)
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
 	}

@@ -17,6 +17,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/controllers"
@@ -168,4 +169,16 @@ func quiet(t *testing.T, d time.Duration) {
 	if n != 0 {
 		t.Fatalf("operator made %d write requests in a quiet %s; recent: %v", n, d, writes.Recent())
 	}
+}
+
+// update reads obj, applies mutate and updates it, retrying on conflicts
+// with the operator's own status writes.
+func update(ctx context.Context, obj client.Object, mutate func()) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate()
+		return env.Client.Update(ctx, obj)
+	})
 }

@@ -34,6 +34,10 @@ const (
 	serverImage = "ghcr.io/hookwright/hookwright:v0.0.0-test"
 )
 
+// testRepairBudget is the default count with a shorter window, so the
+// conflicting-writer test sees the back-off end.
+var testRepairBudget = controllers.RepairBudget{Max: 5, Window: 10 * time.Second}
+
 var (
 	env    *cluster.Cluster
 	writes = &writeCounter{}
@@ -134,7 +138,8 @@ func startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Settings{Namespace: operatorNS, Image: serverImage}); err != nil {
+	settings := controllers.Settings{Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget}
+	if err := controllers.Setup(mgr, settings); err != nil {
 		return err
 	}
 	go func() {

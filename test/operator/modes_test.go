@@ -41,6 +41,8 @@ func TestCertManagerModeIsRejectedClearly(t *testing.T) {
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionFalse,
 	}, 30*time.Second)
@@ -78,6 +80,8 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
@@ -116,11 +120,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	}
 	// The user's Secret is not watched (resynced every 5 min); any change of
 	// the CR reconciles it at once.
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
-		t.Fatal(err)
-	}
-	si.Annotations = map[string]string{"test/poke": "1"}
-	if err := env.Client.Update(ctx, si); err != nil {
+	if err := update(ctx, si, func() { si.Annotations = map[string]string{"test/poke": "1"} }); err != nil {
 		t.Fatal(err)
 	}
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
@@ -161,6 +161,8 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: metav1.ConditionTrue}, 30*time.Second)
 	base := controllers.SidecarKind.BaseName(si.Name)
@@ -198,12 +200,10 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	if _, err := env.CreateNamespace(ctx, "mesh-servers", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
-		t.Fatal(err)
-	}
-	si.Spec.Server.Namespace = "mesh-servers"
-	si.Spec.Server.Replicas = ptr.To[int32](1)
-	if err := c.Update(ctx, si); err != nil {
+	if err := update(ctx, si, func() {
+		si.Spec.Server.Namespace = "mesh-servers"
+		si.Spec.Server.Replicas = ptr.To[int32](1)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
@@ -240,4 +240,89 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	}
 	moved.PDB = &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: base + "-none", Namespace: "mesh-servers"}}
 	deleteAndWait(t, ctx, si, moved)
+}
+
+// Another writer that keeps rewriting caBundle gets Max repairs per window,
+// then a Warning Event and a condition naming it, and the repair resumes
+// when the window allows; no endless fight.
+func TestConflictingWriterBackoff(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "fought"}}
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
+	base := controllers.SidecarKind.BaseName(si.Name)
+	o := ownedKeys(base, operatorNS)
+	o.fetch(t, ctx, "SidecarInjector", si.UID)
+	want := string(o.MWC.Webhooks[0].ClientConfig.CABundle)
+	foreign, err := cluster.NewTestCA("injector-of-another-tool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overwrite := func() {
+		t.Helper()
+		m := o.MWC.DeepCopy()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+			t.Fatal(err)
+		}
+		m.Webhooks[0].ClientConfig.CABundle = foreign.CertPEM
+		if err := writer.Update(ctx, m, client.FieldOwner("other-ca-injector")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repairedWithin := func(d time.Duration) bool {
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			m := o.MWC.DeepCopy()
+			if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err == nil && string(m.Webhooks[0].ClientConfig.CABundle) == want {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
+	}
+	start := time.Now()
+	for i := range testRepairBudget.Max {
+		overwrite()
+		if !repairedWithin(time.Second) {
+			t.Fatalf("overwrite %d not repaired within 1 s", i+1)
+		}
+	}
+	overwrite()
+	sixth := time.Now()
+	if repairedWithin(time.Second) {
+		t.Fatalf("overwrite %d within %s repaired again: the operator keeps fighting", testRepairBudget.Max+1, time.Since(start))
+	}
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionFalse,
+	}, 10*time.Second)
+	cond := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionWebhookConfigured)
+	if cond.Reason != controllers.ReasonConflicting || !strings.Contains(cond.Message, "other-ca-injector") {
+		t.Fatalf("WebhookConfigured %+v", cond)
+	}
+	t.Logf("condition: %s", cond.Message)
+	err = cluster.WaitFor(ctx, 10*time.Second, "ConflictingWriter event", func(ctx context.Context) (bool, error) {
+		r, err := eventReasons(ctx, "SidecarInjector", si.Name)
+		return r[controllers.EventConflictingWriter] > 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The window ends: repaired again, conditions recover.
+	if !repairedWithin(testRepairBudget.Window + 5*time.Second) {
+		t.Fatal("not repaired after the back-off window")
+	}
+	t.Logf("repaired again %s after the 6th overwrite (first of 5 repairs at 0 s, window %s)",
+		time.Since(sixth).Round(time.Millisecond), testRepairBudget.Window)
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 10*time.Second)
+	deleteAndWait(t, ctx, si, o)
 }

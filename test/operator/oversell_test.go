@@ -60,6 +60,8 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	if err := c.Create(ctx, no); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
 	conds := func() []metav1.Condition { return no.Status.Conditions }
 	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
@@ -117,8 +119,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 
 	// A ratio change reaches the node through the operator's nodes/status
 	// touch, without any kubelet report.
-	no.Spec.Ratios.CPU = "3"
-	if err := c.Update(ctx, no); err != nil {
+	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "3" }); err != nil {
 		t.Fatal(err)
 	}
 	d := timeUntil(t, ctx, "ratio change applied to the node", func(ctx context.Context) (bool, error) {

@@ -49,6 +49,8 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
+	// A failed test must not leave a webhook that intercepts later tests.
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	created := time.Now()
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{

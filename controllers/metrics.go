@@ -1,0 +1,53 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/hookwright/hookwright/internal/certs"
+)
+
+// Operator metrics, served with controller-runtime's on the manager's
+// metrics endpoint. Label "kind" is the CR kind, "name" the CR name.
+var (
+	servingNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookwright_serving_certificate_not_after_seconds",
+		Help: "NotAfter of each webhook server's serving certificate, in Unix seconds.",
+	}, []string{"kind", "name", "namespace", "secret"})
+	bundleNotAfter = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookwright_cabundle_ca_not_after_seconds",
+		Help: "NotAfter of each CA in the caBundle the operator publishes for a CR, in Unix seconds.",
+	}, []string{"kind", "name", "ca"})
+	driftRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookwright_drift_repairs_total",
+		Help: "Owned objects the operator found changed and re-applied, by CR kind and object kind.",
+	}, []string{"kind", "object"})
+	repairConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookwright_repair_conflicts_total",
+		Help: "Repairs skipped because another writer exhausted the repair budget of an object.",
+	}, []string{"kind", "object"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(servingNotAfter, bundleNotAfter, driftRepairs, repairConflicts)
+}
+
+// recordCertificate publishes the certificate figures of one CR.
+func recordCertificate(kind, name, namespace, secret string, cs CertState) {
+	servingNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
+	bundleNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
+	if !cs.NotAfter.IsZero() {
+		servingNotAfter.WithLabelValues(kind, name, namespace, secret).Set(float64(cs.NotAfter.Unix()))
+	}
+	if cas, err := certs.ParseCertsPEM(cs.CABundle); err == nil {
+		for _, ca := range cas {
+			bundleNotAfter.WithLabelValues(kind, name, ca.Subject.CommonName).Set(float64(ca.NotAfter.Unix()))
+		}
+	}
+}
+
+// forgetMetrics drops the series of a deleted CR.
+func forgetMetrics(kind, name string) {
+	servingNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
+	bundleNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
+}
