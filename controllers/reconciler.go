@@ -101,8 +101,8 @@ type Reconciler struct {
 	// afterApply runs after the owned objects are in place (NodeOversell:
 	// node status and resync); it may set status fields and conditions.
 	afterApply func(ctx context.Context, obj client.Object) (time.Duration, error)
-	mu      sync.Mutex
-	repairs map[string][]time.Time // recent repair times by CR and object
+	mu         sync.Mutex
+	repairs    map[string][]time.Time // recent repair times by CR and object
 	// watchNodes re-reconciles every CR when a node's labels or
 	// oversell.hookwright.io/applied-by annotation change (NodeOversell).
 	watchNodes bool
