@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +16,7 @@ import (
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/version"
 )
 
 // newScheme registers client-go's kinds and hookwright's.
@@ -60,10 +62,25 @@ func init() {
 		fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 		fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "hookwright-system"),
 			"operator namespace: holds the CA Secret, is the default server namespace and is never injected")
-		fs.StringVar(&o.serverImage, "server-image", "",
-			"image of the webhook server Deployments (spec.server.image overrides it per CR); required")
+		fs.StringVar(&o.serverImage, "server-image", defaultServerImage(),
+			"image of the webhook server Deployments (spec.server.image overrides it per CR); default: $RELATED_IMAGE_SERVER, else the release image of this build")
 		return cmd
 	})
+}
+
+// ReleaseImageRepository is where release images are published (the
+// Makefile's IMAGE_TAG_BASE); the tag is the stamped version.
+const ReleaseImageRepository = "ghcr.io/hookwright/hookwright"
+
+// defaultServerImage is the operator's own image: OLM passes it as
+// RELATED_IMAGE_SERVER (the relatedImages convention for disconnected
+// installs); otherwise the release image of this build's version, which is
+// what `make docker-build` tags.
+func defaultServerImage() string {
+	if v := os.Getenv("RELATED_IMAGE_SERVER"); v != "" {
+		return v
+	}
+	return ReleaseImageRepository + ":" + version.Version
 }
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {
@@ -73,7 +90,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		return err
 	}
 	if o.serverImage == "" {
-		return errors.New("--server-image is required (the operator's own image)")
+		return errors.New("--server-image must not be empty")
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +137,20 @@ func TestNodeOversellLifecycle(t *testing.T) {
 
 	// Nothing changes (kwok nodes keep heartbeating through nodes/status):
 	// no write by the operator.
+	err = cluster.WaitFor(ctx, 60*time.Second, "2 of 2 replicas in ServerAvailable", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
+			return false, err
+		}
+		for _, cd := range no.Status.Conditions {
+			if cd.Type == v1alpha1.ConditionServerAvailable {
+				return strings.Contains(cd.Message, "2 of 2 replicas available"), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	quiet(t, 20*time.Second)
 
 	// Deletion: the finalizer restores the raw allocatable and removes the

@@ -244,7 +244,16 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	}
 	t.Logf("events by reason (distinct related objects): %v", reasons)
 
-	// Nothing changes: no write at all.
+	// Nothing changes (once both replicas are available): no write at all.
+	err = cluster.WaitFor(ctx, 60*time.Second, "2 of 2 replicas in ServerAvailable", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+			return false, err
+		}
+		return strings.Contains(metaCond(si.Status.Conditions, v1alpha1.ConditionServerAvailable), "2 of 2 replicas available"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	quiet(t, time.Minute)
 
 	// Deleting the CR garbage-collects everything it owns.

@@ -1,0 +1,49 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// `hookwright manager` itself starts with its flags, becomes leader on its
+// Lease in --namespace and turns ready. (The other tests run the same
+// controllers in-process, to count their writes; this one runs while no CR
+// exists, so the two never act together.)
+func TestManagerBinaryStartsAndLeads(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	probe := freePort(t)
+	p, err := cluster.StartProcess("manager", t.TempDir(), hookwrightBinary(t), []string{
+		"manager", "--namespace=" + operatorNS, "--leader-elect=true", "--server-image=" + serverImage,
+		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+	}, []string{"KUBECONFIG=" + env.Kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
+	err = cluster.WaitFor(ctx, 60*time.Second, "manager ready and holding its Lease", func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
+		}
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		lease := &coordinationv1.Lease{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: "hookwright.admission.hookwright.io"}, lease); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return res.StatusCode == http.StatusOK && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, p.Tail(3000))
+	}
+}
