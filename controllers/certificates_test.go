@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -216,5 +217,48 @@ func TestCertificateMetrics(t *testing.T) {
 	forgetMetrics("SidecarInjector", "mesh")
 	if n := testutil.CollectAndCount(servingNotAfter) + testutil.CollectAndCount(bundleNotAfter); n != 0 {
 		t.Fatalf("%d series left after the CR was deleted", n)
+	}
+}
+
+func TestAmplifiedTotals(t *testing.T) {
+	node := func(name string, ann map[string]string) metav1.PartialObjectMetadata {
+		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
+	}
+	nodes := []metav1.PartialObjectMetadata{
+		node("a", map[string]string{
+			v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"3800m","memory":"7Gi"}`,
+			v1alpha1.OversellRatiosKey: `{"cpu":"2","memory":"1.5"}`,
+		}),
+		node("b", map[string]string{
+			v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"1","memory":"1000Mi"}`,
+			v1alpha1.OversellRatiosKey: `{"cpu":"1.333333"}`,
+		}),
+		node("other", map[string]string{
+			v1alpha1.OversellAppliedByKey: "other", v1alpha1.OversellRawAllocatableKey: `{"cpu":"64"}`,
+		}),
+		node("broken", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"x"}`}),
+		node("plain", nil),
+	}
+	got := AmplifiedTotals(nodes, "pool")
+	if got.Nodes != 3 || len(got.Problems) != 1 || !strings.HasPrefix(got.Problems[0], "broken: ") {
+		t.Fatalf("nodes %d problems %v", got.Nodes, got.Problems)
+	}
+	// cpu: 3800m + 1 = 4800m raw; 7600m + 1333m (rounded down) effective.
+	// memory: 7Gi + 1000Mi raw; 10.5Gi + 1000Mi (no memory ratio) effective.
+	for _, c := range []struct {
+		l    corev1.ResourceList
+		k    corev1.ResourceName
+		want string
+	}{
+		{got.Raw, corev1.ResourceCPU, "4800m"}, {got.Effective, corev1.ResourceCPU, "8933m"},
+		{got.Raw, corev1.ResourceMemory, "8168Mi"}, {got.Effective, corev1.ResourceMemory, "11752Mi"},
+	} {
+		q := c.l[c.k]
+		if want := resource.MustParse(c.want); q.Cmp(want) != 0 {
+			t.Errorf("%s = %s, want %s", c.k, q.String(), c.want)
+		}
+	}
+	if none := AmplifiedTotals(nodes, "absent"); none.Nodes != 0 || none.Raw != nil || none.Effective != nil {
+		t.Fatalf("no amplified node: %+v", none)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
 // The NodeOversell reconciler reads nodes and writes their status (resync
@@ -100,22 +101,23 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	if err != nil {
 		return 0, err
 	}
-	var matched, amplified int32
+	var matched int32
 	var touch []string
 	for _, n := range nodes {
 		m := sel.Matches(labels.Set(n.Labels))
-		mine := n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name
 		if m {
 			matched++
 		}
-		if mine {
-			amplified++
-		}
-		if m || mine {
+		if m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
 			touch = append(touch, n.Name)
 		}
 	}
-	no.Status.NodesMatched, no.Status.NodesAmplified = matched, amplified
+	t := AmplifiedTotals(nodes, no.Name)
+	no.Status.NodesMatched, no.Status.NodesAmplified = matched, t.Nodes
+	no.Status.RawAllocatable, no.Status.EffectiveAllocatable = t.Raw, t.Effective
+	if len(t.Problems) > 0 {
+		log.FromContext(ctx).Info("nodes with unreadable oversell annotations left out of the totals", "problems", t.Problems)
+	}
 
 	if no.Status.ResyncedGeneration == no.Generation {
 		return 0, nil
@@ -147,6 +149,87 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 			"generation %d: %d nodes re-evaluated through nodes/status: %s", no.Generation, len(touch), summarize(touch, 10))
 	}
 	return 0, nil
+}
+
+// Totals are the sums over the nodes one NodeOversell amplifies.
+type Totals struct {
+	Nodes int32
+	// Raw sums the oversell.hookwright.io/raw-allocatable annotations;
+	// Effective sums raw × ratio (oversell.Amplify, exact, rounded down to
+	// whole millicores and bytes) with the ratios of each node's
+	// oversell.hookwright.io/ratios annotation. nil when no node is amplified.
+	Raw, Effective corev1.ResourceList
+	// Problems names nodes whose annotations do not parse; they count in
+	// Nodes but not in the sums.
+	Problems []string
+}
+
+// AmplifiedTotals computes Totals from node metadata alone: the annotations
+// the webhook writes carry the raw values and ratios, so no node status is
+// read. The capacity cap of the engine cannot bind here, as raw never
+// exceeds capacity.
+func AmplifiedTotals(nodes []metav1.PartialObjectMetadata, name string) Totals {
+	var t Totals
+	add := func(l *corev1.ResourceList, k corev1.ResourceName, q resource.Quantity) {
+		if *l == nil {
+			*l = corev1.ResourceList{}
+		}
+		sum := (*l)[k]
+		sum.Add(q)
+		(*l)[k] = sum
+	}
+	for _, n := range nodes {
+		if n.Annotations[v1alpha1.OversellAppliedByKey] != name {
+			continue
+		}
+		t.Nodes++
+		raw, eff, err := nodeAmounts(n.Annotations)
+		if err != nil {
+			t.Problems = append(t.Problems, n.Name+": "+err.Error())
+			continue
+		}
+		for k, q := range raw {
+			add(&t.Raw, k, q)
+			add(&t.Effective, k, eff[k])
+		}
+	}
+	slices.Sort(t.Problems)
+	return t
+}
+
+// nodeAmounts reads one node's raw allocatable and computes its effective
+// allocatable from the oversell annotations.
+func nodeAmounts(ann map[string]string) (raw, eff corev1.ResourceList, err error) {
+	var rawS, ratioS map[string]string
+	if err := json.Unmarshal([]byte(ann[v1alpha1.OversellRawAllocatableKey]), &rawS); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", v1alpha1.OversellRawAllocatableKey, err)
+	}
+	if s := ann[v1alpha1.OversellRatiosKey]; s != "" {
+		if err := json.Unmarshal([]byte(s), &ratioS); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", v1alpha1.OversellRatiosKey, err)
+		}
+	}
+	raw, eff = corev1.ResourceList{}, corev1.ResourceList{}
+	for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
+		v, ok := rawS[res.String()]
+		if !ok {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("raw %s %q: %w", res, v, err)
+		}
+		// An absent ratio leaves the resource at raw (an unset Ratio).
+		var ratio oversell.Ratio
+		if rs := ratioS[res.String()]; rs != "" {
+			if ratio, err = oversell.ParseRatio(rs); err != nil {
+				return nil, nil, fmt.Errorf("ratio %s %q: %w", res, rs, err)
+			}
+		}
+		k := corev1.ResourceName(res.String())
+		raw[k], eff[k] = q, oversell.Amplify(res, q, nil, ratio)
+	}
+	return raw, eff, nil
 }
 
 // RestorePatch is the JSON merge patch of nodes/status that gives a node its

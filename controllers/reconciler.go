@@ -103,8 +103,8 @@ type Reconciler struct {
 	afterApply func(ctx context.Context, obj client.Object) (time.Duration, error)
 	mu         sync.Mutex
 	repairs    map[string][]time.Time // recent repair times by CR and object
-	// watchNodes re-reconciles every CR when a node's labels or
-	// oversell.hookwright.io/applied-by annotation change (NodeOversell).
+	// watchNodes re-reconciles every CR when a node's labels or oversell
+	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
 }
 
@@ -177,14 +177,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return r.allRequests(ctx)
 	}))
 	if r.watchNodes {
-		// Metadata only, and only label or applied-by changes: a kubelet
-		// heartbeat (every 10 s per node) must not reconcile anything.
+		// Metadata only, and only label or oversell annotation changes: a
+		// kubelet heartbeat (every 10 s per node) must not reconcile anything.
 		b = b.WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.allRequests(ctx)
 		}), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
-					e.ObjectOld.GetAnnotations()[v1alpha1.OversellAppliedByKey] != e.ObjectNew.GetAnnotations()[v1alpha1.OversellAppliedByKey]
+				if !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) {
+					return true
+				}
+				for _, k := range []string{v1alpha1.OversellAppliedByKey, v1alpha1.OversellRawAllocatableKey, v1alpha1.OversellRatiosKey} {
+					if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
+						return true
+					}
+				}
+				return false
 			},
 		}))
 	}
