@@ -112,10 +112,15 @@ func TestNodeOversellLifecycle(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
 			return false, err
 		}
-		return no.Status.NodesMatched == 1 && no.Status.NodesAmplified == 1 && no.Status.ResyncedGeneration == no.Generation, nil
+		eff := no.Status.EffectiveAllocatable[corev1.ResourceCPU]
+		return no.Status.NodesMatched == 1 && no.Status.NodesAmplified == 1 && no.Status.ResyncedGeneration == no.Generation &&
+			eff.Cmp(resource.MustParse("7600m")) == 0, nil
 	})
 	if err != nil {
 		t.Fatalf("%v: status %+v", err, no.Status)
+	}
+	if raw := no.Status.RawAllocatable[corev1.ResourceMemory]; raw.Cmp(resource.MustParse("7Gi")) != 0 {
+		t.Fatalf("raw memory total %s", raw.String())
 	}
 
 	// A ratio change reaches the node through the operator's nodes/status
