@@ -262,3 +262,25 @@ func TestAmplifiedTotals(t *testing.T) {
 		t.Fatalf("no amplified node: %+v", none)
 	}
 }
+
+func TestPodRequests(t *testing.T) {
+	req := func(cpu, mem string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	p := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Resources: req("500m", "1Gi")}, {Resources: req("250m", "256Mi")}},
+		InitContainers: []corev1.Container{
+			{Resources: req("2", "64Mi")},                             // before the sidecar: 2 cpu alone
+			{Resources: req("100m", "128Mi"), RestartPolicy: &always}, // native sidecar, runs throughout
+			{Resources: req("1", "4Gi")},                              // after it: 1.1 cpu, 4Gi+128Mi
+		},
+		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
+	}}
+	got := PodRequests(p)
+	// cpu: max(0.75+0.1, 2, 1.1) + 0.01 = 2.01; memory: max(1.25Gi+128Mi, 64Mi, 4Gi+128Mi) = 4224Mi.
+	if c, m := got[corev1.ResourceCPU], got[corev1.ResourceMemory]; c.Cmp(resource.MustParse("2010m")) != 0 || m.Cmp(resource.MustParse("4224Mi")) != 0 {
+		t.Fatalf("PodRequests = cpu %s memory %s", c.String(), m.String())
+	}
+}

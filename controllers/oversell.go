@@ -102,11 +102,14 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 		return 0, err
 	}
 	var matched int32
-	var touch []string
+	var touch, selected []string
+	annotations := map[string]map[string]string{}
 	for _, n := range nodes {
 		m := sel.Matches(labels.Set(n.Labels))
 		if m {
 			matched++
+			selected = append(selected, n.Name)
+			annotations[n.Name] = n.Annotations
 		}
 		if m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
 			touch = append(touch, n.Name)
@@ -132,6 +135,21 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	}
 	if !ready(v1alpha1.ConditionWebhookConfigured) || !ready(v1alpha1.ConditionServerAvailable) {
 		return 0, nil // the Deployment becoming available re-triggers us
+	}
+	// Before the new ratios apply: would any node end up with more
+	// requested than allocatable?
+	over, err := r.overcommitted(ctx, no, selected, annotations)
+	if err != nil {
+		return 0, err
+	}
+	op := OversellOperand(no)
+	if len(over) > 0 {
+		msg := fmt.Sprintf("generation %d: %d nodes have more requested than their new allocatable: %s", no.Generation, len(over), summarize(over, 10))
+		r.setCondition(op, ConditionOvercommitted, true, ReasonRequestsExceed, msg)
+		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventOvercommitted, "Resync", msg)
+	} else {
+		r.setCondition(op, ConditionOvercommitted, false, ReasonWithinAllocation,
+			fmt.Sprintf("generation %d: pod requests fit the new allocatable of every selected node", no.Generation))
 	}
 	slices.Sort(touch)
 	stamp := r.now().UTC().Format(time.RFC3339Nano)

@@ -158,6 +158,34 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	}
 	quiet(t, 20*time.Second)
 
+	// Lowering the ratio below what the node's pods request is reported.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "ov-node-0", Containers: []corev1.Container{{
+			Name: "app", Image: "nginx:1.23-alpine",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("9")}},
+		}}},
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{controllers.ConditionOvercommitted: metav1.ConditionTrue}, 10*time.Second)
+	oc := metaCond(no.Status.Conditions, controllers.ConditionOvercommitted)
+	if !strings.Contains(oc, "ov-node-0 (cpu requested 9 > allocatable 7600m)") {
+		t.Fatalf("Overcommitted message %q", oc)
+	}
+	t.Logf("ratio lowered under the requests: %s", oc)
+	if cpu, _, _ := allocOf(t, ctx, "ov-node-0"); cpu != "7600m" {
+		t.Fatalf("allocatable after lowering: %s", cpu)
+	}
+	if err := c.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
 	// Deletion: the finalizer restores the raw allocatable and removes the
 	// annotations before the CR goes; then everything owned is collected.
 	if err := c.Delete(ctx, no); err != nil {

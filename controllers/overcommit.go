@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/oversell"
+)
+
+// The overcommit check lists the pods bound to each selected node.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+
+// ConditionOvercommitted is True when, at the last new generation of a
+// NodeOversell, some selected node had more cpu or memory requested by its
+// pods than the allocatable the new ratios give it (e.g. after lowering a
+// ratio); the kubelet then rejects new pods there with OutOfcpu/OutOfmemory
+// as soon as it sees the real values.
+const ConditionOvercommitted = "Overcommitted"
+
+// Reasons of ConditionOvercommitted, and its Event.
+const (
+	ReasonRequestsExceed   = "RequestsExceedAllocatable"
+	ReasonWithinAllocation = "WithinAllocatable"
+	EventOvercommitted     = "Overcommitted"
+)
+
+// PodRequests is the cpu and memory a pod reserves on its node, as the
+// scheduler counts it (k8s.io/component-helpers/resource.PodRequests, KEP-753
+// for sidecars): the larger of (regular containers + restartable init
+// containers) and, for each regular init container, itself plus the
+// restartable init containers started before it; plus spec.overhead.
+func PodRequests(p *corev1.Pod) corev1.ResourceList {
+	sum := corev1.ResourceList{}
+	add := func(into corev1.ResourceList, l corev1.ResourceList) {
+		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := l[k]; ok {
+				v := into[k]
+				v.Add(q)
+				into[k] = v
+			}
+		}
+	}
+	maxInto := func(into corev1.ResourceList, l corev1.ResourceList) {
+		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := l[k]; ok {
+				if v := into[k]; q.Cmp(v) > 0 {
+					into[k] = q.DeepCopy()
+				}
+			}
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		add(sum, c.Resources.Requests)
+	}
+	sidecars := corev1.ResourceList{}
+	initMax := corev1.ResourceList{}
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(sidecars, c.Resources.Requests)
+			continue
+		}
+		step := corev1.ResourceList{}
+		add(step, sidecars)
+		add(step, c.Resources.Requests)
+		maxInto(initMax, step)
+	}
+	add(sum, sidecars)
+	maxInto(sum, initMax)
+	add(sum, p.Spec.Overhead)
+	return sum
+}
+
+// overcommitted checks every selected node that carries a recorded raw
+// allocatable against the new ratios of no: it returns one line per node
+// whose pods request more than raw × ratio, sorted.
+func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, nodes []string, annotations map[string]map[string]string) ([]string, error) {
+	var out []string
+	for _, name := range nodes {
+		raw, _, err := nodeAmounts(annotations[name])
+		if err != nil {
+			continue // not amplified yet: the kubelet's value is already real
+		}
+		var pods corev1.PodList
+		if err := r.APIReader.List(ctx, &pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
+			return nil, fmt.Errorf("list pods on %s: %w", name, err)
+		}
+		requested := corev1.ResourceList{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			for k, q := range PodRequests(p) {
+				v := requested[k]
+				v.Add(q)
+				requested[k] = v
+			}
+		}
+		for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
+			k := corev1.ResourceName(res.String())
+			q, ok := raw[k]
+			if !ok {
+				continue
+			}
+			ratio, _ := oversell.ParseRatio(string(ratioOf(no, res)))
+			alloc := oversell.Amplify(res, q, nil, ratio)
+			if req := requested[k]; req.Cmp(alloc) > 0 {
+				out = append(out, fmt.Sprintf("%s (%s requested %s > allocatable %s)", name, k, req.String(), alloc.String()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func ratioOf(no *v1alpha1.NodeOversell, res oversell.Resource) v1alpha1.Ratio {
+	if res == oversell.CPU {
+		return no.Spec.Ratios.CPU
+	}
+	return no.Spec.Ratios.Memory
+}
