@@ -72,9 +72,15 @@ elif [[ ${tools[0]} == all ]]; then
 	tools=("${ALL_TOOLS[@]}")
 fi
 
-# Ticker so a cold build (many CPU-minutes) never looks hung.
+# Ticker so a cold build (many CPU-minutes) never looks hung. It sleeps in
+# 1 s steps: a killed ticker leaves at most a 1 s sleep holding our stdout,
+# so `make tools | cat` ends at once.
 (
-	while sleep 60; do echo "tools: still building... ($(date +%H:%M:%S))"; done
+	n=0
+	while sleep 1; do
+		n=$((n + 1))
+		if ((n % 60 == 0)); then echo "tools: still building... ($(date +%H:%M:%S))"; fi
+	done
 ) &
 ticker=$!
 trap 'kill $ticker 2>/dev/null || true' EXIT
