@@ -62,18 +62,20 @@ const (
 
 // Condition reasons besides the certificate ones.
 const (
-	ReasonConfigured     = "Configured"
-	ReasonApplyFailed    = "ApplyFailed"
-	ReasonNoCertificate  = "NoCertificate"
-	ReasonAvailable      = "MinimumReplicasAvailable"
-	ReasonUnavailable    = "NoReplicasAvailable"
-	ReasonNoDeployment   = "DeploymentMissing"
-	ReasonReady          = "Ready"
-	ReasonNotReady       = "NotReady"
-	ReasonDeleting       = "Deleting"
-	ReasonConflicting    = "ConflictingWriter"
-	userSecretResyncTime = 5 * time.Minute
+	ReasonConfigured    = "Configured"
+	ReasonApplyFailed   = "ApplyFailed"
+	ReasonNoCertificate = "NoCertificate"
+	ReasonAvailable     = "MinimumReplicasAvailable"
+	ReasonUnavailable   = "NoReplicasAvailable"
+	ReasonNoDeployment  = "DeploymentMissing"
+	ReasonReady         = "Ready"
+	ReasonNotReady      = "NotReady"
+	ReasonConflicting   = "ConflictingWriter"
 )
+
+// userSecretResyncTime is how often a user-provided serving Secret (mode
+// Secret), which is not watched, is read again.
+const userSecretResyncTime = 5 * time.Minute
 
 // Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
 // into a ServiceAccount, RBAC, a Deployment, a PodDisruptionBudget, a
@@ -101,8 +103,9 @@ type Reconciler struct {
 	// afterApply runs after the owned objects are in place (NodeOversell:
 	// node status and resync); it may set status fields and conditions.
 	afterApply func(ctx context.Context, obj client.Object) (time.Duration, error)
-	mu         sync.Mutex
-	repairs    map[string][]time.Time // recent repair times by CR and object
+
+	mu      sync.Mutex
+	repairs map[string][]time.Time // recent repair times by CR and object
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
