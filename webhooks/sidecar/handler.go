@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,7 +102,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, FailNoConfig, ErrNoConfig.Error())
 		return
 	}
-	resp := h.Review(cfg, review.Request)
+	resp := h.ReviewContext(r.Context(), cfg, review.Request)
 	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
 	if err != nil {
 		fail(http.StatusBadRequest, FailInternal, "encoding response: "+err.Error())
@@ -113,7 +114,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Review answers one admission request with cfg. It never reads DryRun:
 // injection has no side effects, so dry-run requests get the same answer.
-func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
+func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return h.ReviewContext(context.Background(), cfg, req)
+}
+
+// ReviewContext is Review that stops rendering once ctx is done (the API
+// server closed the request after its webhook timeout) and denies with
+// reason Canceled; nobody reads that answer, it just frees the CPU.
+func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
 	injector := cfg.Name
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	log := h.Log.WithValues("namespace", req.Namespace, "uid", req.UID)
@@ -142,10 +150,12 @@ func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) (resp *
 		resp.Warnings = []string{fmt.Sprintf("%s: not injected: operation %s (only CREATE is handled)", injector, req.Operation)}
 		return resp
 	}
-	res, err := Inject(cfg, h.Params, Input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true})
+	res, err := Inject(cfg, h.Params, Input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true, Context: ctx})
 	var rerr *RenderError
 	var derr *DecodeError
 	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return deny(http.StatusGatewayTimeout, FailCanceled, fmt.Sprintf("%s: request abandoned: %v", injector, err))
 	case errors.As(err, &derr):
 		return deny(http.StatusBadRequest, FailDecode, fmt.Sprintf("%s: %v", injector, derr))
 	case errors.As(err, &rerr):

@@ -2,9 +2,12 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -297,5 +300,86 @@ func TestStoreKeepsLastGoodConfig(t *testing.T) {
 	}
 	if len(swapped) != 2 {
 		t.Errorf("OnChange calls %v", swapped)
+	}
+}
+
+// TestTemplatesAnnotationBounded: a huge templates annotation is parsed in
+// one pass; duplicates collapse (with a warning) and too many or invalid
+// names are a render failure, so failurePolicy decides (deny or admit
+// unpatched with a warning).
+func TestTemplatesAnnotationBounded(t *testing.T) {
+	podWith := func(v string) []byte {
+		b, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"name": "p", "annotations": map[string]string{v1alpha1.SidecarTemplatesKey: v}},
+			"spec":     map[string]any{"containers": []any{map[string]string{"name": "a", "image": "a"}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cfg := sampleConfig(t)
+	h := newTestHandler(t, cfg)
+
+	// 40,000 repetitions inject once, like "proxy".
+	resp := admit(t, h, podWith(strings.Repeat("proxy,", 40000)), "shop")
+	plain := admit(t, h, podWith("proxy"), "shop")
+	if !resp.Allowed || string(resp.Patch) != string(plain.Patch) {
+		t.Fatalf("repeated proxy: allowed %t, patch %d bytes, want the %d of a single proxy", resp.Allowed, len(resp.Patch), len(plain.Patch))
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "ignored 39999 duplicate name(s)") {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+	// Order of first occurrence is kept.
+	res, err := Inject(cfg, testParams, Input{Raw: podWith(" logging , proxy,logging,,proxy "), Namespace: "shop"})
+	if err != nil || !slices.Equal(res.Templates, []string{"logging", "proxy"}) {
+		t.Fatalf("templates %v, err %v", res.Templates, err)
+	}
+
+	var many []string
+	for i := range MaxTemplateNames + 1 {
+		many = append(many, fmt.Sprintf("t%d", i))
+	}
+	bad := []struct{ value, want string }{
+		{strings.Join(many, ","), "more than 32 distinct template names"},
+		{"proxy," + strings.Repeat("x", 40000), "invalid template name"},
+		{"proxy,Logging", `invalid template name "Logging"`},
+		{"proxy,{{.}}", "invalid template name"},
+	}
+	for _, fp := range []v1alpha1.FailurePolicy{v1alpha1.FailurePolicyFail, v1alpha1.FailurePolicyIgnore} {
+		cr := sampleCR(t)
+		cr.Spec.FailurePolicy = fp
+		cfg, err := Compile(cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newTestHandler(t, cfg)
+		for _, b := range bad {
+			resp := admit(t, h, podWith(b.value), "shop")
+			if fp == v1alpha1.FailurePolicyFail {
+				if resp.Allowed || !strings.Contains(resp.Result.Message, b.want) || len(resp.Result.Message) > 300 {
+					t.Errorf("Fail %.40q: %+v", b.value, resp)
+				}
+				continue
+			}
+			if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], b.want) {
+				t.Errorf("Ignore %.40q: %+v", b.value, resp)
+			}
+		}
+	}
+}
+
+// TestReviewCanceled: a request the API server abandoned renders nothing.
+func TestReviewCanceled(t *testing.T) {
+	h := newTestHandler(t, sampleConfig(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(reviewFor(t, []byte(`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"a","image":"a"}]}}`), "shop", false), &review); err != nil {
+		t.Fatal(err)
+	}
+	resp := h.ReviewContext(ctx, h.Store.Load(), review.Request)
+	if resp.Allowed || resp.Result == nil || resp.Result.Reason != FailCanceled || len(resp.Patch) != 0 {
+		t.Fatalf("%+v", resp)
 	}
 }

@@ -9,6 +9,7 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
@@ -50,6 +52,39 @@ type Input struct {
 	NamespaceLabels map[string]string
 	// WantPatch asks for Result.Patch, WantJSON for Result.JSON.
 	WantPatch, WantJSON bool
+	// Context, when set, is checked before each template is rendered: the
+	// webhook stops work the API server has given up on (its timeout).
+	Context context.Context
+}
+
+// MaxTemplateNames caps the distinct names in the templates annotation; it
+// equals the API's limit on spec.templates, so a longer list cannot be valid.
+const MaxTemplateNames = 32
+
+// ParseTemplateNames parses a sidecar.hookwright.io/templates value: names
+// separated by commas, blanks trimmed, empty entries skipped, duplicates
+// dropped (first occurrence keeps its place; dups counts them). Each name
+// must be a DNS-1123 label (what spec.templates[].name allows), and at most
+// MaxTemplateNames distinct names are accepted. The scan stops at the first
+// error, so a huge value costs one pass at most.
+func ParseTemplateNames(v string) (names []string, dups int, err error) {
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if slices.Contains(names, n) {
+			dups++
+			continue
+		}
+		if len(validation.IsDNS1123Label(n)) > 0 {
+			return nil, 0, fmt.Errorf("annotation %s: invalid template name %q: want lowercase letters, digits and '-', at most 63 characters", v1alpha1.SidecarTemplatesKey, short(n, 63))
+		}
+		if len(names) == MaxTemplateNames {
+			return nil, 0, fmt.Errorf("annotation %s: more than %d distinct template names", v1alpha1.SidecarTemplatesKey, MaxTemplateNames)
+		}
+		names = append(names, n)
+	}
+	return names, dups, nil
 }
 
 // Result of Inject. JSON and Patch are nil when the pod is not injected.
@@ -112,6 +147,9 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //   - any other spec field is strategic-merged with the template winning,
 //     as Istio does (k8s.io/apimachinery/pkg/util/strategicpatch).
 //
+// The templates annotation is read by ParseTemplateNames; a bad list is a
+// *RenderError like an unknown name, so failurePolicy applies.
+//
 // Nothing the pod already has is removed or reordered. The status annotation
 // records what was added. Only the parts of the pod that are read or changed
 // are decoded: a pod's own containers are copied as raw JSON, so cost grows
@@ -147,11 +185,12 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	}
 	names := cfg.DefaultTemplates
 	if v, ok := pod.Annotations[v1alpha1.SidecarTemplatesKey]; ok {
-		names = nil
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
+		var dups int
+		if names, dups, err = ParseTemplateNames(v); err != nil {
+			return nil, &RenderError{Err: err}
+		}
+		if dups > 0 {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("ignored %d duplicate name(s) in annotation %s", dups, v1alpha1.SidecarTemplatesKey))
 		}
 	}
 	if len(names) == 0 {
@@ -178,6 +217,11 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	}
 	m := merger{native: res.Native}
 	for _, t := range tmpls {
+		if in.Context != nil {
+			if err := in.Context.Err(); err != nil {
+				return nil, err
+			}
+		}
 		j, err := cfg.renderOne(t, data)
 		if err != nil {
 			return nil, err

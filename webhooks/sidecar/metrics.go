@@ -47,15 +47,17 @@ var (
 
 // Failure reasons of the handler.
 const (
-	FailBadMethod      = "BadMethod"
-	FailContentType    = "ContentType"
-	FailTooLarge       = "TooLarge"
-	FailBadReview      = "BadAdmissionReview"
-	FailWrongResource  = "WrongResource"
-	FailDecode         = "PodDecode"
-	FailRender         = "Render"
-	FailNoConfig       = "NoConfig"
-	FailInternal       = "Internal"
+	FailBadMethod     = "BadMethod"
+	FailContentType   = "ContentType"
+	FailTooLarge      = "TooLarge"
+	FailBadReview     = "BadAdmissionReview"
+	FailWrongResource = "WrongResource"
+	FailDecode        = "PodDecode"
+	FailRender        = "Render"
+	FailNoConfig      = "NoConfig"
+	FailInternal      = "Internal"
+	// FailCanceled: the request context ended (API server timeout) mid-render.
+	FailCanceled       = "Canceled"
 	outcomeInjected    = "Injected"
 	outcomeSkipped     = "Skipped"
 	outcomeFailed      = "Failed"

@@ -33,11 +33,19 @@ type TemplateData struct {
 // RenderError is a template that failed to execute or rendered something
 // that is not a partial pod.
 type RenderError struct {
+	// Template is the template's name, empty when the error is about the
+	// selection of templates rather than one of them.
 	Template string
 	Err      error
 }
 
-func (e *RenderError) Error() string { return fmt.Sprintf("template %q: %v", e.Template, e.Err) }
+func (e *RenderError) Error() string {
+	if e.Template == "" {
+		// Not about one template (e.g. a malformed templates annotation).
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("template %q: %v", e.Template, e.Err)
+}
 func (e *RenderError) Unwrap() error { return e.Err }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
