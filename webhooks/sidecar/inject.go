@@ -135,7 +135,11 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //     across templates (strategic merge, later template wins); if the pod
 //     already has a container (in either list) with that name, the pod's
 //     fields win (strategic merge of the pod's container over the
-//     template's) and it stays where the pod put it;
+//     template's) and it stays where the pod put it; a sidecar the pod
+//     declares as an init container keeps restartPolicy Always with native
+//     sidecars unless the pod set its own, and an init container left
+//     without Always gets none of the template's probes or lifecycle (the
+//     API server forbids them there), with a warning;
 //   - with native sidecars (KEP-753), rendered spec.containers become
 //     initContainers with restartPolicy Always, and injected init containers
 //     go ahead of the pod's own init containers; without, injected init
@@ -241,6 +245,7 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 		}
 		return nil, &RenderError{Template: strings.Join(names, ","), Err: err}
 	}
+	res.Warnings = append(res.Warnings, m.warnings...)
 	sj, _ := json.Marshal(st)
 	childMap(d.meta, "annotations")[v1alpha1.SidecarStatusKey] = string(sj)
 	res.Status = st
@@ -327,6 +332,8 @@ type merger struct {
 	annotations map[string]any
 	// rest are the spec patches without the four lists above, in template order.
 	rest []map[string]any
+	// warnings from apply: template fields left out to keep the pod valid.
+	warnings []string
 }
 
 func (m *merger) add(p *preparedPart) error {
@@ -421,21 +428,25 @@ func (m *merger) apply(d *podDoc, st *Status) error {
 	st.Containers, st.InitContainers = []string{}, []string{}
 	for _, e := range m.containers {
 		// The pod's own container of that name wins, field by field, and stays put.
+		nativeSidecar := m.native && !e.init
 		if i := slices.Index(containers.names, e.name); i >= 0 {
-			if err := containers.overlay(i, e); err != nil {
+			if _, err := containers.overlay(i, e, nativeSidecar); err != nil {
 				return fmt.Errorf("container %q: %w", e.name, err)
 			}
 			st.Containers = append(st.Containers, e.name)
 			continue
 		}
 		if i := slices.Index(inits.names, e.name); i >= 0 {
-			if err := inits.overlay(i, e); err != nil {
+			dropped, err := inits.overlay(i, e, nativeSidecar)
+			if err != nil {
 				return fmt.Errorf("init container %q: %w", e.name, err)
+			}
+			if len(dropped) > 0 {
+				m.warnings = append(m.warnings, fmt.Sprintf("init container %q is not a native sidecar (restartPolicy Always): the template's %s not applied", e.name, strings.Join(dropped, ", ")))
 			}
 			st.InitContainers = append(st.InitContainers, e.name)
 			continue
 		}
-		nativeSidecar := m.native && !e.init
 		b, err := e.json(nativeSidecar)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -196,5 +197,88 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	wg.Wait()
 	if h.Store.Load().Generation != 29 {
 		t.Errorf("serving %d", h.Store.Load().Generation)
+	}
+}
+
+// TestInitContainerOverride: a pod that declares the sidecar as its own init
+// container gets a pod the API server accepts: with native sidecars the
+// merged container stays restartPolicy Always (so the template's probes are
+// legal); when it is not Always (sidecars not native, or the pod chose
+// another restartPolicy) the template's probes and lifecycle are left out
+// with a warning.
+func TestInitContainerOverride(t *testing.T) {
+	cfg := sampleConfig(t)
+	cases := []struct {
+		name, native, podRP string
+		wantRP              any
+		wantProbes          bool
+	}{
+		{"native", "true", "", "Always", true},
+		{"native, pod sets OnFailure", "true", `,"restartPolicy":"OnFailure"`, "OnFailure", false},
+		{"not native", "false", "", nil, false},
+		{"not native, pod sets Always", "false", `,"restartPolicy":"Always"`, "Always", true},
+	}
+	for _, c := range cases {
+		pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/native-sidecar":"` + c.native + `"}},` +
+			`"spec":{"initContainers":[{"name":"proxy","image":"x"` + c.podRP + `}],"containers":[{"name":"a","image":"a"}]}}`
+		res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var out struct {
+			Spec struct {
+				InitContainers []map[string]any `json:"initContainers"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(res.JSON, &out); err != nil {
+			t.Fatal(err)
+		}
+		var proxy map[string]any
+		for _, ic := range out.Spec.InitContainers {
+			if ic["name"] == "proxy" {
+				proxy = ic
+			}
+		}
+		if proxy == nil || proxy["image"] != "x" || proxy["restartPolicy"] != c.wantRP {
+			t.Errorf("%s: proxy %v, want image x and restartPolicy %v", c.name, proxy, c.wantRP)
+			continue
+		}
+		_, hasReady := proxy["readinessProbe"]
+		if hasReady != c.wantProbes {
+			t.Errorf("%s: readinessProbe present %t, want %t", c.name, hasReady, c.wantProbes)
+		}
+		if _, hasStartup := proxy["startupProbe"]; hasStartup && !c.wantProbes {
+			t.Errorf("%s: startupProbe kept on a non-sidecar init container", c.name)
+		}
+		warned := slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, `init container "proxy" is not a native sidecar`) })
+		if warned == c.wantProbes {
+			t.Errorf("%s: warnings %q", c.name, res.Warnings)
+		}
+	}
+	// A pod's own probe on such an init container is the pod's choice: kept.
+	pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/native-sidecar":"false"}},"spec":{"initContainers":[{"name":"proxy","image":"x","readinessProbe":{"exec":{"command":["true"]}}}],"containers":[{"name":"a","image":"a"}]}}`
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+	if err != nil || !strings.Contains(string(res.JSON), `"readinessProbe":{"exec"`) {
+		t.Fatalf("pod probe lost: %v %s", err, res.JSON)
+	}
+}
+
+// TestContainerOverrideNoRestartPolicy: a template native init sidecar
+// overridden by a regular pod container does not put restartPolicy on it.
+func TestContainerOverrideNoRestartPolicy(t *testing.T) {
+	cr := sampleCR(t)
+	cr.Spec.Templates = append(cr.Spec.Templates, v1alpha1.NamedTemplate{Name: "agent",
+		Template: "spec:\n  initContainers:\n  - name: agent\n    image: agent\n    restartPolicy: Always\n"})
+	cfg, err := Compile(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/templates":"agent"}},"spec":{"containers":[{"name":"agent","image":"mine"}]}}`
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.JSON), "restartPolicy") || !strings.Contains(string(res.JSON), `"image":"mine"`) {
+		t.Fatalf("%s", res.JSON)
 	}
 }

@@ -119,29 +119,63 @@ func (d *podDoc) list(key string) (*rawList, error) {
 	return l, nil
 }
 
-// overlay merges the pod's element i over the template's e (pod wins).
-func (l *rawList) overlay(i int, e *injected) error {
+// initOnlyWithAlways are container fields the API server forbids on an init
+// container unless its restartPolicy is Always (a native sidecar).
+var initOnlyWithAlways = []string{"lifecycle", "livenessProbe", "readinessProbe", "startupProbe"}
+
+// overlay merges the pod's element i of a container list over the
+// template's e (pod wins). nativeSidecar: e is to be a native sidecar, so
+// over a pod init container the result keeps restartPolicy Always unless the
+// pod set its own. The result is kept valid for its list: an init container
+// that ends up without restartPolicy Always loses the template's probes and
+// lifecycle (dropped names are returned, for a warning), and a regular
+// container never takes restartPolicy from the template.
+func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []string, err error) {
 	tm, err := e.mapped()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pm, err := decodeMap(l.orig[i])
 	if err != nil {
-		return &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
+		return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
 	}
-	merged, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(tm, pm, containerSchema)
+	base := make(map[string]any, len(tm)+1)
+	for k, v := range tm {
+		base[k] = v
+	}
+	_, podSetRP := pm["restartPolicy"]
+	if l.key == "initContainers" {
+		if nativeSidecar {
+			base["restartPolicy"] = string(corev1.ContainerRestartPolicyAlways)
+		}
+		rp := base["restartPolicy"]
+		if podSetRP {
+			rp = pm["restartPolicy"]
+		}
+		if rp != string(corev1.ContainerRestartPolicyAlways) {
+			for _, k := range initOnlyWithAlways {
+				if _, fromPod := pm[k]; !fromPod && base[k] != nil {
+					delete(base, k)
+					dropped = append(dropped, k)
+				}
+			}
+		}
+	} else if !podSetRP {
+		delete(base, "restartPolicy")
+	}
+	merged, err := strategicpatch.StrategicMergeMapPatchUsingLookupPatchMeta(base, pm, containerSchema)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, err := json.Marshal(merged)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if l.replaced == nil {
 		l.replaced = map[int]json.RawMessage{}
 	}
 	l.replaced[i] = b
-	return nil
+	return dropped, nil
 }
 
 func (l *rawList) changed() bool { return len(l.front)+len(l.back)+len(l.replaced) > 0 }
