@@ -71,7 +71,13 @@ const (
 	ReasonReady         = "Ready"
 	ReasonNotReady      = "NotReady"
 	ReasonConflicting   = "ConflictingWriter"
+	ReasonPaused        = "ReconcilePaused"
 )
+
+// PauseReconcileAnnotation set to "true" on a CR stops the operator from
+// changing anything it owns until the annotation is removed, like the pause
+// predicate of operator-framework/operator-lib.
+const PauseReconcileAnnotation = "admission.hookwright.io/pause-reconcile"
 
 // userSecretResyncTime is how often a user-provided serving Secret (mode
 // Secret), which is not watched, is read again.
@@ -252,6 +258,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 
 	orig := obj.DeepCopyObject().(client.Object)
 	op := r.operand(obj)
+	if obj.GetAnnotations()[PauseReconcileAnnotation] == "true" {
+		// Hands off: owned objects are neither repaired nor pruned, so an
+		// administrator can edit them (deletion still runs the finalizer).
+		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonPaused,
+			"reconciliation paused by the "+PauseReconcileAnnotation+" annotation; owned objects are not repaired")
+		return ctrl.Result{}, r.writeStatus(ctx, orig, obj)
+	}
 	result, rerr := r.reconcileOperand(ctx, op)
 	if rerr == nil && r.afterApply != nil {
 		var after time.Duration

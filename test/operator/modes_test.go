@@ -326,3 +326,50 @@ func TestConflictingWriterBackoff(t *testing.T) {
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 10*time.Second)
 	deleteAndWait(t, ctx, si, o)
 }
+
+// The pause-reconcile annotation stops repairs until it is removed.
+func TestPauseReconcile(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	c := env.Client
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "paused"}}
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
+	o := ownedKeys(controllers.SidecarKind.BaseName(si.Name), operatorNS)
+	o.fetch(t, ctx, "SidecarInjector", si.UID)
+	want := string(o.MWC.Webhooks[0].ClientConfig.CABundle)
+
+	if err := update(ctx, si, func() { si.Annotations = map[string]string{controllers.PauseReconcileAnnotation: "true"} }); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionFalse}, 10*time.Second)
+	if r := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionReady).Reason; r != controllers.ReasonPaused {
+		t.Fatalf("Ready reason %s", r)
+	}
+	m := o.MWC.DeepCopy()
+	if err := update(ctx, m, func() { m.Webhooks[0].ClientConfig.CABundle = nil }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Webhooks[0].ClientConfig.CABundle) != 0 {
+		t.Fatal("caBundle repaired while paused")
+	}
+
+	if err := update(ctx, si, func() { delete(si.Annotations, controllers.PauseReconcileAnnotation) }); err != nil {
+		t.Fatal(err)
+	}
+	d := timeUntil(t, ctx, "caBundle repaired after unpausing", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+			return false, err
+		}
+		return string(m.Webhooks[0].ClientConfig.CABundle) == want, nil
+	})
+	t.Logf("repaired %s after the pause annotation was removed", d.Round(time.Millisecond))
+	deleteAndWait(t, ctx, si, o)
+}
