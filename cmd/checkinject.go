@@ -16,9 +16,11 @@ func init() {
 	subcommands = append(subcommands, newCheckInjectCommand)
 }
 
-func newCheckInjectCommand() *cobra.Command {
+func newCheckInjectCommand() *cobra.Command { return checkInjectCommand(&injectorSource{}) }
+
+// checkInjectCommand reads SidecarInjectors through src (tests preset its client).
+func checkInjectCommand(src *injectorSource) *cobra.Command {
 	var (
-		src       injectorSource
 		file, ns  string
 		nsFlagSet bool
 	)
@@ -31,7 +33,9 @@ the exact deciding rule: system or operator namespace, namespaceSelector,
 objectSelector, hostNetwork, the inject label or annotation (and ignored
 values), never/alwaysInjectSelector, policy. It also points out inject keys
 placed on a workload's own metadata instead of its pod template. Without
---injector or --config every SidecarInjector in the cluster is checked.`,
+--injector or --config every SidecarInjector in the cluster is checked; one
+that does not compile gets an error line, the others are still checked, and
+the command then exits non-zero (the check is incomplete).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nsFlagSet = cmd.Flags().Changed("namespace")
@@ -40,9 +44,13 @@ placed on a workload's own metadata instead of its pod template. Without
 			}
 			src.all = true
 			ctx := cmd.Context()
-			cfgs, params, err := src.load(ctx)
+			cfgs, broken, params, err := src.load(ctx)
 			if err != nil {
 				return err
+			}
+			// A broken injector must not hide the verdicts of the others.
+			for _, b := range broken {
+				fmt.Fprintf(cmd.OutOrStdout(), "%v (not checked: it does not compile; its servers keep their last good version)\n", b)
 			}
 			var sites []sidecar.PodSite
 			if file != "" {
@@ -104,7 +112,15 @@ placed on a workload's own metadata instead of its pod template. Without
 				labels[name] = l
 				return l
 			}
-			return sidecar.CheckPods(cmd.OutOrStdout(), cfgs, params, sites, nsLabels)
+			if len(cfgs) > 0 {
+				if err := sidecar.CheckPods(cmd.OutOrStdout(), cfgs, params, sites, nsLabels); err != nil {
+					return err
+				}
+			}
+			if len(broken) > 0 {
+				return fmt.Errorf("%d of %d SidecarInjectors not checked: they do not compile", len(broken), len(broken)+len(cfgs))
+			}
+			return nil
 		},
 	}
 	fs := cmd.Flags()

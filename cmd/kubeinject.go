@@ -72,17 +72,21 @@ func (s *injectorSource) clusterClient() (client.Client, error) {
 	return s.client, nil
 }
 
-// load returns the compiled configs and the engine parameters.
-func (s *injectorSource) load(ctx context.Context) ([]*sidecar.Config, sidecar.Params, error) {
+// load returns the compiled configs and the engine parameters. When every
+// SidecarInjector of the cluster is read (check-inject without --injector),
+// one that does not compile is returned in broken (its error names it) and
+// the others still load; a single named or file config that does not
+// compile is an error.
+func (s *injectorSource) load(ctx context.Context) (cfgs []*sidecar.Config, broken []error, p sidecar.Params, err error) {
 	var crs []*v1alpha1.SidecarInjector
 	if s.configFile != "" {
 		b, err := readInput(s.configFile)
 		if err != nil {
-			return nil, sidecar.Params{}, err
+			return nil, nil, sidecar.Params{}, err
 		}
 		cr, err := sidecar.DecodeSidecarInjector(b)
 		if err != nil {
-			return nil, sidecar.Params{}, fmt.Errorf("%s: %w", s.configFile, err)
+			return nil, nil, sidecar.Params{}, fmt.Errorf("%s: %w", s.configFile, err)
 		}
 		crs = append(crs, cr)
 		if s.kubeVersion == "" {
@@ -91,36 +95,41 @@ func (s *injectorSource) load(ctx context.Context) ([]*sidecar.Config, sidecar.P
 	} else {
 		c, err := s.clusterClient()
 		if err != nil {
-			return nil, sidecar.Params{}, err
+			return nil, nil, sidecar.Params{}, err
 		}
 		if s.all && s.injector == "" {
 			var list v1alpha1.SidecarInjectorList
 			if err := c.List(ctx, &list); err != nil {
-				return nil, sidecar.Params{}, err
+				return nil, nil, sidecar.Params{}, err
 			}
 			for i := range list.Items {
 				crs = append(crs, &list.Items[i])
 			}
 			if len(crs) == 0 {
-				return nil, sidecar.Params{}, fmt.Errorf("no SidecarInjector in the cluster")
+				return nil, nil, sidecar.Params{}, fmt.Errorf("no SidecarInjector in the cluster")
 			}
 		} else {
 			cr := &v1alpha1.SidecarInjector{}
 			if err := c.Get(ctx, client.ObjectKey{Name: s.injector}, cr); err != nil {
-				return nil, sidecar.Params{}, fmt.Errorf("SidecarInjector %s: %w", s.injector, err)
+				return nil, nil, sidecar.Params{}, fmt.Errorf("SidecarInjector %s: %w", s.injector, err)
 			}
 			crs = append(crs, cr)
 		}
 	}
-	cfgs := make([]*sidecar.Config, 0, len(crs))
+	listed := s.all && s.injector == "" && s.configFile == ""
 	for _, cr := range crs {
 		cfg, err := sidecar.Compile(cr)
 		if err != nil {
-			return nil, sidecar.Params{}, fmt.Errorf("SidecarInjector %s: %w", cr.Name, err)
+			err = fmt.Errorf("SidecarInjector %s: %w", cr.Name, err)
+			if !listed {
+				return nil, nil, sidecar.Params{}, err
+			}
+			broken = append(broken, err)
+			continue
 		}
 		cfgs = append(cfgs, cfg)
 	}
-	return cfgs, sidecar.Params{OperatorNamespace: s.operatorNamespace, ServerVersion: s.kubeVersion}, nil
+	return cfgs, broken, sidecar.Params{OperatorNamespace: s.operatorNamespace, ServerVersion: s.kubeVersion}, nil
 }
 
 func readInput(name string) ([]byte, error) {
@@ -149,7 +158,7 @@ The SidecarInjector comes from the cluster (--injector) or a file (--config).`,
 			if file == "" {
 				return fmt.Errorf("-f FILE (or - for stdin) is required")
 			}
-			cfgs, params, err := src.load(cmd.Context())
+			cfgs, _, params, err := src.load(cmd.Context())
 			if err != nil {
 				return err
 			}
