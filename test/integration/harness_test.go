@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,9 +46,7 @@ func TestMain(m *testing.M) {
 	for _, f := range atExit {
 		f()
 	}
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	cluster.RemoveHookwrightBinary()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
 		code = 1
