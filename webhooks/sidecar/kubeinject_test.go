@@ -182,3 +182,47 @@ func TestTemplateReadingSpec(t *testing.T) {
 		t.Errorf("annotation %q", got.Metadata.Annotations["example.com/ports"])
 	}
 }
+
+// TestKubeInjectMatchesWebhookForWorkloads: the sample's containers for a
+// Deployment's pod template (no name, no app label) are the same whether
+// kube-inject renders them (no generateName yet, namespace assumed) or the
+// webhook does for the ReplicaSet's pod (generateName, real namespace).
+func TestKubeInjectMatchesWebhookForWorkloads(t *testing.T) {
+	cfg := sampleConfig(t)
+	deploy := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"selector":{"matchLabels":{"tier":"web"}},` +
+		`"template":{"metadata":{"labels":{"tier":"web"},"annotations":{"sidecar.hookwright.io/templates":"proxy,logging"}},"spec":{"containers":[{"name":"web","image":"nginx"}]}}}}`
+	var out bytes.Buffer
+	if err := InjectStream(cfg, testParams, strings.NewReader(deploy), &out, "default", func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec json.RawMessage `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	pod := `{"metadata":{"generateName":"web-7d9f8b6c5-","namespace":"prod","labels":{"tier":"web","pod-template-hash":"7d9f8b6c5"},` +
+		`"annotations":{"sidecar.hookwright.io/templates":"proxy,logging"}},"spec":{"containers":[{"name":"web","image":"nginx"}]}}`
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "prod", WantJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(res.JSON, &p); err != nil {
+		t.Fatal(err)
+	}
+	if !jsonEqual(t, d.Spec.Template.Spec, p.Spec) {
+		t.Errorf("kube-inject and webhook differ:\n%s\n%s", d.Spec.Template.Spec, p.Spec)
+	}
+	for _, leak := range []string{"prod", "default", "web-7d9f8b6c5"} {
+		if strings.Contains(string(p.Spec), leak) {
+			t.Errorf("spec depends on the pod's name or namespace (%q): %s", leak, p.Spec)
+		}
+	}
+}
