@@ -116,7 +116,7 @@ const (
 	ReasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
 	ReasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
 	ReasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
-	ReasonRawUnknown      Reason = "raw-unknown"      // other writer, node amplified, raw annotation missing or corrupt
+	ReasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
 	ReasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
 )
 
@@ -193,8 +193,7 @@ func hasEngineAnnotations(ann map[string]string) bool {
 // rawOK false for the affected resources; a corrupt ratio leaves it unset.
 func readStored(ann map[string]string) stored {
 	var s stored
-	s.present = hasEngineAnnotations(ann)
-	if !s.present {
+	if !hasEngineAnnotations(ann) {
 		return s
 	}
 	var raw resourceJSON
@@ -205,6 +204,7 @@ func readStored(ann map[string]string) stored {
 			}
 		}
 	}
+	s.present = true
 	var ratios resourceJSON
 	if v, ok := ann[v1alpha1.OversellRatiosKey]; ok && json.Unmarshal([]byte(v), &ratios) == nil {
 		for r := Resource(0); r < numResources; r++ {
@@ -214,6 +214,27 @@ func readStored(ann map[string]string) stored {
 		}
 	}
 	return s
+}
+
+// capacityOf returns the node's parsed capacity for r, nil when absent or
+// invalid.
+func capacityOf(caps map[string]string, r Resource) *resource.Quantity {
+	if q, ok := optQuantity(caps, resourceNames[r]); ok {
+		return &q
+	}
+	return nil
+}
+
+// plausibleRaw reports whether raw can be the real allocatable of r on a
+// node with this capacity: at most capacity and, unless capacity is zero,
+// not zero (negatives never parse). Without a capacity nothing bounds it.
+// Only such a value may be taken as raw from anyone but a reporting writer:
+// whoever can annotate a node could otherwise publish any allocatable.
+func plausibleRaw(raw resource.Quantity, capacity *resource.Quantity) bool {
+	if capacity == nil || raw.Cmp(*capacity) > 0 {
+		return false
+	}
+	return raw.Sign() > 0 || capacity.Sign() == 0
 }
 
 // optQuantity parses m[key]; ok is false when absent or invalid.
@@ -230,7 +251,8 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 // write. It never compounds: the published value is always raw × ratio,
 // where raw comes from the writer only if it reports real values (the node's
 // kubelet or a trusted reporter) and otherwise from the raw-allocatable
-// annotation recorded on the stored object.
+// annotation recorded on the stored object, and only if plausible for the
+// node's capacity (see plausibleRaw); it is never above capacity × ratio.
 //
 // The one exception for reporting writers: when the published value is
 // unchanged by the write and equals the amplification of the recorded raw,
@@ -246,11 +268,20 @@ func Decide(in Input) Decision {
 	// the written ones used: a full write from an old copy may bring back an
 	// amplified value together with its bookkeeping, and adopting that value
 	// as raw would compound. Injecting them grants nothing adoption does not.
-	recorded := in.Object.Annotations
-	if in.Old != nil && hasEngineAnnotations(in.Old.Annotations) {
-		recorded = in.Old.Annotations
+	var st stored
+	if in.Old != nil {
+		st = readStored(in.Old.Annotations)
 	}
-	st := readStored(recorded)
+	if !st.present {
+		st = readStored(in.Object.Annotations)
+	}
+	var caps [numResources]*resource.Quantity
+	for r := Resource(0); r < numResources; r++ {
+		caps[r] = capacityOf(obj.Capacity, r)
+		if st.rawOK[r] && !plausibleRaw(st.raw[r], caps[r]) {
+			st.rawOK[r] = false
+		}
+	}
 
 	var incoming [numResources]resource.Quantity
 	for r := Resource(0); r < numResources; r++ {
@@ -292,7 +323,7 @@ func Decide(in Input) Decision {
 		case st.rawOK[r]:
 			d.Raw[r] = st.raw[r]
 			d.Reason = ReasonAnnotation
-		case !st.present:
+		case !st.present && plausibleRaw(incoming[r], caps[r]):
 			d.Raw[r] = incoming[r]
 			d.Reason = ReasonAdopted
 		default:
@@ -307,7 +338,9 @@ func Decide(in Input) Decision {
 		}
 		d.Apply, d.Restore, d.Reason = true, true, ReasonDeselected
 		for r := Resource(0); r < numResources; r++ {
-			d.Effective[r] = d.Raw[r]
+			if d.Present[r] {
+				d.Effective[r] = Amplify(r, d.Raw[r], caps[r], Ratio{})
+			}
 		}
 		return d
 	}
@@ -318,12 +351,7 @@ func Decide(in Input) Decision {
 			continue
 		}
 		ratio := in.Policy.Ratios[r]
-		capacity, capOK := optQuantity(obj.Capacity, resourceNames[r])
-		var capPtr *resource.Quantity
-		if capOK {
-			capPtr = &capacity
-		}
-		d.Effective[r] = Amplify(r, d.Raw[r], capPtr, ratio)
+		d.Effective[r] = Amplify(r, d.Raw[r], caps[r], ratio)
 		d.Ratio[r] = ratio
 		rawJSON.set(r, d.Raw[r].String())
 		if ratio.IsSet() {
@@ -347,12 +375,7 @@ func staleReport(in Input, st stored, r Resource, incoming resource.Quantity) bo
 	if !ok || old.Cmp(incoming) != 0 {
 		return false
 	}
-	capacity, capOK := optQuantity(in.Old.Capacity, resourceNames[r])
-	var capPtr *resource.Quantity
-	if capOK {
-		capPtr = &capacity
-	}
-	published := Amplify(r, st.raw[r], capPtr, st.ratio[r])
+	published := Amplify(r, st.raw[r], capacityOf(in.Old.Capacity, r), st.ratio[r])
 	return published.Cmp(old) == 0 && published.Cmp(st.raw[r]) != 0
 }
 

@@ -236,6 +236,74 @@ func TestDecide(t *testing.T) {
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
+			name: "recorded raw above capacity × ratio, another writer: not trusted (no 1e30 published)",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw above capacity but within capacity × ratio, another writer: not trusted",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"5","memory":"15Gi"}`))), Policy: pool},
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw zero under a non-zero capacity, another writer: not trusted",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"0"}`))), Policy: pool},
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw negative, another writer: not trusted",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"-1","memory":"15Gi"}`))), Policy: pool},
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw without a capacity to bound it, another writer: not trusted",
+			in: func() Input {
+				n := node("7600m", "23040Mi", amplifiedAnn())
+				delete(n.Capacity, "memory")
+				return Input{Writer: WriterOther, Object: n, Old: &n, Policy: pool}
+			}(),
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw equal to capacity is plausible",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"4","memory":"16Gi"}`))), Policy: pool},
+			want: want{apply: true, reason: ReasonAnnotation, cpu: "8", mem: "24Gi",
+				raw: `{"cpu":"4","memory":"16Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
+		},
+		{
+			name: "recorded raw above capacity, deselected, another writer: not restored",
+			in: Input{Writer: WriterOther, Object: amplified,
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)))},
+			want: want{reason: ReasonRawUnknown},
+		},
+		{
+			name: "recorded raw above capacity, kubelet write replaces it",
+			in: Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)),
+				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
+			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
+		},
+		{
+			name: "another writer's value above capacity on a never amplified node is not adopted",
+			in:   Input{Writer: WriterOther, Object: node("3800m", "1e30", nil), Old: &plain, Policy: pool},
+			want: want{reason: ReasonRawUnknown, untrusted: true},
+		},
+		{
+			name: "another writer's zero value on a never amplified node is not adopted",
+			in:   Input{Writer: WriterOther, Object: node("0", "15Gi", nil), Old: &plain, Policy: pool},
+			want: want{reason: ReasonRawUnknown, untrusted: true},
+		},
+		{
+			name: "deselected: kubelet value above capacity restored as capacity",
+			in:   Input{Writer: WriterKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
+			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "4", mem: "15Gi"},
+		},
+		{
 			name: "invalid incoming quantity: no decision",
 			in:   Input{Writer: WriterKubelet, Object: node("many", "15Gi", nil), Old: &plain, Policy: pool},
 			want: want{reason: ReasonInvalidQuantity},
@@ -344,6 +412,7 @@ func TestParseRatio(t *testing.T) {
 
 func TestAmplifyBounds(t *testing.T) {
 	cap4 := resource.MustParse("4")
+	cap1n := resource.MustParse("1n")
 	for _, c := range []struct {
 		raw   string
 		cap   *resource.Quantity
@@ -352,12 +421,20 @@ func TestAmplifyBounds(t *testing.T) {
 	}{
 		{"3800m", &cap4, "2", "7600m"},
 		{"3800m", &cap4, "10", "38"},
-		{"5", &cap4, "2", "8"},   // raw above capacity: capped at capacity × ratio
-		{"9", &cap4, "1.5", "9"}, // cap below raw: never below raw
-		{"1n", nil, "1.5", "1n"}, // rounds to 0m: never below raw
+		{"5", &cap4, "2", "8"},      // raw above capacity: capped at capacity × ratio
+		{"9", &cap4, "1.5", "6"},    // raw above capacity × ratio: the bound wins over "never below raw"
+		{"5", &cap4, "1", "4"},      // ratio 1 is bounded by capacity too
+		{"5", &cap4, "", "4"},       // unset ratio counts as 1
+		{"4", &cap4, "1", "4"},      // raw equal to capacity
+		{"1n", &cap1n, "1.5", "1n"}, // capacity finer than the unit: raw = capacity kept
+		{"1n", nil, "1.5", "1n"},    // rounds to 0m: never below raw
 		{"3800m", nil, "1", "3800m"},
 	} {
-		got := Amplify(CPU, resource.MustParse(c.raw), c.cap, mustRatio(c.ratio))
+		var ratio Ratio
+		if c.ratio != "" {
+			ratio = mustRatio(c.ratio)
+		}
+		got := Amplify(CPU, resource.MustParse(c.raw), c.cap, ratio)
 		if got.String() != c.want {
 			t.Errorf("Amplify(%s, ×%s) = %s, want %s", c.raw, c.ratio, got.String(), c.want)
 		}

@@ -144,6 +144,33 @@ func TestHandlerUntrustedWriteCountedAndRepaired(t *testing.T) {
 	}
 }
 
+// A raw annotation anyone who can annotate nodes may set is never published
+// beyond capacity × ratio: the tester's repro (capacity memory 32386524Ki,
+// ratio 1.5) used to get "replace /status/allocatable/memory 1e30".
+func TestHandlerImplausibleRawNotPublished(t *testing.T) {
+	h, m := testHandler(t, poolSnapshot(t))
+	ann := map[string]string{annRaw: `{"cpu":"7600m","memory":"1e30"}`, annRatios: `{"cpu":"2","memory":"1.5"}`, annApplied: "oversell-pool"}
+	old := realisticNode("n1", "15200m", "45Gi", ann)
+	obj := realisticNode("n1", "15200m", "45Gi", ann)
+	obj.Status.Conditions[0].Message = "changed by a node problem detector"
+	resp := decodeResponse(t, post(h, reviewFor(t, "system:serviceaccount:kube-system:npd", nil, obj, old), "application/json"))
+	if len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "raw-unknown") {
+		t.Fatalf("patch %s warnings %v", resp.Patch, resp.Warnings)
+	}
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeSkipped, "other", string(ReasonRawUnknown))); v != 1 {
+		t.Errorf("skipped counter %v", v)
+	}
+	// The kubelet's next report replaces the bad raw.
+	kub := realisticNode("n1", "7600m", "30Gi", ann)
+	got := patchedNode(t, kub, decodeResponse(t, post(h, reviewFor(t, "system:node:n1", kubeletGroups, kub, old), "application/json")))
+	if q := got.Status.Allocatable["memory"]; q.String() != "45Gi" {
+		t.Errorf("memory %s", q.String())
+	}
+	if got.Annotations[annRaw] != `{"cpu":"7600m","memory":"30Gi"}` {
+		t.Errorf("raw %s", got.Annotations[annRaw])
+	}
+}
+
 func TestHandlerDeselectionRestoresAndDropsSeries(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
 	obj := realisticNode("n1", "7600m", "30Gi", nil)

@@ -102,20 +102,37 @@ func (r Ratio) dec() *inf.Dec { return inf.NewDec(r.micro, ratioScale) }
 
 // Amplify returns raw × ratio for resource res, computed exactly on the
 // decimal values (every quantity format works: "3800m", "16Gi", "16G",
-// "1.5e9"), rounded down to whole millicores (cpu) or whole bytes (memory),
-// then clamped to at most capacity × ratio (when capacity is non-nil) and at
-// least raw. The result is formatted like raw (cpu always decimal SI).
+// "1.5e9"), rounded down to whole millicores (cpu) or whole bytes (memory)
+// and never below raw. When capacity is non-nil the result is never above
+// capacity × ratio (an unset ratio counts as 1); that bound wins over "never
+// below raw", since only a raw above capacity, which is not real, can hit
+// it. The result is formatted like raw (cpu always decimal SI).
 func Amplify(res Resource, raw resource.Quantity, capacity *resource.Quantity, r Ratio) resource.Quantity {
-	if !r.IsSet() || r.IsOne() {
-		return raw.DeepCopy()
+	if !r.IsSet() {
+		r = Ratio{micro: 1_000_000}
 	}
-	out := mulFloor(raw, r, res.unitScale())
-	if capacity != nil {
-		if limit := mulFloor(*capacity, r, res.unitScale()); out.Cmp(limit) > 0 {
-			out = limit
+	rc := raw.DeepCopy()
+	rawDec := rc.AsDec()
+	var out *inf.Dec // nil: raw as is
+	if !r.IsOne() {
+		if prod := mulFloor(raw, r, res.unitScale()); prod.Cmp(rawDec) > 0 {
+			out = prod
 		}
 	}
-	if out.Cmp(raw.AsDec()) < 0 {
+	if capacity != nil {
+		cur := out
+		if cur == nil {
+			cur = rawDec
+		}
+		// Compared unrounded, so a raw equal to a capacity finer than the
+		// unit is kept; rounded down only when it must be replaced.
+		cc := capacity.DeepCopy()
+		limit := new(inf.Dec).Mul(cc.AsDec(), r.dec())
+		if cur.Cmp(limit) > 0 {
+			out = limit.Round(limit, res.unitScale(), inf.RoundDown)
+		}
+	}
+	if out == nil {
 		return raw.DeepCopy()
 	}
 	format := raw.Format
