@@ -11,7 +11,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -33,6 +34,8 @@ type injectorSource struct {
 	configFile        string
 	kubeVersion       string
 	operatorNamespace string
+	kubeconfig        string
+	kubeContext       string
 	// all: with neither flag set, check-inject uses every SidecarInjector.
 	all bool
 
@@ -44,13 +47,32 @@ func (s *injectorSource) addFlags(fs *pflag.FlagSet, defaultInjector string) {
 	fs.StringVar(&s.configFile, "config", "", "read the SidecarInjector from this YAML/JSON file instead of the cluster")
 	fs.StringVar(&s.kubeVersion, "kube-version", "", "Kubernetes version for nativeSidecars Auto (default: the cluster's, or "+offlineKubeVersion+" with --config)")
 	fs.StringVar(&s.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
+	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	fs.StringVar(&s.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
+}
+
+// restConfig loads the cluster's client config with client-go's standard
+// rules: --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the
+// in-cluster service account; --context picks the context.
+func (s *injectorSource) restConfig() (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = s.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.kubeContext})
+	cfg, err := cc.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, fmt.Errorf("no cluster configured: use --config FILE to work offline, or --kubeconfig FILE (or $KUBECONFIG) to read SidecarInjectors from a cluster")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, nil
 }
 
 func (s *injectorSource) clusterClient() (client.Client, error) {
 	if s.client != nil {
 		return s.client, nil
 	}
-	cfg, err := ctrl.GetConfig()
+	cfg, err := s.restConfig()
 	if err != nil {
 		return nil, err
 	}
