@@ -118,6 +118,7 @@ const (
 	ReasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
 	ReasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
 	ReasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
+	ReasonNoAllocatable   Reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
 )
 
 // Decision is the outcome of Decide. When Apply is false the write must be
@@ -191,6 +192,8 @@ func hasEngineAnnotations(ann map[string]string) bool {
 
 // readStored parses the engine annotations. Corrupt JSON or quantities leave
 // rawOK false for the affected resources; a corrupt ratio leaves it unset.
+// A raw annotation holding neither cpu nor memory (the "{}" once recorded
+// for writes without allocatable) amplified nothing: all count as absent.
 func readStored(ann map[string]string) stored {
 	var s stored
 	if !hasEngineAnnotations(ann) {
@@ -198,6 +201,9 @@ func readStored(ann map[string]string) stored {
 	}
 	var raw resourceJSON
 	if v, ok := ann[v1alpha1.OversellRawAllocatableKey]; ok && json.Unmarshal([]byte(v), &raw) == nil {
+		if raw.CPU == "" && raw.Memory == "" {
+			return s
+		}
 		for r := Resource(0); r < numResources; r++ {
 			if q, err := parseQuantity(raw.get(r)); err == nil && raw.get(r) != "" {
 				s.raw[r], s.rawOK[r] = q, true
@@ -300,6 +306,11 @@ func Decide(in Input) Decision {
 				d.UntrustedAllocatableWrite = true
 			}
 		}
+	}
+	if !d.Present[CPU] && !d.Present[Memory] {
+		// Recording "{}" would mark the node amplified with no raw, and
+		// every later non-reporting write would be skipped as raw-unknown.
+		return Decision{Reason: ReasonNoAllocatable}
 	}
 
 	// Raw per resource.

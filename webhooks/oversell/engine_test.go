@@ -57,6 +57,11 @@ func amplifiedAnn() map[string]string {
 	}
 }
 
+// emptyBookkeeping is what a write without allocatable used to record.
+func emptyBookkeeping() map[string]string {
+	return map[string]string{"other": "kept", annRaw: "{}", annRatios: "{}", annApplied: "oversell-pool"}
+}
+
 func with(m map[string]string, kv ...string) map[string]string {
 	m = maps.Clone(m)
 	for i := 0; i < len(kv); i += 2 {
@@ -302,6 +307,36 @@ func TestDecide(t *testing.T) {
 			name: "deselected: kubelet value above capacity restored as capacity",
 			in:   Input{Writer: WriterKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
 			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "4", mem: "15Gi"},
+		},
+		{
+			name: "kubelet write with no allocatable records nothing",
+			in: func() Input {
+				n := node("3800m", "15Gi", map[string]string{"other": "kept"})
+				n.Allocatable = nil
+				return Input{Writer: WriterKubelet, Object: n, Old: &plain, Policy: pool}
+			}(),
+			want: want{reason: ReasonNoAllocatable},
+		},
+		{
+			name: "kubelet write with allocatable but no cpu or memory records nothing",
+			in: func() Input {
+				n := node("3800m", "15Gi", nil)
+				n.Allocatable = map[string]string{"pods": "110"}
+				return Input{Writer: WriterKubelet, Object: n, Old: &plain, Policy: pool}
+			}(),
+			want: want{reason: ReasonNoAllocatable},
+		},
+		{
+			name: "empty raw annotation counts as absent: another writer's value adopted",
+			in: Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()),
+				Old: ref(node("3800m", "15Gi", emptyBookkeeping())), Policy: pool},
+			want: want{apply: true, reason: ReasonAdopted, cpu: "7600m", mem: "23040Mi",
+				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
+		},
+		{
+			name: "empty raw annotation, deselected: nothing to restore",
+			in:   Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()), Old: ref(node("3800m", "15Gi", emptyBookkeeping()))},
+			want: want{reason: ReasonNotSelected},
 		},
 		{
 			name: "invalid incoming quantity: no decision",

@@ -236,7 +236,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if d.UntrustedAllocatableWrite {
 		h.metrics.UntrustedAllocatableWrites.WithLabelValues(req.UserInfo.Username).Inc()
 	}
-	if !d.Apply && d.Reason != ReasonNotSelected {
+	if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
 		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()
 		h.log.Info("node status admitted unchanged: no safe decision", "node", name, "user", req.UserInfo.Username, "reason", d.Reason)
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: "+string(d.Reason)+"; node status admitted unchanged")

@@ -171,6 +171,34 @@ func TestHandlerImplausibleRawNotPublished(t *testing.T) {
 	}
 }
 
+// A kubelet write without allocatable is admitted unchanged with no
+// bookkeeping; it used to record raw-allocatable "{}", after which every
+// other writer was skipped as raw-unknown.
+func TestHandlerNoAllocatableRecordsNothing(t *testing.T) {
+	h, m := testHandler(t, poolSnapshot(t))
+	obj := realisticNode("n1", "7600m", "30Gi", nil)
+	good := string(reviewFor(t, "system:node:n1", kubeletGroups, obj, obj))
+	objStart := strings.Index(good, `"object":`)
+	for name, repl := range map[string][2]string{
+		"status null":      {`"status":{"capacity"`, `"status":null,"x":{"capacity"`},
+		"allocatable null": {`"allocatable":{`, `"allocatable":null,"x":{`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := good[:objStart] + strings.Replace(good[objStart:], repl[0], repl[1], 1)
+			if body == good {
+				t.Fatal("replacement not applied")
+			}
+			resp := decodeResponse(t, post(h, []byte(body), "application/json"))
+			if len(resp.Patch) != 0 || len(resp.Warnings) != 0 {
+				t.Fatalf("patch %s warnings %v", resp.Patch, resp.Warnings)
+			}
+		})
+	}
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeUnchanged, "kubelet", string(ReasonNoAllocatable))); v != 2 {
+		t.Errorf("unchanged counter %v", v)
+	}
+}
+
 func TestHandlerDeselectionRestoresAndDropsSeries(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
 	obj := realisticNode("n1", "7600m", "30Gi", nil)
