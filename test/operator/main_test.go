@@ -8,10 +8,8 @@ package operator
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -109,9 +107,7 @@ func TestMain(m *testing.M) {
 		f()
 	}
 	cancel()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	cluster.RemoveHookwrightBinary()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
 		code = 1
@@ -165,47 +161,23 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// hookwrightBinary builds cmd/ once per test binary.
+// hookwrightBinary builds cmd/ once per test binary (cached by go build).
 func hookwrightBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := cluster.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "hw-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "hookwright")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin, err := cluster.HookwrightBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	return bin
 }
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that impersonates the
