@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"testing"
 )
 
 var (
@@ -55,4 +56,24 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// MustHookwrightBinary is HookwrightBinary for tests: it fails t on error.
+func MustHookwrightBinary(t testing.TB) string {
+	t.Helper()
+	bin, err := HookwrightBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// MustFreePort is FreePort for tests: it fails t on error.
+func MustFreePort(t testing.TB) int {
+	t.Helper()
+	p, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

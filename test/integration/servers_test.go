@@ -16,25 +16,6 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// hookwrightBinary builds cmd/ once per test binary (cached by go build).
-func hookwrightBinary(t *testing.T) string {
-	t.Helper()
-	bin, err := cluster.HookwrightBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // webhookServer is a hookwright webhook server (injector or oversell) run as
 // a local process, with a serving certificate for its Service's DNS names.
 type webhookServer struct {
@@ -66,7 +47,7 @@ func startWebhookServer(t *testing.T, shared bool, subcommand, namespace, servic
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &webhookServer{name: service, ca: ca, certDir: filepath.Join(dir, "certs"), logDir: dir, port: freePort(t), probePort: freePort(t)}
+	s := &webhookServer{name: service, ca: ca, certDir: filepath.Join(dir, "certs"), logDir: dir, port: cluster.MustFreePort(t), probePort: cluster.MustFreePort(t)}
 	if err := ca.WriteServing(s.certDir, cluster.ServiceDNSNames(namespace, service)...); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +69,7 @@ func startWebhookServer(t *testing.T, shared bool, subcommand, namespace, servic
 
 func (s *webhookServer) start(t *testing.T) {
 	t.Helper()
-	bin := hookwrightBinary(t)
+	bin := cluster.MustHookwrightBinary(t)
 	p, err := cluster.StartProcess(s.name, s.logDir, bin, s.args, []string{"KUBECONFIG=" + env.Kubeconfig})
 	if err != nil {
 		t.Fatal(err)

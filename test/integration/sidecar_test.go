@@ -285,7 +285,7 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	// names the deciding rule for stored pods.
 	runCLI := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, hookwrightBinary(t), args...)
+		cmd := exec.CommandContext(ctx, cluster.MustHookwrightBinary(t), args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

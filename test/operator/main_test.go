@@ -161,25 +161,6 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// hookwrightBinary builds cmd/ once per test binary (cached by go build).
-func hookwrightBinary(t *testing.T) string {
-	t.Helper()
-	bin, err := cluster.HookwrightBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := cluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // serviceAccountKubeconfig writes a kubeconfig that impersonates the
 // ServiceAccount ns/name with the groups the token authenticator gives it,
 // so a local server runs with exactly the RBAC the operator granted.
@@ -223,14 +204,14 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &localServer{port: freePort(t), probePort: freePort(t)}
+	s := &localServer{port: cluster.MustFreePort(t), probePort: cluster.MustFreePort(t)}
 	args := append(append([]string(nil), deployArgs...),
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", s.port),
 		"--cert-dir="+certDir,
 		"--metrics-bind-address=0",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", s.probePort),
 	)
-	p, err := cluster.StartProcess(name, dir, hookwrightBinary(t), args, []string{"KUBECONFIG=" + kubeconfig})
+	p, err := cluster.StartProcess(name, dir, cluster.MustHookwrightBinary(t), args, []string{"KUBECONFIG=" + kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

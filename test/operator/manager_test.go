@@ -19,8 +19,8 @@ import (
 // exists, so the two never act together.)
 func TestManagerBinaryStartsAndLeads(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
-	probe := freePort(t)
-	p, err := cluster.StartProcess("manager", t.TempDir(), hookwrightBinary(t), []string{
+	probe := cluster.MustFreePort(t)
+	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), []string{
 		"manager", "--namespace=" + operatorNS, "--leader-elect=true", "--server-image=" + serverImage,
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 	}, []string{"KUBECONFIG=" + env.Kubeconfig})
