@@ -56,7 +56,7 @@ type NamedTemplate struct {
 }
 
 // SidecarInjectorSpec defines what is injected into which pods.
-// +kubebuilder:validation:XValidation:rule="!has(self.defaultTemplates) || self.defaultTemplates.all(d, has(self.templates) && self.templates.exists(t, t.name == d))",message="every defaultTemplates entry must name a template in templates"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultTemplates) || self.defaultTemplates.all(d, has(self.templates) && self.templates.exists(t, t.name == d))",messageExpression="'spec.defaultTemplates names no template in spec.templates: ' + self.defaultTemplates.filter(d, !has(self.templates) || !self.templates.exists(t, t.name == d))[0]",message="every spec.defaultTemplates entry must name a template in spec.templates"
 type SidecarInjectorSpec struct {
 	// Policy for pods that carry no inject label or annotation.
 	// +optional
@@ -95,10 +95,13 @@ type SidecarInjectorSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	Templates []NamedTemplate `json:"templates,omitempty"`
 
-	// DefaultTemplates are applied, in order, when the pod names none.
+	// DefaultTemplates are applied, in order, when the pod names none. Each
+	// name may appear once (a repeat would inject twice).
 	// +optional
+	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
 
 	// Values is free-form data handed to templates as .Values.

@@ -237,6 +237,18 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 		t.Fatal("dry-run create stored the pod")
 	}
 
+	// A pod declaring the sidecar as its own init container: the merged
+	// container stays a native sidecar, so the template's probes validate.
+	p6 := testPod("lab", "own-proxy", nil, false)
+	p6.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "x"}}
+	if err := c.Create(ctx, p6, client.DryRunAll); err != nil {
+		t.Fatalf("pod overriding the proxy as an init container: %v", err)
+	}
+	if ic := p6.Spec.InitContainers; len(ic) == 0 || ic[len(ic)-1].Name != "proxy" || ic[len(ic)-1].Image != "x" ||
+		ic[len(ic)-1].RestartPolicy == nil || *ic[len(ic)-1].RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Fatalf("own init proxy: %+v", ic)
+	}
+
 	// Hot reload: change the proxy image; measure the time from the update to
 	// the first admission that uses it.
 	var lat []time.Duration
@@ -338,4 +350,27 @@ func podHasImage(p *corev1.Pod, img string) bool {
 		}
 	}
 	return false
+}
+
+// TestSidecarInjectorCRDValidation: the API server rejects a repeated or
+// unknown defaultTemplates entry, naming the problem.
+func TestSidecarInjectorCRDValidation(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t, time.Minute)
+	for _, c := range []struct {
+		name     string
+		defaults []string
+		want     string
+	}{
+		{"dup-defaults", []string{"proxy", "proxy"}, "Duplicate value"},
+		{"unknown-defaults", []string{"proxy", "nope"}, "spec.defaultTemplates names no template in spec.templates: nope"},
+	} {
+		si := loadSampleInjector(t)
+		si.Name = c.name
+		si.Spec.DefaultTemplates = c.defaults
+		err := env.Client.Create(ctx, si, client.DryRunAll)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
 }

@@ -118,7 +118,9 @@ func (c *renderCache) put(k []byte, v *preparedPart) {
 
 // Compile parses and checks a SidecarInjector. It fails when a template does
 // not parse or does not render for a minimal pod, a defaultTemplates entry
-// names no template, a selector is invalid, or values is not a JSON object.
+// names no template or repeats one, a selector is invalid (such as a
+// matchExpressions operator other than In, NotIn, Exists, DoesNotExist), or
+// values is not a JSON object.
 func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	s := &cr.Spec
 	c := &Config{
@@ -181,9 +183,13 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
 		c.needsSpec = c.needsSpec || readsSpec(tm)
 	}
-	for _, d := range c.DefaultTemplates {
+	for i, d := range c.DefaultTemplates {
 		if _, ok := c.templates[d]; !ok {
 			return nil, fmt.Errorf("spec.defaultTemplates: no template named %q", d)
+		}
+		// The API rejects repeats (listType set); a --config file is not checked there.
+		if slices.Contains(c.DefaultTemplates[:i], d) {
+			return nil, fmt.Errorf("spec.defaultTemplates: %q listed twice", d)
 		}
 	}
 	c.Hash = specHash(s)

@@ -141,3 +141,38 @@ func TestNativeDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileRejects: configs the CRD schema cannot fully check (selector
+// operators are metav1.LabelSelector's, not ours) or that come from a
+// --config file fail at compile time with a message naming the field.
+func TestCompileRejects(t *testing.T) {
+	badOp := []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Equals", Values: []string{"x"}}}
+	cases := []struct {
+		name string
+		edit func(*v1alpha1.SidecarInjectorSpec)
+		want string
+	}{
+		{"duplicate default", func(s *v1alpha1.SidecarInjectorSpec) { s.DefaultTemplates = []string{"proxy", "logging", "proxy"} },
+			`spec.defaultTemplates: "proxy" listed twice`},
+		{"namespaceSelector operator", func(s *v1alpha1.SidecarInjectorSpec) {
+			s.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: badOp}
+		}, `spec.namespaceSelector: "Equals" is not a valid label selector operator`},
+		{"objectSelector operator", func(s *v1alpha1.SidecarInjectorSpec) {
+			s.ObjectSelector = &metav1.LabelSelector{MatchExpressions: badOp}
+		}, `spec.objectSelector: "Equals" is not a valid label selector operator`},
+		{"neverInjectSelector operator", func(s *v1alpha1.SidecarInjectorSpec) {
+			s.NeverInjectSelector = []metav1.LabelSelector{{}, {MatchExpressions: badOp}}
+		}, `spec.neverInjectSelector[1]: "Equals" is not a valid label selector operator`},
+		{"alwaysInjectSelector operator", func(s *v1alpha1.SidecarInjectorSpec) {
+			s.AlwaysInjectSelector = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}}}
+		}, `spec.alwaysInjectSelector[0]:`},
+	}
+	for _, c := range cases {
+		cr := sampleCR(t)
+		c.edit(&cr.Spec)
+		_, err := Compile(cr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
