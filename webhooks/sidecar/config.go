@@ -298,13 +298,20 @@ var ErrNoConfig = errors.New("no SidecarInjector configuration loaded yet")
 // DecodeSidecarInjector reads a SidecarInjector from YAML or JSON (as
 // kube-inject --config takes it). Unknown fields are an error, so a typo in
 // an offline config is not silently ignored.
+//
+// apiVersion and kind are checked first, so another object (a Pod given as
+// the config) is named as such rather than reported as unknown fields.
 func DecodeSidecarInjector(b []byte) (*v1alpha1.SidecarInjector, error) {
+	var tm metav1.TypeMeta
+	if err := sigsyaml.Unmarshal(b, &tm); err != nil {
+		return nil, fmt.Errorf("decoding SidecarInjector: %w", err)
+	}
+	if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != "SidecarInjector" {
+		return nil, fmt.Errorf("not a SidecarInjector: got apiVersion %q kind %q, want apiVersion %s kind SidecarInjector", tm.APIVersion, tm.Kind, v1alpha1.GroupVersion)
+	}
 	cr := &v1alpha1.SidecarInjector{}
 	if err := sigsyaml.UnmarshalStrict(b, cr); err != nil {
 		return nil, fmt.Errorf("decoding SidecarInjector: %w", err)
-	}
-	if cr.APIVersion != v1alpha1.GroupVersion.String() || cr.Kind != "SidecarInjector" {
-		return nil, fmt.Errorf("got apiVersion %q kind %q: want %s SidecarInjector", cr.APIVersion, cr.Kind, v1alpha1.GroupVersion)
 	}
 	return cr, nil
 }

@@ -171,17 +171,18 @@ func InjectStream(cfg *Config, p Params, r io.Reader, w io.Writer, defaultNamesp
 	}
 	yr := utilyaml.NewYAMLReader(br)
 	first := true
-	for {
+	// Errors name the document, counted from 1 in stream order.
+	for n := 1; ; n++ {
 		doc, err := yr.Read()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("YAML document %d: %w", n, err)
 		}
 		out, err := injectYAMLDoc(cfg, p, doc, defaultNamespace, warn)
 		if err != nil {
-			return err
+			return fmt.Errorf("YAML document %d: %w", n, err)
 		}
 		if !first {
 			if _, err := io.WriteString(w, "---\n"); err != nil {
@@ -239,22 +240,22 @@ func isJSONStream(br *bufio.Reader) bool {
 
 func injectJSONStream(cfg *Config, p Params, r io.Reader, w io.Writer, ns string, warn func(string)) error {
 	dec := json.NewDecoder(r)
-	for {
+	for n := 1; ; n++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("parsing JSON: %w", err)
+			return fmt.Errorf("JSON document %d: %w", n, err)
 		}
 		out := []byte(raw)
 		if bytes.HasPrefix(raw, []byte("{")) {
 			obj, err := decodeMap(raw)
 			if err != nil {
-				return err
+				return fmt.Errorf("JSON document %d: %w", n, err)
 			}
 			changed, err := InjectObject(cfg, p, obj, ns, warn)
 			if err != nil {
-				return err
+				return fmt.Errorf("JSON document %d: %w", n, err)
 			}
 			if changed {
 				if out, err = json.MarshalIndent(obj, "", "  "); err != nil {
@@ -323,23 +324,24 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 	return err
 }
 
-// ReadObjects parses a multi-document YAML or JSON stream into objects.
+// ReadObjects parses a multi-document YAML or JSON stream into objects. An
+// error names the document, counted from 1.
 func ReadObjects(r io.Reader) ([]map[string]any, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var out []map[string]any
-	for {
+	for n := 1; ; n++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("document %d: %w", n, err)
 		}
 		if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
 			continue
 		}
 		obj, err := decodeMap(raw)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("document %d: %w", n, err)
 		}
 		out = append(out, obj)
 	}

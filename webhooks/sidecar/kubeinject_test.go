@@ -226,3 +226,34 @@ func TestKubeInjectMatchesWebhookForWorkloads(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectStreamErrorNamesDocument: a parse error says which document.
+func TestInjectStreamErrorNamesDocument(t *testing.T) {
+	cfg := sampleConfig(t)
+	for in, want := range map[string]string{
+		"kind: ConfigMap\n---\nkind: Pod\n---\na: [unclosed\n": "YAML document 3:",
+		`{"kind":"ConfigMap"} {"kind": `:                       "JSON document 2:",
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: q, annotations: {sidecar.hookwright.io/templates: nope}}\nspec: {containers: [{name: a, image: a}]}\n": `YAML document 2: `,
+	} {
+		err := InjectStream(cfg, testParams, strings.NewReader(in), &bytes.Buffer{}, "default", func(string) {})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	if _, err := ReadObjects(strings.NewReader("kind: A\n---\nkind: B\n---\n: :\n  - ]")); err == nil || !strings.Contains(err.Error(), "document 3:") {
+		t.Errorf("ReadObjects: %v", err)
+	}
+}
+
+// TestDecodeNotASidecarInjector: a Pod given as the config is named as one.
+func TestDecodeNotASidecarInjector(t *testing.T) {
+	_, err := DecodeSidecarInjector([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: a, image: a}]\n"))
+	if err == nil || !strings.Contains(err.Error(), `not a SidecarInjector: got apiVersion "v1" kind "Pod"`) || strings.Contains(err.Error(), "unknown field") {
+		t.Errorf("%v", err)
+	}
+	// A real SidecarInjector with a typo still gets the strict error.
+	_, err = DecodeSidecarInjector([]byte("apiVersion: admission.hookwright.io/v1alpha1\nkind: SidecarInjector\nmetadata: {name: s}\nspec: {polcy: Enabled}\n"))
+	if err == nil || !strings.Contains(err.Error(), `unknown field "polcy"`) {
+		t.Errorf("%v", err)
+	}
+}
