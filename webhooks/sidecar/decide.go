@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -15,7 +16,11 @@ type Code string
 
 // Decision codes, in the order Decide checks them.
 const (
-	CodeAlreadyInjected      Code = "AlreadyInjected"
+	CodeAlreadyInjected Code = "AlreadyInjected"
+	// CodeInjectedByOther: another SidecarInjector's status annotation is on
+	// the pod. There is one status annotation per pod, so only the first
+	// injector to see a pod injects it; this one says so in a warning.
+	CodeInjectedByOther      Code = "InjectedByOther"
 	CodeSystemNamespace      Code = "SystemNamespace"
 	CodeOperatorNamespace    Code = "OperatorNamespace"
 	CodeNamespaceSelector    Code = "NamespaceSelector"
@@ -69,7 +74,8 @@ type DecideInput struct {
 }
 
 // Decide tells whether cfg injects the pod. The order follows Istio's
-// injectRequired (pkg/kube/inject/inject.go): already injected, excluded
+// injectRequired (pkg/kube/inject/inject.go): already injected (by this
+// injector, or by another one, which is reported as such), excluded
 // namespaces, namespace and object selectors, hostNetwork (unless
 // spec.injectHostNetwork), the inject label (wins over the annotation), the
 // inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
@@ -78,6 +84,12 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	pod := in.Pod
 	d := Decision{}
 	if s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]; ok {
+		var st struct {
+			Injector string `json:"injector"`
+		}
+		if json.Unmarshal([]byte(s), &st) == nil && st.Injector != "" && st.Injector != cfg.Name {
+			return decided(d, false, CodeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
+		}
 		return decided(d, false, CodeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
 	}
 	if systemNamespaces[in.Namespace] {

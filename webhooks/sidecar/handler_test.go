@@ -383,3 +383,47 @@ func TestReviewCanceled(t *testing.T) {
 		t.Fatalf("%+v", resp)
 	}
 }
+
+// TestInjectedByOtherInjector: a pod injected by one SidecarInjector is left
+// alone by a second one, which says so in a warning naming the first; the
+// same injector seeing its own pod again (reinvocation) stays silent.
+func TestInjectedByOtherInjector(t *testing.T) {
+	first := sampleConfig(t)
+	cr := sampleCR(t)
+	cr.Name = "logging-injector"
+	second, err := Compile(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Inject(first, testParams, Input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
+	if err != nil || !res.Injected {
+		t.Fatal(res, err)
+	}
+	resp := admit(t, newTestHandler(t, second), res.JSON, "shop")
+	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 ||
+		!strings.Contains(resp.Warnings[0], `logging-injector: not injected: pod already injected by SidecarInjector "sidecar-injector"`) {
+		t.Errorf("second injector: %+v", resp)
+	}
+	resp = admit(t, newTestHandler(t, first), res.JSON, "shop")
+	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 0 {
+		t.Errorf("same injector again: %+v", resp)
+	}
+
+	// check-inject reports it per injector.
+	var obj map[string]any
+	if err := json.Unmarshal(res.JSON, &obj); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := CheckPods(&out, []*Config{first, second}, testParams, FindPods(obj, "shop"), func(string) map[string]string { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"sidecar-injector: would NOT inject [AlreadyInjected]",
+		`logging-injector: would NOT inject [InjectedByOther]: pod already injected by SidecarInjector "sidecar-injector"`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check-inject lacks %q:\n%s", want, out.String())
+		}
+	}
+}

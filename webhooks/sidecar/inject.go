@@ -5,6 +5,13 @@
 //
 // Semantics follow Istio's injector (istio/istio pkg/kube/inject); see
 // Decide and Inject for where they differ.
+//
+// Limitation: one pod is injected by one SidecarInjector. The status
+// annotation, the inject key and the templates annotation are shared by all
+// injectors, so once one has injected a pod every other skips it (code
+// InjectedByOther, returned as an admission warning naming the first and
+// shown by check-inject). To combine sidecars, put their templates in one
+// SidecarInjector and select them with the templates annotation.
 package sidecar
 
 import (
