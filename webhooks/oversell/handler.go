@@ -187,11 +187,7 @@ func (h *Handler) reject(w http.ResponseWriter, code int, format string, args ..
 func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if req.Resource.Group != "" || req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != "UPDATE" {
 		h.metrics.Mutations.WithLabelValues(OutcomeIgnored, "unknown", string(reasonNotNodeStatus)).Inc()
-		res := req.Resource.Resource
-		if req.SubResource != "" {
-			res += "/" + req.SubResource
-		}
-		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+req.Operation+" of "+res+" admitted unchanged")
+		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+describeRequest(req)+" admitted unchanged")
 	}
 	if decodeErr != nil {
 		return h.problem(dst, req, WriterOther, reasonDecode, decodeErr)
@@ -252,6 +248,26 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	}
 	h.metrics.Mutations.WithLabelValues(outcome, writer.String(), string(d.Reason)).Inc()
 	return appendResponse(dst, req.UID, patch, "")
+}
+
+// describeRequest names a request's operation and resource for a warning,
+// e.g. "CREATE of nodes/status" or "UPDATE of widgets.example.com"; absent
+// fields are named as such rather than left blank.
+func describeRequest(req *requestJSON) string {
+	op, res := req.Operation, req.Resource.Resource
+	if op == "" {
+		op = "(no operation)"
+	}
+	if res == "" {
+		res = "(no resource)"
+	}
+	if req.Resource.Group != "" {
+		res += "." + req.Resource.Group
+	}
+	if req.SubResource != "" {
+		res += "/" + req.SubResource
+	}
+	return op + " of " + res
 }
 
 // problem answers an internal problem: allowed, no patch, a warning, a log

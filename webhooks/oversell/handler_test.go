@@ -280,6 +280,34 @@ func TestHandlerIgnoresOtherRequests(t *testing.T) {
 	}
 }
 
+// A request with no operation or resource gets a warning naming them as
+// absent, not blank (";  of  admitted unchanged").
+func TestHandlerIgnoredWarningNamesAbsentFields(t *testing.T) {
+	h, _ := testHandler(t, poolSnapshot(t))
+	w := post(h, []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}`), "application/json")
+	var rv admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &rv); err != nil || w.Code != http.StatusOK || rv.Response == nil {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	want := "hookwright oversell handles only UPDATE of nodes/status; (no operation) of (no resource) admitted unchanged"
+	if !rv.Response.Allowed || len(rv.Response.Warnings) != 1 || rv.Response.Warnings[0] != want {
+		t.Fatalf("warnings %q", rv.Response.Warnings)
+	}
+	for _, c := range []struct {
+		group, res, sub, op, want string
+	}{
+		{"", "nodes", "", "UPDATE", "UPDATE of nodes"},
+		{"example.com", "nodes", "status", "UPDATE", "UPDATE of nodes.example.com/status"},
+		{"", "nodes", "status", "CREATE", "CREATE of nodes/status"},
+	} {
+		req := &requestJSON{SubResource: c.sub, Operation: c.op}
+		req.Resource.Group, req.Resource.Resource = c.group, c.res
+		if got := describeRequest(req); got != c.want {
+			t.Errorf("describeRequest = %q, want %q", got, c.want)
+		}
+	}
+}
+
 // Internal problems never block a heartbeat: allowed, no patch, a warning
 // and a metric.
 func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
@@ -358,6 +386,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 		{"JSON array", http.MethodPost, strings.NewReader(`[1,2]`), "application/json", -1, http.StatusBadRequest, "want an object"},
 		{"wrong kind", http.MethodPost, bytes.NewReader(bytes.Replace(good, []byte(`"kind":"AdmissionReview"`), []byte(`"kind":"Node"`), 1)), "application/json", -1, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview"},
 		{"v1beta1", http.MethodPost, bytes.NewReader(bytes.Replace(good, []byte(`admission.k8s.io/v1"`), []byte(`admission.k8s.io/v1beta1"`), 1)), "application/json", -1, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview"},
+		{"invalid number in a skipped member", http.MethodPost, strings.NewReader(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":1-2-3e+e,"request":{"uid":"u"}}`), "application/json", -1, http.StatusBadRequest, "malformed"},
 		{"no request", http.MethodPost, strings.NewReader(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), "application/json", -1, http.StatusBadRequest, "no request"},
 		{"no uid", http.MethodPost, bytes.NewReader(bytes.Replace(good, []byte(`"uid":"0d3c6e1a-8b2f-4a7d-9c1e-5f6a7b8c9d0e"`), []byte(`"uid":""`), 1)), "application/json", -1, http.StatusBadRequest, "no request.uid"},
 	}

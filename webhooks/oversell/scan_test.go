@@ -1,6 +1,7 @@
 package oversell
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
@@ -75,6 +76,16 @@ func TestParseReviewErrors(t *testing.T) {
 		"missing colon":    `{"apiVersion" "v1"}`,
 		"bad literal":      `{"request":{"dryRun":nope}}`,
 		"control in used":  "{\"apiVersion\":\"a\x01\"}",
+		// Invalid tokens in skipped members (the tester's repro first).
+		"bad number":        `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":1-2-3e+e,"request":{"uid":"u"}}`,
+		"leading zero":      `{"x":01,"request":{"uid":"u"}}`,
+		"bare minus":        `{"x":-,"request":{"uid":"u"}}`,
+		"dot without digit": `{"x":1.,"request":{"uid":"u"}}`,
+		"bad escape":        `{"x":"\q","request":{"uid":"u"}}`,
+		"control skipped":   "{\"x\":\"a\x01\",\"request\":{\"uid\":\"u\"}}",
+		"bad nested":        `{"x":{"a":[1,,2]},"request":{"uid":"u"}}`,
+		"deep mismatch":     `{"x":` + strings.Repeat("[", 70) + strings.Repeat("}", 70) + `}`,
+		"bad in object":     strings.Replace(good, `"kubeletEndpoint":{"Port":10250}`, `"kubeletEndpoint":{"Port":1e}`, 1),
 	}
 	for name, in := range syntax {
 		if _, _, err := parseReview([]byte(in)); err == nil {
@@ -97,6 +108,36 @@ func TestParseReviewErrors(t *testing.T) {
 	}
 }
 
+// checkAgreesWithValid: parseReview fails (400) on every body encoding/json
+// finds invalid, and reports a syntax error on no valid one. A wrong type in
+// the envelope may be reported before a later syntax error.
+func checkAgreesWithValid(t *testing.T, b []byte) {
+	t.Helper()
+	_, _, err := parseReview(b)
+	_, isSyntax := err.(*syntaxError)
+	if valid := json.Valid(b); (valid && isSyntax) || (!valid && err == nil) {
+		t.Fatalf("json.Valid %v, parseReview error %v, for %q", valid, err, b)
+	}
+}
+
+// Single-byte corruptions anywhere in a review, skipped parts included,
+// are rejected exactly when the JSON is invalid.
+func TestParseReviewValidatesSkippedValues(t *testing.T) {
+	obj := realisticNode("n1", "7600m", "30Gi", map[string]string{annRaw: `{"cpu":"3800m"}`})
+	obj.Status.Images = obj.Status.Images[:3]
+	good := reviewFor(t, "system:node:n1", kubeletGroups, obj, obj)
+	checkAgreesWithValid(t, good)
+	alphabet := []byte("0123456789-+.eE\"\\/{}[],: \t\ntrufalsenbx\x01\x7f\xc3")
+	rng := rand.New(rand.NewPCG(3, 3))
+	for n := 0; n < 5000; n++ {
+		b := bytes.Clone(good)
+		for k := 1 + rng.IntN(2); k > 0; k-- {
+			b[rng.IntN(len(b))] = alphabet[rng.IntN(len(alphabet))]
+		}
+		checkAgreesWithValid(t, b)
+	}
+}
+
 // FuzzParseReview: no input panics or loops. Run with -fuzzminimizetime 1s;
 // minimising multi-KB inputs otherwise stalls the fuzzer.
 func FuzzParseReview(f *testing.F) {
@@ -106,7 +147,5 @@ func FuzzParseReview(f *testing.F) {
 	f.Add(reviewFor(f, "system:node:n1", kubeletGroups, obj, obj))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"\u0075","userInfo":{"groups":["a","b"]}}}`))
 	f.Add([]byte(`[{"a":"\"}"}]`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _, _ = parseReview(b)
-	})
+	f.Fuzz(func(t *testing.T, b []byte) { checkAgreesWithValid(t, b) })
 }
