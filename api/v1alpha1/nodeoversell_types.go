@@ -20,7 +20,9 @@ const (
 )
 
 // Ratio is a decimal from 1 to 10 with at most 6 fractional digits, e.g. "1.5".
-// +kubebuilder:validation:Pattern=`^([1-9](\.[0-9]{1,6})?|10(\.0{1,6})?)$`
+// A CEL rule rather than a Pattern so a rejection reads as a sentence, not
+// the regex; "[.]" is a literal dot without escaping through two grammars.
+// +kubebuilder:validation:XValidation:rule=`self.matches('^([1-9]([.][0-9]{1,6})?|10([.]0{1,6})?)$')`,message=`must be a decimal from 1 to 10 with at most 6 fractional digits, e.g. "1.5"`
 // +kubebuilder:validation:MaxLength=9
 type Ratio string
 
