@@ -161,7 +161,11 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 	case errors.As(err, &rerr):
 		msg := fmt.Sprintf("%s: sidecar injection failed: %v", injector, rerr)
 		if cfg.FailurePolicy != v1alpha1.FailurePolicyIgnore {
-			return deny(http.StatusInternalServerError, FailRender, msg)
+			code := int32(http.StatusInternalServerError)
+			if rerr.ByPod {
+				code = http.StatusBadRequest // the pod's own annotation is wrong
+			}
+			return deny(code, FailRender, msg)
 		}
 		failuresTotal.WithLabelValues(injector, FailRender).Inc()
 		requestsTotal.WithLabelValues(injector, outcomeRenderAllow).Inc()

@@ -216,14 +216,17 @@ func TestHandlerRenderFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := newTestHandler(t, cfg)
+		// A template that fails is the injector's fault (500); a pod naming
+		// a template that does not exist is the pod's (400).
 		for _, p := range []struct {
 			pod  []byte
 			want string
-		}{{pod, `template "fragile"`}, {unknown, `template "nope"`}} {
+			code int32
+		}{{pod, `template "fragile"`, http.StatusInternalServerError}, {unknown, `template "nope"`, http.StatusBadRequest}} {
 			resp := decodeReview(t, serve(h, reviewFor(t, p.pod, "shop", false), "application/json"))
 			switch fp {
 			case v1alpha1.FailurePolicyFail:
-				if resp.Allowed || !strings.Contains(resp.Result.Message, p.want) {
+				if resp.Allowed || !strings.Contains(resp.Result.Message, p.want) || resp.Result.Code != p.code {
 					t.Errorf("Fail: %+v", resp)
 				}
 			default:

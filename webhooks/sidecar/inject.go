@@ -195,10 +195,11 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 		}
 	}
 	names := cfg.DefaultTemplates
-	if v, ok := pod.Annotations[v1alpha1.SidecarTemplatesKey]; ok {
+	v, byPod := pod.Annotations[v1alpha1.SidecarTemplatesKey]
+	if byPod {
 		var dups int
 		if names, dups, err = ParseTemplateNames(v); err != nil {
-			return nil, &RenderError{Err: err}
+			return nil, &RenderError{Err: err, ByPod: true}
 		}
 		if dups > 0 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("ignored %d duplicate name(s) in annotation %s", dups, v1alpha1.SidecarTemplatesKey))
@@ -212,7 +213,7 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	for i, n := range names {
 		t, ok := cfg.templates[n]
 		if !ok {
-			return nil, &RenderError{Template: n, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
+			return nil, &RenderError{Template: n, ByPod: byPod, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
 		}
 		tmpls[i] = t
 	}

@@ -37,6 +37,10 @@ type RenderError struct {
 	// selection of templates rather than one of them.
 	Template string
 	Err      error
+	// ByPod marks errors caused by the pod itself (its templates
+	// annotation), not by the SidecarInjector: the webhook answers them
+	// with 400, never 500.
+	ByPod bool
 }
 
 func (e *RenderError) Error() string {
