@@ -38,6 +38,7 @@ type managerOptions struct {
 	leaderElectionNS string
 	namespace        string
 	serverImage      string
+	caDir            string
 	zap              zap.Options
 }
 
@@ -64,6 +65,9 @@ func init() {
 			"operator namespace: holds the CA Secret, is the default server namespace and is never injected")
 		fs.StringVar(&o.serverImage, "server-image", defaultServerImage(),
 			"image of the webhook server Deployments (spec.server.image overrides it per CR); default: $RELATED_IMAGE_SERVER, else the release image of this build")
+		fs.StringVar(&o.caDir, "ca-dir", "",
+			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
+				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
 		return cmd
 	})
 }
@@ -112,7 +116,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Settings{Namespace: o.namespace, Image: o.serverImage}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Settings{Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir}); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,71 +42,115 @@ type CertState struct {
 	// Ready, Reason and Message fill the CertificateReady condition.
 	Ready           bool
 	Reason, Message string
+
+	// SelfSigned only. CAData is the CA Secret data to write (nil: unchanged).
+	CAData map[string][]byte
+	// Steps the planner applied in this reconcile; Last is where it stopped.
+	Steps []certs.Step
+	Last  certs.Step
+	// Rotating: a next or retired CA exists.
+	Rotating bool
+	// DrainingUntil is when the Secret's draining certificates stop counting.
+	DrainingUntil time.Time
+	// RequeueAfter is when the planner wants to look again (0: on events).
+	RequeueAfter time.Duration
 }
 
-// NewCASecretData generates the data of a new installation CA Secret, in the
-// layout internal/certs.ParseCASecret reads (active-cert, active-key, ca.crt),
-// so the rotation planner can take it over later.
-func NewCASecretData(now time.Time) (map[string][]byte, error) {
-	st, err := certs.Apply(certs.State{}, certs.Step{Kind: certs.StepCreateCA}, now, certs.Policy{})
+// NewCASecretData generates the data of a new installation CA Secret with
+// policy p, in the layout internal/certs.ParseCASecret reads (active-cert,
+// active-key, ca.crt).
+func NewCASecretData(now time.Time, p certs.Policy) (map[string][]byte, error) {
+	st, err := certs.Apply(certs.State{}, certs.Step{Kind: certs.StepCreateCA}, now, p)
 	if err != nil {
 		return nil, err
 	}
 	return st.CA, nil
 }
 
-// SelfSignedState decides the serving Secret of op from the CA Secret data
-// and the current serving Secret (nil if missing) at now. The certificate is
-// kept unless certs.ServingRenewalReason finds a reason to re-issue it
-// (missing, unparsable, wrong SANs or CA, past 2/3 of its lifetime...).
-// The error is non-nil only if generating a certificate failed; an unusable
-// CA is reported as a not-ready state.
+// SelfSignedState is AdvanceCertificates for an installation with op as its
+// only CR: caData is the CA Secret data (nil: none yet), current the serving
+// Secret (nil if missing), and the configuration is taken to carry the CA
+// Secret's ca.crt. CA Secret changes are returned in CertState.CAData. The
+// error is non-nil only if generating a certificate failed.
 func SelfSignedState(op Operand, s Settings, caData map[string][]byte, current *corev1.Secret, now time.Time) (CertState, error) {
-	ca := certs.ParseCASecret(caData, now)
-	if ca.Active == nil {
-		return CertState{Reason: ReasonCAUnusable, Message: fmt.Sprintf(
-			"CA Secret %s/%s has no usable signing CA (%v); CA rotation is not supported yet", s.Namespace, CASecretName, ca.Problems)}, nil
+	own := servingKey(op, s)
+	in := CertInputs{
+		Own: own, OwnConfig: op.Kind.BaseName(op.Object.GetName()), Now: now, Settings: s.Certificates,
+		State: certs.State{CA: caData, Serving: map[string]certs.Serving{own: servingOf(op, s, current)}},
 	}
-	bundle := caData[certs.SecretKeyBundle]
-	if len(bundle) == 0 {
-		bundle = ca.Active.CertPEM
+	if b := caData[certs.SecretKeyBundle]; len(b) > 0 {
+		in.State.Published = map[string][]byte{in.OwnConfig: b}
 	}
-	svc, ns := op.Kind.BaseName(op.Object.GetName()), ServerNamespace(op, s)
-	names := certs.ServingDNSNames(svc, ns, "")
-	var certPEM, keyPEM []byte
 	if current != nil {
-		certPEM, keyPEM = current.Data[corev1.TLSCertKey], current.Data[corev1.TLSPrivateKeyKey]
+		d, _ := DrainingFromAnnotations(current.Annotations, now)
+		in.State.Draining = splitPEM(d)
 	}
-	st := CertState{CABundle: bundle}
-	reason, msg := certs.ServingRenewalReason(certs.ServingCheck{
-		CertPEM: certPEM, KeyPEM: orEmpty(keyPEM), DNSNames: names, Signer: ca.Active.Cert,
-	}, now)
-	if reason != "" {
-		kp, err := certs.NewServingCert(ca.Active, certs.ServingOptions{Service: svc, Namespace: ns, Clock: certs.FixedClock(now)})
-		if err != nil {
-			return CertState{}, fmt.Errorf("issue serving certificate for %s/%s: %w", ns, svc, err)
-		}
-		certPEM, keyPEM = kp.CertPEM, kp.KeyPEM
-		st.Issued, st.IssueReason = true, reason
-		st.Reason = ReasonIssued
-		st.Message = fmt.Sprintf("issued (%s: %s); ", reason, msg)
-	} else {
-		st.Reason = ReasonValid
-	}
-	cert, err := certs.ParseCertPEM(certPEM)
+	out, err := AdvanceCertificates(in)
 	if err != nil {
-		return CertState{}, fmt.Errorf("parse serving certificate: %w", err)
+		return CertState{}, err
 	}
-	st.Secret = ServingSecret(op, s, certPEM, keyPEM, bundle)
-	st.NotAfter, st.RenewAt = cert.NotAfter, certs.RenewalTime(cert, 0)
-	st.Ready = true
-	st.Message += fmt.Sprintf("serving certificate %s/%s for %v valid until %s, renewal at %s",
-		ns, ServingSecretName(op), names, fmtTime(st.NotAfter), fmtTime(st.RenewAt))
-	if at := certs.CARotationTime(ca.Active.Cert, certs.Policy{}); !now.Before(at) {
-		st.Message += fmt.Sprintf("; CA %q is due for rotation since %s (expires %s) and CA rotation is not supported yet",
-			ca.Active.Cert.Subject.CommonName, fmtTime(at), fmtTime(ca.Active.Cert.NotAfter))
+	return certStateFrom(op, s, out, current, now), nil
+}
+
+// servingKey names op's serving certificate in certs.State.Serving.
+func servingKey(op Operand, s Settings) string {
+	return ServerNamespace(op, s) + "/" + ServingSecretName(op)
+}
+
+// servingOf is op's serving certificate as the planner sees it: the Secret's
+// tls.crt and tls.key (a missing key is present-but-empty, so it is checked)
+// and the SANs the server must have.
+func servingOf(op Operand, s Settings, sec *corev1.Secret) certs.Serving {
+	sv := certs.Serving{DNSNames: certs.ServingDNSNames(op.Kind.BaseName(op.Object.GetName()), ServerNamespace(op, s), ""), Key: []byte{}}
+	if sec != nil {
+		sv.Cert, sv.Key = sec.Data[corev1.TLSCertKey], orEmpty(sec.Data[corev1.TLSPrivateKeyKey])
 	}
-	return st, nil
+	return sv
+}
+
+// certStateFrom turns the planner's outcome into op's serving Secret and
+// CertificateReady. A certificate replaced in this reconcile, and one still
+// draining from an earlier replacement, are recorded in the Secret's
+// draining annotations until their grace period ends.
+func certStateFrom(op Operand, s Settings, out CertOutcome, current *corev1.Secret, now time.Time) CertState {
+	st := CertState{CAData: out.CA, Steps: out.Steps, Last: out.Last, Rotating: out.Last.Rotating}
+	prefix := describeSteps(out.Steps, out.Last)
+	if len(out.Bundle) == 0 {
+		st.Reason, st.Message = ReasonCAUnusable, prefix+fmt.Sprintf("CA Secret %s/%s has no usable signing CA", s.Namespace, CASecretName)
+		return st
+	}
+	ns, name := ServerNamespace(op, s), ServingSecretName(op)
+	cert, err := certs.ParseCertPEM(out.Serving.Cert)
+	if err != nil {
+		st.Reason, st.Message = ReasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
+		return st
+	}
+	st.CABundle = out.Bundle
+	st.Secret = ServingSecret(op, s, out.Serving.Cert, out.Serving.Key, out.Bundle)
+	drain, until := out.Draining, out.DrainingUntil
+	if current != nil {
+		if old, oldUntil := DrainingFromAnnotations(current.Annotations, now); old != nil {
+			drain = append(slices.Clone(drain), old...)
+			if until.IsZero() {
+				until = oldUntil
+			}
+		}
+	}
+	if len(drain) > 0 {
+		st.Secret.Annotations = map[string]string{AnnotationDrainingCerts: string(drain), AnnotationDrainingUntil: fmtTime(until)}
+		st.DrainingUntil = until
+	}
+	st.Issued, st.IssueReason = out.IssueReason != "", out.IssueReason
+	st.NotAfter, st.RenewAt = cert.NotAfter, certs.RenewalTime(cert, s.Certificates.Policy.ServingRenewFraction)
+	st.RequeueAfter = out.RequeueAfter
+	st.Ready, st.Reason = true, ReasonValid
+	if st.Issued {
+		st.Reason = ReasonIssued
+		prefix += "issued (" + out.IssueReason + "); "
+	}
+	st.Message = prefix + fmt.Sprintf("serving certificate %s/%s for %v valid until %s, renewal at %s",
+		ns, name, out.Serving.DNSNames, fmtTime(st.NotAfter), fmtTime(st.RenewAt))
+	return st
 }
 
 // orEmpty makes a missing key a present-but-empty one, so

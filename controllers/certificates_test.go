@@ -20,7 +20,7 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func TestSelfSignedState(t *testing.T) {
 	op := SidecarOperand(testInjector())
-	caData, err := NewCASecretData(t0)
+	caData, err := NewCASecretData(t0, certs.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSelfSignedState(t *testing.T) {
 	}
 
 	// Another CA: certificate from the old one is re-issued.
-	otherCA, err := NewCASecretData(t0)
+	otherCA, err := NewCASecretData(t0, certs.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,17 +95,23 @@ func TestSelfSignedState(t *testing.T) {
 		t.Fatalf("other CA: %+v %v", st6, err)
 	}
 
-	// Unusable CA: not ready, nothing to apply.
+	// Unusable CA: a new one is created (no configuration can trust the
+	// broken one) and the certificate issued from it.
 	st7, err := SelfSignedState(op, testSettings, map[string][]byte{certs.SecretKeyActiveCert: []byte("junk")}, nil, t0)
-	if err != nil || st7.Ready || st7.Secret != nil || st7.CABundle != nil || st7.Reason != ReasonCAUnusable {
+	if err != nil || !st7.Ready || st7.CAData == nil || len(st7.Steps) == 0 || st7.Steps[0].Kind != certs.StepCreateCA {
 		t.Fatalf("unusable CA: %+v %v", st7, err)
 	}
 
-	// CA past its rotation time: still serving, message says rotation is not supported yet.
+	// CA past its rotation time: a next CA is staged and published first;
+	// the serving certificate is kept (still from the old CA) meanwhile.
 	late := certs.CARotationTime(mustCA(t, caData), certs.Policy{}).Add(time.Hour)
-	st8, err := SelfSignedState(op, testSettings, caData, nil, late)
-	if err != nil || !st8.Ready || !strings.Contains(st8.Message, "CA rotation is not supported yet") {
+	st8, err := SelfSignedState(op, testSettings, caData, st.Secret, late)
+	if err != nil || !st8.Ready || st8.Issued || st8.CAData == nil || st8.Last.Kind != certs.StepPublishBundle ||
+		!strings.Contains(st8.Message, "CreateNextCA") {
 		t.Fatalf("rotation due: %+v %v", st8, err)
+	}
+	if n, _ := certs.ParseCertsPEM(st8.CABundle); len(n) != 2 {
+		t.Fatalf("bundle during rotation has %d CAs, want old and next", len(n))
 	}
 }
 
@@ -131,7 +137,7 @@ func TestUserSecretState(t *testing.T) {
 	si := testInjector()
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "my-tls"}
 	op := SidecarOperand(si)
-	caData, err := NewCASecretData(t0)
+	caData, err := NewCASecretData(t0, certs.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +204,7 @@ func TestRestorePatch(t *testing.T) {
 
 func TestCertificateMetrics(t *testing.T) {
 	op := SidecarOperand(testInjector())
-	caData, err := NewCASecretData(t0)
+	caData, err := NewCASecretData(t0, certs.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,13 @@ type Settings struct {
 	// Repairs limits drift repairs per owned object; zero values mean
 	// DefaultRepairBudget.
 	Repairs RepairBudget
+	// Certificates tunes SelfSigned mode (CA and serving lifetimes,
+	// rotation, clock, drain grace).
+	Certificates CertificateSettings
+	// CADir, if set, is a directory of CA files (*.crt, *.pem; in-cluster
+	// the CA Secret mounted as a volume) whose CAs are published in every
+	// SelfSigned caBundle together with the operator's own CAs.
+	CADir string
 }
 
 // RepairBudget bounds how often one owned object is repaired: at most Max

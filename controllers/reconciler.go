@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
@@ -58,6 +59,9 @@ const (
 	EventDeleted           = "Deleted"
 	EventNotSupported      = "NotSupported"
 	EventConflictingWriter = "ConflictingWriter"
+	// EventCARotation reports a CA step: CreateCA, CreateNextCA,
+	// PublishBundle (during a rotation), PromoteNextCA, DropRetiredCA.
+	EventCARotation = "CARotation"
 )
 
 // Condition reasons besides the certificate ones.
@@ -112,15 +116,26 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	repairs map[string][]time.Time // recent repair times by CR and object
+	// shared is common to the reconcilers of one manager: the CA lock and
+	// the --ca-dir bundle.
+	shared *shared
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
+}
+
+// shared is what the reconcilers of one manager have in common.
+type shared struct {
+	// caMu serializes the CA Secret's read-plan-write of both kinds.
+	caMu  sync.Mutex
+	caDir *caDir // nil without Settings.CADir
 }
 
 func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
 	return &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Short), Settings: s, Kind: k,
+		shared: &shared{},
 	}
 }
 
@@ -142,10 +157,24 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if s.Namespace == "" || s.Image == "" {
 		return errors.New("controllers: operator namespace and server image are required")
 	}
-	if err := NewSidecarReconciler(mgr, s).SetupWithManager(mgr); err != nil {
-		return err
+	sh := &shared{}
+	if s.CADir != "" {
+		d, err := newCADir(s.CADir, mgr.GetLogger())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(d); err != nil {
+			return err
+		}
+		sh.caDir = d
 	}
-	return NewOversellReconciler(mgr, s).SetupWithManager(mgr)
+	for _, r := range []*Reconciler{NewSidecarReconciler(mgr, s), NewOversellReconciler(mgr, s)} {
+		r.shared = sh
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ownedTypes are watched by every reconciler (Owns: events map to the
@@ -185,6 +214,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return r.allRequests(ctx)
 	}))
+	if r.shared != nil && r.shared.caDir != nil {
+		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.allRequests(ctx)
+		})))
+	}
 	if r.watchNodes {
 		// Metadata only, and only label or oversell annotation changes: a
 		// kubelet heartbeat (every 10 s per node) must not reconcile anything.
@@ -225,6 +259,9 @@ func (r *Reconciler) allRequests(ctx context.Context) []reconcile.Request {
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
+	}
+	if c := r.Settings.Certificates.Clock; c != nil {
+		return c.Now()
 	}
 	return time.Now()
 }
@@ -356,20 +393,10 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 		// look again periodically.
 		result.RequeueAfter = userSecretResyncTime
 	default:
-		caData, err := r.ensureCA(ctx)
-		if err != nil {
+		var err error
+		if cs, err = r.selfSigned(ctx, op, now); err != nil {
 			r.setCondition(op, v1alpha1.ConditionCertificateReady, false, ReasonCAUnusable, err.Error())
 			r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, "certificate: "+err.Error())
-			return ctrl.Result{}, err
-		}
-		cur := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ServerNamespace(op, r.Settings), Name: ServingSecretName(op)}, cur); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, err
-			}
-			cur = nil
-		}
-		if cs, err = SelfSignedState(op, r.Settings, caData, cur, now); err != nil {
 			return ctrl.Result{}, err
 		}
 		if cs.Secret != nil {
@@ -381,8 +408,10 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 					"serving certificate %s/%s issued (%s), valid until %s", cs.Secret.Namespace, cs.Secret.Name, cs.IssueReason, fmtTime(cs.NotAfter))
 			}
 		}
-		if !cs.RenewAt.IsZero() {
-			result.RequeueAfter = max(cs.RenewAt.Sub(now), time.Second)
+		result.RequeueAfter = cs.RequeueAfter
+		if !cs.DrainingUntil.IsZero() {
+			// The retired CA can be dropped once the grace period ends.
+			result.RequeueAfter = minPositive(result.RequeueAfter, max(cs.DrainingUntil.Sub(now), time.Second))
 		}
 	}
 	r.setCondition(op, v1alpha1.ConditionCertificateReady, cs.Ready, cs.Reason, cs.Message)
@@ -560,42 +589,6 @@ func (r *Reconciler) setReady(op Operand) {
 		return
 	}
 	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, strings.Join(not, "; "))
-}
-
-// ensureCA returns the installation CA Secret's data, creating the Secret
-// when it does not exist. Create (not apply) so two reconcilers racing
-// cannot each write their own CA: the loser reads the winner's.
-func (r *Reconciler) ensureCA(ctx context.Context) (map[string][]byte, error) {
-	key := client.ObjectKey{Namespace: r.Settings.Namespace, Name: CASecretName}
-	sec := &corev1.Secret{}
-	err := r.Client.Get(ctx, key, sec)
-	if err == nil {
-		return sec.Data, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	data, err := NewCASecretData(r.now())
-	if err != nil {
-		return nil, err
-	}
-	sec = &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "ca",
-		}},
-		Type: corev1.SecretTypeOpaque,
-		Data: data,
-	}
-	if err := r.Client.Create(ctx, sec, client.FieldOwner(FieldManager)); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create CA Secret %s: %w", key, err)
-		}
-		// Created meanwhile (or present without our label, so not cached).
-		if err := r.APIReader.Get(ctx, key, sec); err != nil {
-			return nil, err
-		}
-	}
-	return sec.Data, nil
 }
 
 // ensure server-side applies obj unless the live object (from the cache)
