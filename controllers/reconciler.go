@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -54,6 +56,7 @@ import (
 // Event reasons.
 const (
 	EventCreated           = "Created"
+	EventUpdated           = "Updated"
 	EventDriftRepaired     = "DriftRepaired"
 	EventCertificateIssued = "CertificateIssued"
 	EventDeleted           = "Deleted"
@@ -116,6 +119,10 @@ type Reconciler struct {
 
 	mu      sync.Mutex
 	repairs map[string][]time.Time // recent repair times by CR and object
+	// applied is the hash of what was last applied per CR and object: a
+	// write of something else is the operator's own change (a CA rotation
+	// step, a ca-dir update, a spec edit), not a repair of drift.
+	applied map[string][sha256.Size]byte
 	// shared is common to the reconcilers of one manager: the CA lock and
 	// the --ca-dir bundle.
 	shared *shared
@@ -630,7 +637,18 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 	}
 	budgetKey := kindOf(op.Object) + "/" + op.Object.GetName() + "|" + gvk.Kind + "/" + client.ObjectKeyFromObject(obj).String()
 	now := r.now()
-	if !created {
+	wantJSON, err := json.Marshal(want.Object)
+	if err != nil {
+		return false, err
+	}
+	wantHash := sha256.Sum256(wantJSON)
+	r.mu.Lock()
+	last, known := r.applied[budgetKey]
+	r.mu.Unlock()
+	// Unknown (first write since start) or different from the last apply:
+	// the desired state moved, which the repair budget does not limit.
+	updated := !created && (!known || last != wantHash)
+	if !created && !updated {
 		if wait := r.checkBudget(budgetKey, now); wait > 0 {
 			repairConflicts.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
 			b := r.budget()
@@ -643,13 +661,23 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
+	r.mu.Lock()
+	if r.applied == nil {
+		r.applied = map[string][sha256.Size]byte{}
+	}
+	r.applied[budgetKey] = wantHash
+	r.mu.Unlock()
 	name := gvk.Kind + " " + strings.TrimPrefix(client.ObjectKeyFromObject(obj).String(), "/")
-	if created {
+	switch {
+	case created:
 		log.FromContext(ctx).Info("created", "object", name)
 		// The owned object is the related object: the events API merges
 		// events that differ only in their note into one series.
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventCreated, "Create", "created %s", name)
-	} else {
+	case updated:
+		log.FromContext(ctx).Info("updated", "object", name, "fields", drift)
+		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventUpdated, "Update", "updated %s: %s", name, summarize(drift, 5))
+	default:
 		r.recordRepair(budgetKey, now)
 		driftRepairs.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
 		log.FromContext(ctx).Info("drift repaired", "object", name, "fields", drift)

@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -40,7 +41,31 @@ var (
 	env    *cluster.Cluster
 	writes = &writeCounter{}
 	atExit []func()
+	// clock is the operator's certificate clock; a test moves it forward
+	// to make the CA due for rotation.
+	clock = &offsetClock{}
+	// caDir is the operator's --ca-dir (empty until a test fills it).
+	caDir string
 )
+
+// testCAPolicy makes a CA due for rotation 4 min after it is created (half
+// of its 18 min life: NotBefore is backdated 5 min, NotAfter 13 min on), so
+// a test can reach it by moving clock ahead by less than certs.Backdate:
+// certificates generated at the shifted time must still be valid to the
+// API server, which uses the real time. Nothing rotates on its own during
+// the run. Promotion waits 2 s after publishing, as in production 10 s.
+var testCAPolicy = certs.Policy{CAValidity: 13 * time.Minute, CARenewFraction: 0.5, CALookahead: time.Nanosecond, PromoteDelay: 2 * time.Second}
+
+// testDrainGrace: local servers reload a re-issued certificate within
+// about 100 ms (the test copies the Secret, certwatcher sees the files).
+const testDrainGrace = 5 * time.Second
+
+// offsetClock is the system clock plus an adjustable offset.
+type offsetClock struct{ d atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time        { return time.Now().Add(time.Duration(c.d.Load())) }
+func (c *offsetClock) Set(d time.Duration)   { c.d.Store(int64(d)) }
+func (c *offsetClock) Offset() time.Duration { return time.Duration(c.d.Load()) }
 
 // writeCounter counts the operator's write requests (every verb but GET,
 // which covers list and watch) seen by its rest.Config transport.
@@ -134,7 +159,14 @@ func startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	settings := controllers.Settings{Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget}
+	caDir = filepath.Join(env.Dir, "ca-dir")
+	if err := os.MkdirAll(caDir, 0o755); err != nil {
+		return err
+	}
+	settings := controllers.Settings{
+		Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget, CADir: caDir,
+		Certificates: controllers.CertificateSettings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+	}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return err
 	}
@@ -187,6 +219,7 @@ func serviceAccountKubeconfig(t *testing.T, dir, ns, name string) string {
 type localServer struct {
 	port, probePort int
 	proc            *cluster.Process
+	certDir         string // the server's --cert-dir (tls.crt, tls.key)
 }
 
 func (s *localServer) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
@@ -204,7 +237,7 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &localServer{port: cluster.MustFreePort(t), probePort: cluster.MustFreePort(t)}
+	s := &localServer{port: cluster.MustFreePort(t), probePort: cluster.MustFreePort(t), certDir: certDir}
 	args := append(append([]string(nil), deployArgs...),
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", s.port),
 		"--cert-dir="+certDir,

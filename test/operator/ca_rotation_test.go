@@ -1,0 +1,371 @@
+package operator
+
+// This file sorts before the others so its CRs create the installation CA:
+// testCAPolicy makes that CA due for rotation 4 min later, which the test
+// reaches by moving the operator's clock ahead by less than certs.Backdate.
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// kubeletSwap publishes files in dir as the kubelet updates a mounted
+// Secret: a new "..<timestamp>" directory, a "..data_tmp" symlink to it
+// renamed over "..data", and visible names that are symlinks through
+// "..data" (created once).
+func kubeletSwap(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	ts := "..2026_" + time.Now().Format("01_02_15_04_05.000000000")
+	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, ts, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func mwcBundle(ctx context.Context, name string) ([]byte, error) {
+	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+		return nil, err
+	}
+	if len(m.Webhooks) == 0 {
+		return nil, nil
+	}
+	return m.Webhooks[0].ClientConfig.CABundle, nil
+}
+
+// allCarry waits until every configuration in names satisfies ok and
+// returns how long that took.
+func allCarry(t *testing.T, ctx context.Context, what string, names []string, ok func([]byte) bool) time.Duration {
+	t.Helper()
+	return timeUntil(t, ctx, what, func(ctx context.Context) (bool, error) {
+		for _, n := range names {
+			b, err := mwcBundle(ctx, n)
+			if err != nil || !ok(b) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+func TestCADirAndCARotation(t *testing.T) {
+	ctx := ctxT(t, 8*time.Minute)
+	c := env.Client
+	// Two SelfSigned injectors: "rot" serves pods of rot-apps through a
+	// local server; "rot-idle" selects no namespace, but its configuration
+	// must carry every CA change all the same.
+	si := sampleInjector(t, "rot")
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "enabled"}}
+	idle := sampleInjector(t, "rot-idle")
+	idle.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "never"}}
+	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+	}
+	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
+		waitConditions(t, ctx, o, func() []metav1.Condition { return o.Status.Conditions }, map[string]metav1.ConditionStatus{
+			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+		}, 60*time.Second)
+	}
+	base := controllers.SidecarKind.BaseName(si.Name)
+	configs := []string{base, controllers.SidecarKind.BaseName(idle.Name)}
+
+	// (a) --ca-dir: the kubelet's ..data swap reaches every configuration.
+	ca1, err := cluster.NewTestCA("ca-dir-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := cluster.NewTestCA("ca-dir-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains := func(ca *cluster.TestCA) func([]byte) bool {
+		return func(b []byte) bool { return certs.BundleContains(b, ca.Cert) }
+	}
+	kubeletSwap(t, caDir, map[string][]byte{"ca.crt": ca1.CertPEM})
+	d := allCarry(t, ctx, "ca-dir CA 1 in every configuration", configs, contains(ca1))
+	t.Logf("ca-dir: first CA in all %d configurations %s after the ..data swap", len(configs), d.Round(time.Millisecond))
+	if d > 2*time.Second {
+		t.Errorf("ca-dir change took %s, want ≤ 2 s", d)
+	}
+	kubeletSwap(t, caDir, map[string][]byte{"ca.crt": ca2.CertPEM})
+	d = allCarry(t, ctx, "ca-dir CA 2 replacing CA 1 in every configuration", configs, func(b []byte) bool {
+		return contains(ca2)(b) && !contains(ca1)(b)
+	})
+	t.Logf("ca-dir: replaced CA in all %d configurations %s after the ..data swap", len(configs), d.Round(time.Millisecond))
+	if d > 2*time.Second {
+		t.Errorf("ca-dir change took %s, want ≤ 2 s", d)
+	}
+	t.Cleanup(func() {
+		// Later tests expect caBundle == the CA Secret's ca.crt.
+		kubeletSwap(t, caDir, map[string][]byte{"empty.txt": nil})
+		_ = os.Remove(filepath.Join(caDir, "ca.crt"))
+	})
+
+	// (b) CA rotation under a steady stream of admissions.
+	o := ownedKeys(base, operatorNS)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), o.Secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(o.Deploy), o.Deploy); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(o.Svc), o.Svc); err != nil {
+		t.Fatal(err)
+	}
+	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
+	srv := startLocalServer(t, "injector-rot", o.Deploy.Spec.Template.Spec.Containers[0].Args,
+		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.UnrouteService(o.Svc) })
+	if _, err := env.CreateNamespace(ctx, "rot-apps", map[string]string{"rotation-test": "enabled"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubelet's part: copy the serving Secret into the server's
+	// --cert-dir when it changes (certwatcher reloads it).
+	loopCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var reloads atomic.Int32
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last := o.Secret.Data[corev1.TLSCertKey]
+		for loopCtx.Err() == nil {
+			sec := &corev1.Secret{}
+			if err := c.Get(loopCtx, client.ObjectKeyFromObject(o.Secret), sec); err == nil && !bytes.Equal(sec.Data[corev1.TLSCertKey], last) {
+				for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
+					tmp := filepath.Join(srv.certDir, "."+f+".tmp")
+					if err := os.WriteFile(tmp, sec.Data[f], 0o600); err == nil {
+						_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
+					}
+				}
+				last = sec.Data[corev1.TLSCertKey]
+				reloads.Add(1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	// Admissions every 20 ms: a server-side dry-run pod through the injector.
+	var attempted, failed, notInjected atomic.Int64
+	var errMu sync.Mutex
+	var firstErrs []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-tick.C:
+			}
+			p := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "rot-apps"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}}},
+			}
+			attempted.Add(1)
+			err := c.Create(loopCtx, p, client.DryRunAll)
+			switch {
+			case loopCtx.Err() != nil:
+				attempted.Add(-1)
+				return
+			case err != nil:
+				failed.Add(1)
+				errMu.Lock()
+				if len(firstErrs) < 5 {
+					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
+				}
+				errMu.Unlock()
+			case !injected(p):
+				notInjected.Add(1)
+			}
+		}
+	}()
+	time.Sleep(2 * time.Second) // a baseline of admissions before rotating
+
+	caSec := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, caSec); err != nil {
+		t.Fatal(err)
+	}
+	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	shift := time.Until(certs.CARotationTime(oldCA, testCAPolicy)) + 2*time.Second
+	if shift >= certs.Backdate-30*time.Second {
+		t.Fatalf("CA %q is due at %s, %s away: too far to force by moving the clock", oldCA.Subject.CommonName, certs.CARotationTime(oldCA, testCAPolicy), shift)
+	}
+	// Back to real time afterwards: nothing then rotates for ~4 more min
+	// (what was generated in the shifted time is backdated enough to stay valid).
+	t.Cleanup(func() { clock.Set(0) })
+	shift = max(shift, 0)
+	forced := time.Now()
+	clock.Set(shift)
+	// Any reconcile now sees the CA due: touch the CR.
+	if err := update(ctx, si, func() {
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		si.Annotations["test/rotate"] = forced.Format(time.RFC3339Nano)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clock moved ahead by %s: CA %q due for rotation", shift.Round(time.Millisecond), oldCA.Subject.CommonName)
+
+	// Observe the steps from the API.
+	at := map[string]time.Duration{}
+	mark := func(step string) {
+		if _, ok := at[step]; !ok {
+			at[step] = time.Since(forced)
+			t.Logf("+%s %s", at[step].Round(time.Millisecond), step)
+		}
+	}
+	var newCA *certs.KeyPair
+	var statusSteps []string // CertificateReady messages naming a step
+	err = cluster.WaitFor(ctx, 90*time.Second, "old CA dropped from every configuration", func(ctx context.Context) (bool, error) {
+		cur := &v1alpha1.SidecarInjector{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), cur); err == nil {
+			m := metaCond(cur.Status.Conditions, v1alpha1.ConditionCertificateReady)
+			if strings.Contains(m, "applied ") || strings.Contains(m, "waiting: ") || strings.Contains(m, "CA rotation in progress") {
+				if len(statusSteps) == 0 || statusSteps[len(statusSteps)-1] != m {
+					statusSteps = append(statusSteps, m)
+				}
+			}
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(caSec), caSec); err != nil {
+			return false, err
+		}
+		if len(caSec.Data[certs.SecretKeyNextCert]) > 0 {
+			mark("CreateNextCA: next CA staged in the CA Secret")
+		}
+		active, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+		if err != nil {
+			return false, err
+		}
+		if !active.Equal(oldCA) {
+			mark("PromoteNextCA: the new CA signs")
+			newCA = &certs.KeyPair{Cert: active}
+		}
+		both, neither := true, true
+		for _, n := range configs {
+			b, err := mwcBundle(ctx, n)
+			if err != nil {
+				return false, err
+			}
+			has := certs.BundleContains(b, oldCA)
+			fresh := newCA != nil && certs.BundleContains(b, newCA.Cert)
+			if newCA == nil && len(caSec.Data[certs.SecretKeyNextCert]) > 0 {
+				next, _ := certs.ParseCertPEM(caSec.Data[certs.SecretKeyNextCert])
+				fresh = next != nil && certs.BundleContains(b, next)
+			}
+			both = both && has && fresh
+			neither = neither && !has
+		}
+		if both {
+			mark("PublishBundle: old and new CA in every configuration")
+		}
+		if newCA != nil {
+			sec := &corev1.Secret{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), sec); err != nil {
+				return false, err
+			}
+			if leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey]); err == nil && certs.SignedBy(leaf, newCA.Cert) {
+				mark("IssueServing: serving certificate from the new CA")
+			}
+		}
+		if neither && newCA != nil && len(caSec.Data[certs.SecretKeyRetiredCerts]) == 0 {
+			mark("DropRetiredCA: old CA gone from every configuration")
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; steps seen %v", err, at)
+	}
+	time.Sleep(2 * time.Second) // admissions after the drop, against the new CA only
+	stop()
+	wg.Wait()
+	errMu.Lock()
+	defer errMu.Unlock()
+	t.Logf("admissions during the rotation: %d attempted, %d failed, %d not injected; %d certificate reloads of the local server; first errors %v",
+		attempted.Load(), failed.Load(), notInjected.Load(), reloads.Load(), firstErrs)
+	for _, s := range []string{"CreateNextCA", "PublishBundle", "PromoteNextCA", "IssueServing", "DropRetiredCA"} {
+		found := false
+		for k := range at {
+			found = found || len(k) >= len(s) && k[:len(s)] == s
+		}
+		if !found {
+			t.Errorf("step %s not observed; seen %v", s, at)
+		}
+	}
+	if failed.Load() != 0 || notInjected.Load() != 0 {
+		t.Fatalf("%d of %d admissions failed and %d were not injected during the CA rotation: %v\ninjector log:\n%s",
+			failed.Load(), attempted.Load(), notInjected.Load(), firstErrs, srv.proc.Tail(3000))
+	}
+	if attempted.Load() < 100 {
+		t.Fatalf("only %d admissions attempted", attempted.Load())
+	}
+	if len(statusSteps) == 0 {
+		t.Error("CertificateReady never named a rotation step")
+	}
+	for _, m := range statusSteps {
+		t.Logf("CertificateReady during the rotation: %s", m)
+	}
+	reasons, err := eventReasons(ctx, "SidecarInjector", si.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleReasons, err := eventReasons(ctx, "SidecarInjector", idle.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasons[controllers.EventCARotation]+idleReasons[controllers.EventCARotation] == 0 {
+		t.Fatalf("no %s events: %v / %v", controllers.EventCARotation, reasons, idleReasons)
+	}
+	t.Logf("events: %s %v, %s %v", si.Name, reasons, idle.Name, idleReasons)
+	if reasons[controllers.EventDriftRepaired]+idleReasons[controllers.EventDriftRepaired] != 0 {
+		t.Errorf("planned changes (ca-dir, rotation) reported as drift repairs: %v / %v", reasons, idleReasons)
+	}
+}
