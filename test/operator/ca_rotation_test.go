@@ -7,6 +7,7 @@ package operator
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strings"
@@ -324,13 +325,58 @@ func TestCADirAndCARotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; steps seen %v", err, at)
 	}
-	time.Sleep(2 * time.Second) // admissions after the drop, against the new CA only
+	failedRotation := failed.Load()
+
+	// A deleted CA Secret (its key is lost): a new CA signs at once, but no
+	// serving certificate from it is served before every configuration
+	// carries it, and the lost CA (still known from the caBundles) stays
+	// trusted until no certificate in use chains to it.
+	lost := newCA.Cert
+	if err := c.Delete(ctx, caSec.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	var replacement *x509.Certificate
+	err = cluster.WaitFor(ctx, 60*time.Second, "a new CA after the CA Secret was deleted, the lost one dropped", func(ctx context.Context) (bool, error) {
+		sec := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(caSec), sec); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
+		if err != nil || active.Equal(lost) {
+			return false, nil
+		}
+		if replacement == nil {
+			replacement = active
+			t.Logf("+%s CreateCA: CA Secret re-created with a new CA", time.Since(deleted).Round(time.Millisecond))
+		}
+		serving := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), serving); err != nil {
+			return false, err
+		}
+		leaf, err := certs.ParseCertPEM(serving.Data[corev1.TLSCertKey])
+		if err != nil || !certs.SignedBy(leaf, active) {
+			return false, nil
+		}
+		for _, n := range configs {
+			b, err := mwcBundle(ctx, n)
+			if err != nil || certs.BundleContains(b, lost) || !certs.BundleContains(b, active) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
+	time.Sleep(2 * time.Second) // admissions against the new CA only
 	stop()
 	wg.Wait()
 	errMu.Lock()
 	defer errMu.Unlock()
-	t.Logf("admissions during the rotation: %d attempted, %d failed, %d not injected; %d certificate reloads of the local server; first errors %v",
-		attempted.Load(), failed.Load(), notInjected.Load(), reloads.Load(), firstErrs)
+	t.Logf("admissions during the rotation and the CA Secret replacement: %d attempted, %d failed (%d during the rotation), %d not injected; %d certificate reloads of the local server; first errors %v",
+		attempted.Load(), failed.Load(), failedRotation, notInjected.Load(), reloads.Load(), firstErrs)
 	for _, s := range []string{"CreateNextCA", "PublishBundle", "PromoteNextCA", "IssueServing", "DropRetiredCA"} {
 		found := false
 		for k := range at {
@@ -341,7 +387,7 @@ func TestCADirAndCARotation(t *testing.T) {
 		}
 	}
 	if failed.Load() != 0 || notInjected.Load() != 0 {
-		t.Fatalf("%d of %d admissions failed and %d were not injected during the CA rotation: %v\ninjector log:\n%s",
+		t.Fatalf("%d of %d admissions failed and %d were not injected during the CA rotation and replacement: %v\ninjector log:\n%s",
 			failed.Load(), attempted.Load(), notInjected.Load(), firstErrs, srv.proc.Tail(3000))
 	}
 	if attempted.Load() < 100 {
