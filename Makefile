@@ -65,8 +65,12 @@ verify-generated: manifests generate ## Fail if generated files differ from the 
 		echo "generated files are stale; run 'make manifests generate' and commit:"; \
 		git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
 
+.PHONY: verify-tidy
+verify-tidy: ## Fail if go.mod/go.sum are not tidy.
+	go mod tidy -diff
+
 .PHONY: verify
-verify: verify-fmt vet verify-generated ## gofmt, go vet and the stale-generated check.
+verify: verify-fmt vet verify-tidy verify-generated ## gofmt, go vet, go mod tidy and the stale-generated check.
 
 .PHONY: test
 test: tools verify ## Run every test (builds the tools it needs first).
