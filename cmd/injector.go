@@ -8,9 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/serving"
@@ -95,29 +92,10 @@ func runInjector(ctx context.Context, o *injectorOptions) error {
 	}
 	log.Info("API server", "version", version)
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	srv, err := o.serving.NewServer()
-	if err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.probeAddr,
-		WebhookServer:          srv,
-		// Every replica serves, so every replica watches: no leader election.
-		LeaderElection: false,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Watch only our own SidecarInjector.
-			&v1alpha1.SidecarInjector{}: {Field: fields.OneTermEqualSelector("metadata.name", o.injector)},
-		}},
-	})
+	mgr, err := newWebhookManager(restCfg, &o.serving, o.metricsAddr, o.probeAddr, cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// Watch only our own SidecarInjector.
+		&v1alpha1.SidecarInjector{}: {Field: fields.OneTermEqualSelector("metadata.name", o.injector)},
+	}})
 	if err != nil {
 		return err
 	}

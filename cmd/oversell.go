@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/webhooks/oversell"
 	"github.com/hookwright/hookwright/webhooks/serving"
@@ -65,28 +65,13 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("oversell")
 
-	scheme, err := newScheme()
-	if err != nil {
-		return err
-	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	srv, err := o.serving.NewServer()
+	mgr, err := newWebhookManager(cfg, &o.serving, o.metricsAddr, o.probeAddr, cache.Options{})
 	if err != nil {
 		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.probeAddr,
-		WebhookServer:          srv,
-		// Every replica serves, so every replica watches: no leader election.
-		LeaderElection: false,
-	})
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
 	}
 
 	m, err := oversell.NewMetrics(metrics.Registry)
