@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -48,17 +47,9 @@ func (w *warningRecorder) take() []string {
 
 func loadSampleInjector(t *testing.T) *v1alpha1.SidecarInjector {
 	t.Helper()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "config", "samples", "admission_v1alpha1_sidecarinjector.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	si := &v1alpha1.SidecarInjector{}
-	if err := yaml.UnmarshalStrict(b, si); err != nil {
-		t.Fatalf("sample SidecarInjector: %v", err)
+	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
+		t.Fatal(err)
 	}
 	return si
 }

@@ -3,8 +3,6 @@ package operator
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
@@ -24,16 +21,8 @@ import (
 
 func sampleInjector(t *testing.T, name string) *v1alpha1.SidecarInjector {
 	t.Helper()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "config", "samples", "admission_v1alpha1_sidecarinjector.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	si := &v1alpha1.SidecarInjector{}
-	if err := yaml.UnmarshalStrict(b, si); err != nil {
+	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
 		t.Fatal(err)
 	}
 	si.Name = name
