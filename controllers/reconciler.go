@@ -123,6 +123,11 @@ type Reconciler struct {
 	// write of something else is the operator's own change (a CA rotation
 	// step, a ca-dir update, a spec edit), not a repair of drift.
 	applied map[string][sha256.Size]byte
+	// wrote is the resourceVersion change of the last write per CR and
+	// object: a cached object still at the "from" version is the cache
+	// lagging behind that write, not new drift, and must neither be
+	// written again nor spend the repair budget.
+	wrote map[string]rvChange
 	// shared is common to the reconcilers of one manager: the CA lock and
 	// the --ca-dir bundle.
 	shared *shared
@@ -130,6 +135,9 @@ type Reconciler struct {
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
 }
+
+// rvChange is the resourceVersion before and after one write.
+type rvChange struct{ from, to string }
 
 // shared is what the reconcilers of one manager have in common.
 type shared struct {
@@ -636,6 +644,15 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		}
 	}
 	budgetKey := kindOf(op.Object) + "/" + op.Object.GetName() + "|" + gvk.Kind + "/" + client.ObjectKeyFromObject(obj).String()
+	r.mu.Lock()
+	w, wroteBefore := r.wrote[budgetKey]
+	r.mu.Unlock()
+	if !created && wroteBefore && w.from != w.to && live.GetResourceVersion() == w.from {
+		// The watch event of our own write re-queues this CR.
+		log.FromContext(ctx).V(1).Info("cache behind the last write; waiting for its event", "object", gvk.Kind+" "+client.ObjectKeyFromObject(obj).String())
+		return false, nil
+	}
+	fromRV := live.GetResourceVersion()
 	now := r.now()
 	wantJSON, err := json.Marshal(want.Object)
 	if err != nil {
@@ -666,6 +683,10 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		r.applied = map[string][sha256.Size]byte{}
 	}
 	r.applied[budgetKey] = wantHash
+	if r.wrote == nil {
+		r.wrote = map[string]rvChange{}
+	}
+	r.wrote[budgetKey] = rvChange{from: fromRV, to: want.GetResourceVersion()}
 	r.mu.Unlock()
 	name := gvk.Kind + " " + strings.TrimPrefix(client.ObjectKeyFromObject(obj).String(), "/")
 	switch {
