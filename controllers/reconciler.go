@@ -288,6 +288,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetMetrics(kindOf(obj), req.Name)
+			obj.SetName(req.Name)
+			r.forget(obj)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -643,25 +645,27 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 			return false, nil
 		}
 	}
-	budgetKey := kindOf(op.Object) + "/" + op.Object.GetName() + "|" + gvk.Kind + "/" + client.ObjectKeyFromObject(obj).String()
-	r.mu.Lock()
-	w, wroteBefore := r.wrote[budgetKey]
-	r.mu.Unlock()
-	if !created && wroteBefore && w.from != w.to && live.GetResourceVersion() == w.from {
-		// The watch event of our own write re-queues this CR.
-		log.FromContext(ctx).V(1).Info("cache behind the last write; waiting for its event", "object", gvk.Kind+" "+client.ObjectKeyFromObject(obj).String())
-		return false, nil
-	}
-	fromRV := live.GetResourceVersion()
-	now := r.now()
+	budgetKey := ownedKey(op.Object, gvk.Kind, obj)
 	wantJSON, err := json.Marshal(want.Object)
 	if err != nil {
 		return false, err
 	}
 	wantHash := sha256.Sum256(wantJSON)
 	r.mu.Lock()
+	w, wroteBefore := r.wrote[budgetKey]
 	last, known := r.applied[budgetKey]
 	r.mu.Unlock()
+	if wroteBefore {
+		switch skip, err := r.behindOrUnchanged(ctx, obj, live, created, w, known && last == wantHash); {
+		case err != nil:
+			return false, err
+		case skip != "":
+			log.FromContext(ctx).V(1).Info(skip, "object", gvk.Kind+" "+client.ObjectKeyFromObject(obj).String())
+			return false, nil
+		}
+	}
+	fromRV := live.GetResourceVersion()
+	now := r.now()
 	// Unknown (first write since start) or different from the last apply:
 	// the desired state moved, which the repair budget does not limit.
 	updated := !created && (!known || last != wantHash)
@@ -705,6 +709,85 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
 	}
 	return true, nil
+}
+
+// ownedKey identifies one owned object of one CR in the repairs, applied
+// and wrote maps: "<CR kind>/<CR name>|<kind>/<namespace>/<name>".
+func ownedKey(cr client.Object, kind string, obj client.Object) string {
+	return ownedPrefix(cr) + kind + "/" + client.ObjectKeyFromObject(obj).String()
+}
+
+func ownedPrefix(cr client.Object) string { return kindOf(cr) + "/" + cr.GetName() + "|" }
+
+// behindOrUnchanged decides, for an owned object that differs from the
+// desired state, whether a write would be pointless because the last write
+// (w) already covers it. It returns a reason to skip, or "" to write:
+//   - the cached object is still at the resourceVersion our last write
+//     replaced (w.from, when the write moved it): the cache lags behind
+//     that write, whose watch event re-queues the CR;
+//   - the object was created by our last write (w.from empty) and the cache
+//     does not have it yet: confirmed with one uncached GET, since a
+//     configuration deleted by someone else must be recreated;
+//   - the cached object is exactly the result of our last write
+//     (resourceVersion w.to) of the same desired state (sameDesired): the
+//     reported drift is a field the API server normalises, and applying
+//     again would be a no-op write (this covers applies that did not move
+//     the resourceVersion, where from == to).
+//
+// None of them is drift, so none spends the repair budget.
+func (r *Reconciler) behindOrUnchanged(ctx context.Context, obj, live client.Object, created bool, w rvChange, sameDesired bool) (string, error) {
+	switch {
+	case created && w.from == "" && w.to != "":
+		if r.APIReader == nil {
+			return "", nil
+		}
+		probe := live.DeepCopyObject().(client.Object)
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), probe)
+		if apierrors.IsNotFound(err) {
+			return "", nil // deleted since: create it again
+		}
+		if err != nil {
+			return "", err
+		}
+		return "cache has not seen the object created by the last write; waiting for its event", nil
+	case created:
+		return "", nil
+	case w.from != "" && w.from != w.to && live.GetResourceVersion() == w.from:
+		return "cache behind the last write; waiting for its event", nil
+	case sameDesired && w.to != "" && live.GetResourceVersion() == w.to:
+		return "object is the result of the last write of the same desired state; drift is server normalisation", nil
+	}
+	return "", nil
+}
+
+// forget drops what the reconciler remembers about the objects of one CR
+// (repair times, applied hashes, written resourceVersions): the CR is gone.
+func (r *Reconciler) forget(cr client.Object) {
+	prefix := ownedPrefix(cr)
+	owned := func(k string) bool { return strings.HasPrefix(k, prefix) }
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	maps.DeleteFunc(r.repairs, func(k string, _ []time.Time) bool { return owned(k) })
+	maps.DeleteFunc(r.applied, func(k string, _ [sha256.Size]byte) bool { return owned(k) })
+	maps.DeleteFunc(r.wrote, func(k string, _ rvChange) bool { return owned(k) })
+}
+
+// forgetObject drops what the reconciler remembers about one owned object
+// (deleted because it is no longer desired).
+func (r *Reconciler) forgetObject(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.repairs, key)
+	delete(r.applied, key)
+	delete(r.wrote, key)
+}
+
+// remembered counts the entries of the repairs, applied and wrote maps
+// (tests check that deleted CRs leave none behind).
+func (r *Reconciler) remembered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.repairs) + len(r.applied) + len(r.wrote)
 }
 
 // prunable are the owned types whose objects may stop being desired: a PDB
@@ -763,6 +846,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, op Operand, obj client.Obj
 		return client.IgnoreNotFound(err)
 	}
 	gvk, _ := apiutil.GVKForObject(obj, r.Scheme)
+	r.forgetObject(ownedKey(op.Object, gvk.Kind, obj))
 	r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventDeleted, "Delete", "deleted %s %s/%s (no longer desired)", gvk.Kind, obj.GetNamespace(), obj.GetName())
 	return nil
 }
