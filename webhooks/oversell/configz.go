@@ -12,6 +12,7 @@ type Configz struct {
 	Hash             string          `json:"hash"`
 	NodeOversells    []ConfigzPolicy `json:"nodeOversells"`
 	Ignored          []Ignored       `json:"ignored"`
+	Deleting         []string        `json:"deleting"`
 	TrustedReporters []string        `json:"trustedReporters"`
 }
 
@@ -31,10 +32,14 @@ func NewConfigz(s *Snapshot) Configz {
 		Hash:             s.Hash,
 		NodeOversells:    []ConfigzPolicy{},
 		Ignored:          s.Ignored,
+		Deleting:         s.Deleting,
 		TrustedReporters: s.ExtraTrusted,
 	}
 	if c.Ignored == nil {
 		c.Ignored = []Ignored{}
+	}
+	if c.Deleting == nil {
+		c.Deleting = []string{}
 	}
 	if c.TrustedReporters == nil {
 		c.TrustedReporters = []string{}

@@ -51,6 +51,10 @@ type Snapshot struct {
 	// creationTimestamp ascending, then name.
 	Policies []*Policy
 	Ignored  []Ignored
+	// Deleting names NodeOversells with a deletionTimestamp, sorted: they
+	// no longer amplify anything, so that the operator's finalizer can
+	// restore their nodes without this server amplifying them again.
+	Deleting []string
 	// ExtraTrusted are reporters trusted for every node (--trusted-reporter).
 	ExtraTrusted []string
 	// Hash identifies the served set of (name, generation) pairs.
@@ -120,10 +124,15 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 }
 
 // BuildSnapshot compiles objs into a snapshot. Invalid objects are listed in
-// Ignored instead of failing the whole set.
+// Ignored instead of failing the whole set; objects being deleted are
+// listed in Deleting and never become policies.
 func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
 	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted}
 	for _, o := range objs {
+		if o.DeletionTimestamp != nil {
+			s.Deleting = append(s.Deleting, o.Name)
+			continue
+		}
 		p, err := CompilePolicy(o)
 		if err != nil {
 			s.Ignored = append(s.Ignored, Ignored{Name: o.Name, Generation: o.Generation, Reason: err.Error()})
@@ -142,6 +151,7 @@ func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced 
 		return a.Name < b.Name
 	})
 	sort.Slice(s.Ignored, func(i, j int) bool { return s.Ignored[i].Name < s.Ignored[j].Name })
+	slices.Sort(s.Deleting)
 	h := sha256.New()
 	for _, p := range s.Policies {
 		h.Write([]byte(p.Name))

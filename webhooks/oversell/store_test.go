@@ -88,6 +88,28 @@ func TestBuildSnapshotIgnoresInvalid(t *testing.T) {
 	}
 }
 
+// A NodeOversell being deleted (finalizer restore in progress) selects no
+// node any more, even when it would take precedence.
+func TestBuildSnapshotSkipsDeleting(t *testing.T) {
+	objs := append(nodeOversells(t, "going", "3", "", 9, testTime(1)), nodeOversells(t, "staying", "2", "", 0, testTime(2))...)
+	now := metav1.NewTime(testTime(50))
+	objs[0].DeletionTimestamp = &now
+	objs[0].Finalizers = []string{"oversell.hookwright.io/restore"}
+	s := BuildSnapshot(objs, nil, true)
+	if p := s.Select(map[string]string{"pool": "oversell"}); p == nil || p.Name != "staying" {
+		t.Fatalf("selected %+v, want staying", p)
+	}
+	if len(s.Policies) != 1 || len(s.Ignored) != 0 || len(s.Deleting) != 1 || s.Deleting[0] != "going" {
+		t.Fatalf("policies %d ignored %v deleting %v", len(s.Policies), s.Ignored, s.Deleting)
+	}
+	if c := NewConfigz(s); len(c.Deleting) != 1 || len(c.NodeOversells) != 1 {
+		t.Fatalf("configz %+v", c)
+	}
+	if BuildSnapshot(objs[:1], nil, true).Select(map[string]string{"pool": "oversell"}) != nil {
+		t.Fatal("a deleting NodeOversell alone still selects the node")
+	}
+}
+
 func TestSnapshotHashFollowsGenerations(t *testing.T) {
 	a := nodeOversells(t, "a", "2", "", 0, testTime(1))
 	h1 := BuildSnapshot(a, nil, true).Hash
