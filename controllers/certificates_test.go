@@ -175,30 +175,61 @@ func TestUserSecretState(t *testing.T) {
 }
 
 func TestRestorePatch(t *testing.T) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{
-		v1alpha1.OversellRawAllocatableKey: `{"cpu":"3800m","memory":"16Gi"}`,
-		v1alpha1.OversellRatiosKey:         `{"cpu":"2"}`,
-		v1alpha1.OversellAppliedByKey:      "pool",
-	}}}
-	b, err := RestorePatch(node)
-	if err != nil {
-		t.Fatal(err)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{
+			v1alpha1.OversellRawAllocatableKey: `{"cpu":"3800m","memory":"16Gi"}`,
+			v1alpha1.OversellRatiosKey:         `{"cpu":"2"}`,
+			v1alpha1.OversellAppliedByKey:      "pool",
+		}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("17Gi")},
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("7600m"), corev1.ResourceMemory: resource.MustParse("24Gi")},
+		},
 	}
-	want := `{"metadata":{"annotations":{"oversell.hookwright.io/applied-by":null,"oversell.hookwright.io/ratios":null,"oversell.hookwright.io/raw-allocatable":null}},"status":{"allocatable":{"cpu":"3800m","memory":"16Gi"}}}`
-	if string(b) != want {
-		t.Fatalf("patch\n%s\nwant\n%s", b, want)
+	const dropAnnotations = `{"metadata":{"annotations":{"oversell.hookwright.io/applied-by":null,"oversell.hookwright.io/ratios":null,"oversell.hookwright.io/raw-allocatable":null}}`
+	b, notes := RestorePatch(node)
+	if want := dropAnnotations + `,"status":{"allocatable":{"cpu":"3800m","memory":"16Gi"}}}`; string(b) != want || len(notes) != 0 {
+		t.Fatalf("patch\n%s\nwant\n%s\nnotes %v", b, want, notes)
 	}
-	for _, bad := range []string{"", "{", `{"cpu":"lots"}`} {
-		node.Annotations[v1alpha1.OversellRawAllocatableKey] = bad
-		if _, err := RestorePatch(node); err == nil {
-			t.Errorf("raw %q: no error", bad)
+	// Tampered, unparseable or missing records are never published: an
+	// allocatable above capacity is lowered to capacity, the annotations go.
+	for _, c := range []struct{ raw, want, note string }{
+		{`{"cpu":"3800m","memory":"1e30"}`, `{"cpu":"3800m","memory":"17Gi"}`, `memory: recorded raw "1e30" is not plausible for capacity 17Gi; allocatable 24Gi lowered to capacity`},
+		{`{"cpu":"0","memory":"16Gi"}`, `{"cpu":"4","memory":"16Gi"}`, `cpu: recorded raw "0" is not plausible for capacity 4`},
+		{`{"cpu":"-1","memory":"16Gi"}`, `{"cpu":"4","memory":"16Gi"}`, `not plausible`},
+		{`{"cpu":"lots"}`, `{"cpu":"4"}`, `cpu: recorded raw "lots" does not parse`},
+		{``, `{"cpu":"4","memory":"17Gi"}`, `no oversell.hookwright.io/raw-allocatable annotation`},
+		{`{`, `{"cpu":"4","memory":"17Gi"}`, `is not a JSON object`},
+		{`null`, `{"cpu":"4","memory":"17Gi"}`, `is not a JSON object`},
+	} {
+		node.Annotations[v1alpha1.OversellRawAllocatableKey] = c.raw
+		b, notes := RestorePatch(node)
+		if want := dropAnnotations + `,"status":{"allocatable":` + c.want + `}}`; string(b) != want {
+			t.Errorf("raw %q: patch\n%s\nwant\n%s", c.raw, b, want)
 		}
+		if !strings.Contains(strings.Join(notes, "; "), c.note) {
+			t.Errorf("raw %q: notes %q lack %q", c.raw, notes, c.note)
+		}
+	}
+	// Allocatable already within capacity stays for the kubelet to correct.
+	within := node.DeepCopy()
+	within.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"memory":"1e30"}`
+	within.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("16Gi")
+	b, notes = RestorePatch(within)
+	if string(b) != dropAnnotations+"}" || len(notes) != 1 || !strings.Contains(notes[0], "left until the kubelet's next report") {
+		t.Fatalf("within capacity: %s %v", b, notes)
+	}
+	// No capacity: nothing can be checked, nothing is written.
+	nocap := node.DeepCopy()
+	nocap.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"cpu":"3800m"}`
+	nocap.Status.Capacity = nil
+	if b, notes := RestorePatch(nocap); string(b) != dropAnnotations+"}" || len(notes) != 1 {
+		t.Fatalf("no capacity: %s %v", b, notes)
 	}
 	// Only memory recorded: only memory restored.
 	node.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"memory":"1.5e9"}`
-	b, err = RestorePatch(node)
-	if err != nil || !strings.Contains(string(b), `"allocatable":{"memory":"1.5e9"}`) {
-		t.Fatalf("memory only: %s %v", b, err)
+	if b, notes := RestorePatch(node); !strings.Contains(string(b), `"allocatable":{"memory":"1.5e9"}`) || len(notes) != 0 {
+		t.Fatalf("memory only: %s %v", b, notes)
 	}
 }
 

@@ -36,6 +36,9 @@ const OversellFinalizer = "oversell.hookwright.io/restore"
 const (
 	EventNodesRestored = "NodesRestored"
 	EventRestoreGaveUp = "RestoreIncomplete"
+	// EventRestoreUntrusted names nodes whose recorded raw allocatable was
+	// implausible (see RestorePatch).
+	EventRestoreUntrusted = "RestoreUntrusted"
 	EventNodesResynced = "NodesResynced"
 )
 
@@ -253,30 +256,67 @@ func nodeAmounts(ann map[string]string) (raw, eff corev1.ResourceList, err error
 // RestorePatch is the JSON merge patch of nodes/status that gives a node its
 // raw allocatable back (from the oversell.hookwright.io/raw-allocatable
 // annotation: a JSON object of exact quantities such as
-// {"cpu":"3800m","memory":"16Gi"}) and removes the oversell annotations. It
-// errors when the annotation is missing or not a JSON object of quantities.
-func RestorePatch(node *corev1.Node) ([]byte, error) {
+// {"cpu":"3800m","memory":"16Gi"}) and removes the oversell annotations.
+//
+// A recorded value is written back only if the webhook engine would trust it
+// (oversell.PlausibleRaw: 0 < raw ≤ the node's status.capacity): whoever can
+// annotate a node could otherwise publish any allocatable, such as memory
+// "1e30", through the operator. For a resource whose record is implausible,
+// unparseable, or whose capacity is unknown (or when the whole annotation is
+// missing or not a JSON object), nothing larger than the node already
+// publishes is written: allocatable is lowered to capacity if it is above
+// it, and otherwise left as it is; the kubelet's next status report (the
+// webhook configuration is deleted before the restore) then publishes the
+// real value. Notes describes each such resource, for an Event.
+func RestorePatch(node *corev1.Node) (patch []byte, notes []string) {
 	raw := node.Annotations[v1alpha1.OversellRawAllocatableKey]
-	if raw == "" {
-		return nil, fmt.Errorf("node %s has no %s annotation", node.Name, v1alpha1.OversellRawAllocatableKey)
-	}
 	var vals map[string]string
-	if err := json.Unmarshal([]byte(raw), &vals); err != nil {
-		return nil, fmt.Errorf("node %s: %s: %w", node.Name, v1alpha1.OversellRawAllocatableKey, err)
+	recordErr := ""
+	switch err := json.Unmarshal([]byte(raw), &vals); {
+	case raw == "":
+		recordErr = "no " + v1alpha1.OversellRawAllocatableKey + " annotation"
+	case err != nil || vals == nil:
+		recordErr = fmt.Sprintf("%s is not a JSON object of quantities", v1alpha1.OversellRawAllocatableKey)
 	}
 	alloc := map[string]string{}
 	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		v, ok := vals[string(k)]
-		if !ok {
-			continue
+		why := recordErr
+		if why == "" {
+			v, ok := vals[string(k)]
+			if !ok {
+				continue // not recorded: the engine left it at raw
+			}
+			var capacity *resource.Quantity
+			if c, ok := node.Status.Capacity[k]; ok {
+				capacity = &c
+			}
+			q, err := resource.ParseQuantity(v)
+			switch {
+			case err != nil:
+				why = fmt.Sprintf("recorded raw %q does not parse", v)
+			case capacity == nil:
+				why = fmt.Sprintf("recorded raw %q cannot be checked without a capacity", v)
+			case !oversell.PlausibleRaw(q, capacity):
+				why = fmt.Sprintf("recorded raw %q is not plausible for capacity %s", v, capacity.String())
+			default:
+				// Trusted, then written as recorded: the API server canonicalises.
+				alloc[string(k)] = v
+				continue
+			}
 		}
-		// Validated, then written as recorded: the API server canonicalises.
-		if _, err := resource.ParseQuantity(v); err != nil {
-			return nil, fmt.Errorf("node %s: raw %s %q: %w", node.Name, k, v, err)
+		cur, hasCur := node.Status.Allocatable[k]
+		capacity, hasCap := node.Status.Capacity[k]
+		switch {
+		case hasCur && hasCap && cur.Cmp(capacity) > 0:
+			alloc[string(k)] = capacity.String()
+			notes = append(notes, fmt.Sprintf("%s: %s; allocatable %s lowered to capacity %s until the kubelet's next report", k, why, cur.String(), capacity.String()))
+		case hasCur:
+			notes = append(notes, fmt.Sprintf("%s: %s; allocatable %s left until the kubelet's next report", k, why, cur.String()))
+		default:
+			notes = append(notes, fmt.Sprintf("%s: %s; no allocatable to restore", k, why))
 		}
-		alloc[string(k)] = v
 	}
-	patch := map[string]any{
+	p := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{
 			v1alpha1.OversellRawAllocatableKey: nil,
 			v1alpha1.OversellRatiosKey:         nil,
@@ -284,9 +324,10 @@ func RestorePatch(node *corev1.Node) ([]byte, error) {
 		}},
 	}
 	if len(alloc) > 0 {
-		patch["status"] = map[string]any{"allocatable": alloc}
+		p["status"] = map[string]any{"allocatable": alloc}
 	}
-	return json.Marshal(patch)
+	patch, _ = json.Marshal(p) // maps of strings and nil: cannot fail
+	return patch, notes
 }
 
 // restoreNodes runs while a NodeOversell is being deleted. It deletes the
@@ -303,7 +344,7 @@ func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell
 	if err != nil {
 		return false, 0, err
 	}
-	var restored, failed []string
+	var restored, untrusted []string
 	pending := 0
 	for _, m := range nodes {
 		if m.Annotations[v1alpha1.OversellAppliedByKey] != no.Name {
@@ -320,10 +361,9 @@ func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell
 			continue // the cache was behind
 		}
 		pending++
-		patch, err := RestorePatch(node)
-		if err != nil {
-			failed = append(failed, err.Error())
-			continue
+		patch, notes := RestorePatch(node)
+		if len(notes) > 0 {
+			untrusted = append(untrusted, node.Name+": "+strings.Join(notes, ", "))
 		}
 		if err := r.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 			return false, 0, fmt.Errorf("restore node %s: %w", node.Name, err)
@@ -338,12 +378,16 @@ func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell
 		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
 			"raw allocatable restored on %d nodes: %s", len(restored), summarize(restored, 10))
 	}
-	if pending == len(restored) && len(failed) == 0 {
+	if len(untrusted) > 0 {
+		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreUntrusted, "Restore",
+			"recorded raw allocatable not trusted on %d nodes: %s", len(untrusted), summarize(untrusted, 5))
+	}
+	if pending == len(restored) {
 		return true, 0, nil
 	}
 	if since := r.now().Sub(no.DeletionTimestamp.Time); since > restoreDeadline {
-		msg := fmt.Sprintf("%d of %d nodes not restored after %s (%s); releasing the finalizer, their next kubelet report restores them",
-			pending-len(restored), pending, since.Round(time.Second), strings.Join(failed, "; "))
+		msg := fmt.Sprintf("%d of %d nodes not restored after %s (re-amplified by a webhook still called); releasing the finalizer, their next kubelet report restores them",
+			pending-len(restored), pending, since.Round(time.Second))
 		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreGaveUp, "Restore", msg)
 		return true, 0, nil
 	}

@@ -243,6 +243,14 @@ func plausibleRaw(raw resource.Quantity, capacity *resource.Quantity) bool {
 	return raw.Sign() > 0 || capacity.Sign() == 0
 }
 
+// PlausibleRaw is the engine's check of a recorded raw allocatable, for
+// other writers of node status (the operator's restore): raw is trusted
+// only if 0 < raw ≤ capacity (raw may be 0 when capacity is 0); a nil
+// capacity (absent or unparseable) trusts nothing.
+func PlausibleRaw(raw resource.Quantity, capacity *resource.Quantity) bool {
+	return plausibleRaw(raw, capacity)
+}
+
 // optQuantity parses m[key]; ok is false when absent or invalid.
 func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 	s, found := m[key]
