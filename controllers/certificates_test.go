@@ -258,10 +258,11 @@ func TestCertificateMetrics(t *testing.T) {
 }
 
 func TestAmplifiedTotals(t *testing.T) {
-	node := func(name string, ann map[string]string) metav1.PartialObjectMetadata {
-		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}
+	node := func(name string, ann map[string]string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}, Status: corev1.NodeStatus{Capacity: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}}}
 	}
-	nodes := []metav1.PartialObjectMetadata{
+	nodes := []corev1.Node{
 		node("a", map[string]string{
 			v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"3800m","memory":"7Gi"}`,
 			v1alpha1.OversellRatiosKey: `{"cpu":"2","memory":"1.5"}`,
@@ -274,11 +275,19 @@ func TestAmplifiedTotals(t *testing.T) {
 			v1alpha1.OversellAppliedByKey: "other", v1alpha1.OversellRawAllocatableKey: `{"cpu":"64"}`,
 		}),
 		node("broken", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"x"}`}),
+		// Tampered records the engine would not trust stay out of the sums.
+		node("tampered", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"1","memory":"1e30"}`}),
+		node("zero", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"0"}`}),
 		node("plain", nil),
 	}
+	nocap := node("nocap", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"1"}`})
+	nocap.Status.Capacity = nil
+	nodes = append(nodes, nocap)
 	got := AmplifiedTotals(nodes, "pool")
-	if got.Nodes != 3 || len(got.Problems) != 1 || !strings.HasPrefix(got.Problems[0], "broken: ") {
-		t.Fatalf("nodes %d problems %v", got.Nodes, got.Problems)
+	if got.Nodes != 6 || len(got.Problems) != 4 || !strings.HasPrefix(got.Problems[0], "broken: ") ||
+		!strings.Contains(got.Problems[2], `tampered: raw memory "1e30": not plausible for capacity 8Gi`) ||
+		!strings.HasPrefix(got.Problems[1], "nocap: ") || !strings.HasPrefix(got.Problems[3], "zero: ") {
+		t.Fatalf("nodes %d problems %q", got.Nodes, got.Problems)
 	}
 	// cpu: 3800m + 1 = 4800m raw; 7600m + 1333m (rounded down) effective.
 	// memory: 7Gi + 1000Mi raw; 10.5Gi + 1000Mi (no memory ratio) effective.

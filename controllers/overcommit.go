@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -78,10 +79,10 @@ func PodRequests(p *corev1.Pod) corev1.ResourceList {
 // overcommitted checks every selected node that carries a recorded raw
 // allocatable against the new ratios of no: it returns one line per node
 // whose pods request more than raw × ratio, sorted.
-func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, nodes []string, annotations map[string]map[string]string) ([]string, error) {
+func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, nodes []string, byName map[string]*corev1.Node) ([]string, error) {
 	var out []string
 	for _, name := range nodes {
-		raw, _, err := nodeAmounts(annotations[name])
+		raw, _, err := nodeAmounts(byName[name].Annotations, byName[name].Status.Capacity)
 		if err != nil {
 			continue // not amplified yet: the kubelet's value is already real
 		}
@@ -108,7 +109,11 @@ func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversel
 				continue
 			}
 			ratio, _ := oversell.ParseRatio(string(ratioOf(no, res)))
-			alloc := oversell.Amplify(res, q, nil, ratio)
+			var capQ *resource.Quantity
+			if c, ok := byName[name].Status.Capacity[k]; ok {
+				capQ = &c
+			}
+			alloc := oversell.Amplify(res, q, capQ, ratio)
 			if req := requested[k]; req.Cmp(alloc) > 0 {
 				out = append(out, fmt.Sprintf("%s (%s requested %s > allocatable %s)", name, k, req.String(), alloc.String()))
 			}

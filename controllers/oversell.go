@@ -39,7 +39,7 @@ const (
 	// EventRestoreUntrusted names nodes whose recorded raw allocatable was
 	// implausible (see RestorePatch).
 	EventRestoreUntrusted = "RestoreUntrusted"
-	EventNodesResynced = "NodesResynced"
+	EventNodesResynced    = "NodesResynced"
 )
 
 // restoreDeadline bounds how long a deleting NodeOversell waits for its
@@ -80,11 +80,10 @@ func NodeSelector(no *v1alpha1.NodeOversell) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(no.Spec.NodeSelector)
 }
 
-// listNodeMeta lists node metadata from the cache (labels and annotations
-// are all the selection needs; full nodes carry image lists).
-func (r *Reconciler) listNodeMeta(ctx context.Context) ([]metav1.PartialObjectMetadata, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+// listNodes lists the nodes from the cache, slimmed to labels,
+// annotations, capacity and allocatable (see CacheOptions).
+func (r *Reconciler) listNodes(ctx context.Context) ([]corev1.Node, error) {
+	list := &corev1.NodeList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return nil, err
 	}
@@ -100,19 +99,20 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	if err != nil {
 		return 0, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
-	nodes, err := r.listNodeMeta(ctx)
+	nodes, err := r.listNodes(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var matched int32
 	var touch, selected []string
-	annotations := map[string]map[string]string{}
-	for _, n := range nodes {
+	byName := map[string]*corev1.Node{}
+	for i := range nodes {
+		n := &nodes[i]
 		m := sel.Matches(labels.Set(n.Labels))
 		if m {
 			matched++
 			selected = append(selected, n.Name)
-			annotations[n.Name] = n.Annotations
+			byName[n.Name] = n
 		}
 		if m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
 			touch = append(touch, n.Name)
@@ -141,7 +141,7 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	}
 	// Before the new ratios apply: would any node end up with more
 	// requested than allocatable?
-	over, err := r.overcommitted(ctx, no, selected, annotations)
+	over, err := r.overcommitted(ctx, no, selected, byName)
 	if err != nil {
 		return 0, err
 	}
@@ -177,19 +177,20 @@ type Totals struct {
 	Nodes int32
 	// Raw sums the oversell.hookwright.io/raw-allocatable annotations;
 	// Effective sums raw × ratio (oversell.Amplify, exact, rounded down to
-	// whole millicores and bytes) with the ratios of each node's
-	// oversell.hookwright.io/ratios annotation. nil when no node is amplified.
+	// whole millicores and bytes, capped at capacity × ratio) with the
+	// ratios of each node's oversell.hookwright.io/ratios annotation. nil
+	// when no node is amplified.
 	Raw, Effective corev1.ResourceList
-	// Problems names nodes whose annotations do not parse; they count in
-	// Nodes but not in the sums.
+	// Problems names nodes whose annotations do not parse or record a raw
+	// value the webhook engine would not trust (oversell.PlausibleRaw: not
+	// 0 < raw ≤ capacity); they count in Nodes but not in the sums.
 	Problems []string
 }
 
-// AmplifiedTotals computes Totals from node metadata alone: the annotations
-// the webhook writes carry the raw values and ratios, so no node status is
-// read. The capacity cap of the engine cannot bind here, as raw never
-// exceeds capacity.
-func AmplifiedTotals(nodes []metav1.PartialObjectMetadata, name string) Totals {
+// AmplifiedTotals computes Totals from the nodes' annotations, which the
+// webhook writes with the raw values and ratios, checked against each
+// node's status.capacity as the engine checks them.
+func AmplifiedTotals(nodes []corev1.Node, name string) Totals {
 	var t Totals
 	add := func(l *corev1.ResourceList, k corev1.ResourceName, q resource.Quantity) {
 		if *l == nil {
@@ -204,7 +205,7 @@ func AmplifiedTotals(nodes []metav1.PartialObjectMetadata, name string) Totals {
 			continue
 		}
 		t.Nodes++
-		raw, eff, err := nodeAmounts(n.Annotations)
+		raw, eff, err := nodeAmounts(n.Annotations, n.Status.Capacity)
 		if err != nil {
 			t.Problems = append(t.Problems, n.Name+": "+err.Error())
 			continue
@@ -220,7 +221,7 @@ func AmplifiedTotals(nodes []metav1.PartialObjectMetadata, name string) Totals {
 
 // nodeAmounts reads one node's raw allocatable and computes its effective
 // allocatable from the oversell annotations.
-func nodeAmounts(ann map[string]string) (raw, eff corev1.ResourceList, err error) {
+func nodeAmounts(ann map[string]string, capacity corev1.ResourceList) (raw, eff corev1.ResourceList, err error) {
 	var rawS, ratioS map[string]string
 	if err := json.Unmarshal([]byte(ann[v1alpha1.OversellRawAllocatableKey]), &rawS); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", v1alpha1.OversellRawAllocatableKey, err)
@@ -240,6 +241,17 @@ func nodeAmounts(ann map[string]string) (raw, eff corev1.ResourceList, err error
 		if err != nil {
 			return nil, nil, fmt.Errorf("raw %s %q: %w", res, v, err)
 		}
+		k := corev1.ResourceName(res.String())
+		var capQ *resource.Quantity
+		if c, ok := capacity[k]; ok {
+			capQ = &c
+		}
+		if !oversell.PlausibleRaw(q, capQ) {
+			if capQ == nil {
+				return nil, nil, fmt.Errorf("raw %s %q: no capacity to check it against", res, v)
+			}
+			return nil, nil, fmt.Errorf("raw %s %q: not plausible for capacity %s", res, v, capQ.String())
+		}
 		// An absent ratio leaves the resource at raw (an unset Ratio).
 		var ratio oversell.Ratio
 		if rs := ratioS[res.String()]; rs != "" {
@@ -247,8 +259,7 @@ func nodeAmounts(ann map[string]string) (raw, eff corev1.ResourceList, err error
 				return nil, nil, fmt.Errorf("ratio %s %q: %w", res, rs, err)
 			}
 		}
-		k := corev1.ResourceName(res.String())
-		raw[k], eff[k] = q, oversell.Amplify(res, q, nil, ratio)
+		raw[k], eff[k] = q, oversell.Amplify(res, q, capQ, ratio)
 	}
 	return raw, eff, nil
 }
@@ -340,7 +351,7 @@ func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell
 	if err := r.deleteOwned(ctx, op, mwc); err != nil {
 		return false, 0, err
 	}
-	nodes, err := r.listNodeMeta(ctx)
+	nodes, err := r.listNodes(ctx)
 	if err != nil {
 		return false, 0, err
 	}

@@ -213,7 +213,27 @@ func CacheOptions() cache.Options {
 	for _, o := range ownedTypes() {
 		by[o] = cache.ByObject{Label: sel}
 	}
+	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	return cache.Options{ByObject: by}
+}
+
+// slimNode keeps what the NodeOversell reconciler reads of a node (name,
+// labels, annotations, capacity and allocatable) and drops the rest (image
+// lists, conditions, managedFields) before it enters the cache.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a tombstone or another type: unchanged
+	}
+	return &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+			Labels: n.Labels, Annotations: n.Annotations,
+		},
+		Status: corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable},
+	}, nil
 }
 
 // SetupWithManager registers the controller: the CR kind, every owned type,
@@ -235,9 +255,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})))
 	}
 	if r.watchNodes {
-		// Metadata only, and only label or oversell annotation changes: a
-		// kubelet heartbeat (every 10 s per node) must not reconcile anything.
-		b = b.WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		// Slim nodes (CacheOptions), and only label or oversell annotation
+		// changes: a kubelet status report must not reconcile anything.
+		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.allRequests(ctx)
 		}), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
