@@ -87,7 +87,7 @@ const (
 const PauseReconcileAnnotation = "admission.hookwright.io/pause-reconcile"
 
 // userSecretResyncTime is how often a user-provided serving Secret (mode
-// Secret), which is not watched, is read again.
+// Secret) is read again besides its watch events.
 const userSecretResyncTime = 5 * time.Minute
 
 // Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
@@ -144,6 +144,9 @@ type shared struct {
 	// caMu serializes the CA Secret's read-plan-write of both kinds.
 	caMu  sync.Mutex
 	caDir *caDir // nil without Settings.CADir
+	// userSecrets caches the metadata of every Secret (see usersecrets.go);
+	// nil when not set up.
+	userSecrets cache.Cache
 }
 
 func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
@@ -183,6 +186,14 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		}
 		sh.caDir = d
 	}
+	us, err := newUserSecretCache(mgr)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(us); err != nil {
+		return err
+	}
+	sh.userSecrets = us
 	for _, r := range []*Reconciler{NewSidecarReconciler(mgr, s), NewOversellReconciler(mgr, s)} {
 		r.shared = sh
 		if err := r.SetupWithManager(mgr); err != nil {
@@ -253,6 +264,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.allRequests(ctx)
 		})))
+	}
+	if r.shared != nil && r.shared.userSecrets != nil {
+		b = b.WatchesRawSource(r.userSecretSource(r.shared.userSecrets))
 	}
 	if r.watchNodes {
 		// Slim nodes (CacheOptions), and only label or oversell annotation
@@ -426,8 +440,8 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 			return ctrl.Result{}, err
 		}
 		cs = UserSecretState(op, r.Settings, sec, now)
-		// The user's Secret is not watched (it carries no operator label):
-		// look again periodically.
+		// The user's Secret is watched (metadata, usersecrets.go); look
+		// again periodically as well, in case a watch event was missed.
 		result.RequeueAfter = userSecretResyncTime
 	default:
 		var err error

@@ -115,17 +115,16 @@ func TestUserProvidedSecretMode(t *testing.T) {
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM},
 	}
+	created := time.Now()
 	if err := env.Client.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	// The user's Secret is not watched (resynced every 5 min); any change of
-	// the CR reconciles it at once.
-	if err := update(ctx, si, func() { si.Annotations = map[string]string{"test/poke": "1"} }); err != nil {
-		t.Fatal(err)
-	}
+	// The user's Secret is watched (metadata): creating it reconciles the
+	// CR without any change of the CR (the resync is 5 min).
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 	}, 30*time.Second)
+	t.Logf("user Secret created → WebhookConfigured in %s", time.Since(created).Round(time.Millisecond))
 	o.MWC.Name = base
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
 		t.Fatal(err)
@@ -133,6 +132,30 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	if string(o.MWC.Webhooks[0].ClientConfig.CABundle) != string(ca.CertPEM) {
 		t.Fatal("caBundle is not the user's ca.crt")
 	}
+	// The user replaces the certificate and its CA: caBundle follows.
+	ca2, err := cluster.NewTestCA("byo-ca-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt2, key2, err := ca2.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data = map[string][]byte{corev1.TLSCertKey: crt2, corev1.TLSPrivateKeyKey: key2, "ca.crt": ca2.CertPEM}
+	replaced := time.Now()
+	if err := env.Client.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.WaitFor(ctx, 30*time.Second, "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
+			return false, err
+		}
+		return string(o.MWC.Webhooks[0].ClientConfig.CABundle) == string(ca2.CertPEM), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("user Secret replaced → caBundle updated in %s", time.Since(replaced).Round(time.Millisecond))
 	// The operator issued no Secret of its own for this CR.
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.Secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("operator serving Secret exists in mode Secret: %v", err)
