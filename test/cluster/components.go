@@ -32,6 +32,8 @@ type NodeSpec struct {
 	AllocatableCPU, AllocatableMemory string
 	// Pods is the pod capacity; default 110.
 	Pods string
+	// Taints are set on the node's spec.
+	Taints []corev1.Taint
 }
 
 func (c *Cluster) kubeconfigArgs() []string {
@@ -149,6 +151,7 @@ func (c *Cluster) AddNode(ctx context.Context, n NodeSpec) error {
 			Labels:      labels,
 			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
 		},
+		Spec: corev1.NodeSpec{Taints: n.Taints},
 		// Node create keeps status (pkg/registry/core/node/strategy.go), so
 		// capacity and allocatable are set here as a kubelet registering would.
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: alloc},
