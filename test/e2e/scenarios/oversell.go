@@ -1,0 +1,312 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+const (
+	// OversellNamespace holds the 1-CPU workload (not labelled for injection,
+	// so its pods request exactly 1 CPU).
+	OversellNamespace = "oversell"
+	// HeartbeatWatch is how long scenario 2 watches heartbeats for drift.
+	HeartbeatWatch = 60 * time.Second
+	rawAnnotation  = "oversell.hookwright.io/raw-allocatable"
+	workload       = "cpu-hog"
+	replicas       = 24
+)
+
+// SampleOversellName is the sample NodeOversell's name.
+const SampleOversellName = "oversell-pool"
+
+// poolAllocatable returns the pool nodes' allocatable and capacity cpu.
+func poolCPU(ctx context.Context, e *Env) (alloc, capacity map[string]resource.Quantity, nodes map[string]*corev1.Node, err error) {
+	alloc, capacity, nodes = map[string]resource.Quantity{}, map[string]resource.Quantity{}, map[string]*corev1.Node{}
+	for _, n := range PoolNodes {
+		node := &corev1.Node{}
+		if err := e.Cluster.Client.Get(ctx, client.ObjectKey{Name: n}, node); err != nil {
+			return nil, nil, nil, err
+		}
+		alloc[n], capacity[n], nodes[n] = node.Status.Allocatable[corev1.ResourceCPU], node.Status.Capacity[corev1.ResourceCPU], node
+	}
+	return alloc, capacity, nodes, nil
+}
+
+// waitPoolCPU polls every 10 ms until every pool node's allocatable cpu is
+// want (and, if raw is set, carries / lacks the raw annotation) and returns
+// how long it took.
+func waitPoolCPU(ctx context.Context, e *Env, want string, annotated *bool, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	q := resource.MustParse(want)
+	var last string
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		alloc, _, nodes, err := poolCPU(ctx, e)
+		if err == nil {
+			ok := true
+			var parts []string
+			for _, n := range PoolNodes {
+				a := alloc[n]
+				_, has := nodes[n].Annotations[rawAnnotation]
+				parts = append(parts, fmt.Sprintf("%s=%s", n, a.String()))
+				if a.Cmp(q) != 0 || (annotated != nil && has != *annotated) {
+					ok = false
+				}
+			}
+			last = strings.Join(parts, " ")
+			if ok {
+				return time.Since(start), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("pool nodes' allocatable cpu not %s within %s (last: %s)", want, timeout, last)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// scheduled counts the workload's pods bound to each node and the pods
+// the scheduler reported Unschedulable.
+func scheduled(ctx context.Context, e *Env) (perNode map[string]int, bound, unschedulable, total int, err error) {
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OversellNamespace), client.MatchingLabels{"app": workload}); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	perNode = map[string]int{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		total++
+		if p.Spec.NodeName != "" {
+			perNode[p.Spec.NodeName]++
+			bound++
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable++
+			}
+		}
+	}
+	return perNode, bound, unschedulable, total, nil
+}
+
+func fmtPerNode(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// patchRatios merge-patches the NodeOversell's ratios.
+func patchRatios(ctx context.Context, e *Env, name, cpu, memory string) error {
+	var parts []string
+	if cpu != "" {
+		parts = append(parts, fmt.Sprintf(`"cpu":%q`, cpu))
+	}
+	if memory != "" {
+		parts = append(parts, fmt.Sprintf(`"memory":%q`, memory))
+	}
+	patch := fmt.Sprintf(`{"spec":{"ratios":{%s}}}`, strings.Join(parts, ","))
+	no := &v1alpha1.NodeOversell{}
+	no.Name = name
+	return e.Cluster.Client.Patch(ctx, no, client.RawPatch(types.MergePatchType, []byte(patch)))
+}
+
+func workloadDeployment() *appsv1.Deployment {
+	labels := map[string]string{"app": workload}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: workload, Namespace: OversellNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{PoolLabel: "oversell"},
+					Tolerations:  []corev1.Toleration{{Key: PoolTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+					Containers: []corev1.Container{{
+						Name: "hog", Image: "registry.k8s.io/pause:3.10",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+						}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// Oversell is scenario 2. It starts from the sample NodeOversell with cpu
+// ratio 1 (Start applies it so): 24 pods of 1 CPU fit 12 on the three 4-CPU
+// nodes; at ratio 2 all 24 are scheduled by kube-scheduler, allocatable is
+// 8 CPU and capacity 4; heartbeats flow for HeartbeatWatch with no drift;
+// deleting the NodeOversell restores 4 CPU on every node.
+func Oversell(ctx context.Context, e *Env, r *Result) error {
+	c := e.Cluster.Client
+	if _, err := waitPoolCPU(ctx, e, "4", nil, 30*time.Second); err != nil {
+		return err
+	}
+	r.check("NodeOversell %s at cpu ratio 1: pool nodes show 4 CPU allocatable", SampleOversellName)
+	if _, err := e.Cluster.CreateNamespace(ctx, OversellNamespace, nil); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := c.Create(ctx, workloadDeployment()); err != nil {
+		return err
+	}
+	var perNode map[string]int
+	var bound, unsched int
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "12 pods bound and 12 Unschedulable", func(ctx context.Context) (bool, error) {
+		var total int
+		var err error
+		perNode, bound, unsched, total, err = scheduled(ctx, e)
+		return err == nil && total == replicas && bound == 12 && unsched == 12, err
+	}); err != nil {
+		return fmt.Errorf("%w; bound per node: %s, unschedulable: %d", err, fmtPerNode(perNode), unsched)
+	}
+	// Give the scheduler time to prove it will place no more.
+	time.Sleep(2 * time.Second)
+	if perNode, bound, unsched, _, _ = scheduled(ctx, e); bound != 12 {
+		return fmt.Errorf("at ratio 1: %d pods bound (%s), want 12", bound, fmtPerNode(perNode))
+	}
+	for _, n := range PoolNodes {
+		if perNode[n] != 4 {
+			return fmt.Errorf("at ratio 1: pods per node %s, want 4 on each pool node", fmtPerNode(perNode))
+		}
+	}
+	r.check("ratio 1: %d of %d 1-CPU pods scheduled, 4 per node (%s), %d Pending (Unschedulable)", bound, replicas, fmtPerNode(perNode), unsched)
+	r.timing("24 × 1-CPU pods created and 12 placed by kube-scheduler", time.Since(start), 0)
+
+	start = time.Now()
+	if err := patchRatios(ctx, e, SampleOversellName, "2", ""); err != nil {
+		return err
+	}
+	took, err := waitPoolCPU(ctx, e, "8", ptr.To(true), 60*time.Second)
+	if err != nil {
+		return err
+	}
+	r.timing("cpu ratio 1 → 2: every pool node shows 8 CPU", took, 5*time.Second)
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "all 24 pods bound", func(ctx context.Context) (bool, error) {
+		var err error
+		perNode, bound, _, _, err = scheduled(ctx, e)
+		return err == nil && bound == replicas, err
+	}); err != nil {
+		return fmt.Errorf("%w; bound per node: %s", err, fmtPerNode(perNode))
+	}
+	r.timing("cpu ratio 1 → 2: all 24 pods bound by kube-scheduler", time.Since(start), 0)
+	alloc, capacity, nodes, err := poolCPU(ctx, e)
+	if err != nil {
+		return err
+	}
+	for _, n := range PoolNodes {
+		a, cp := alloc[n], capacity[n]
+		if a.String() != "8" || cp.String() != "4" {
+			return fmt.Errorf("node %s: allocatable cpu %s, capacity %s; want 8 and 4", n, a.String(), cp.String())
+		}
+	}
+	r.check("ratio 2: all %d pods scheduled (%s); allocatable 8 CPU, capacity still 4 CPU; raw kept in %s=%s",
+		replicas, fmtPerNode(perNode), rawAnnotation, nodes[PoolNodes[0]].Annotations[rawAnnotation])
+
+	if err := watchHeartbeats(ctx, e, r, nodes); err != nil {
+		return err
+	}
+
+	start = time.Now()
+	if err := c.Delete(ctx, &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: SampleOversellName}}); err != nil {
+		return err
+	}
+	took, err = waitPoolCPU(ctx, e, "4", ptr.To(false), 60*time.Second)
+	if err != nil {
+		return err
+	}
+	r.timing("NodeOversell deleted: every pool node back to 4 CPU", took, 5*time.Second)
+	if err := cluster.WaitFor(ctx, 60*time.Second, "NodeOversell gone (finalizer released)", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: SampleOversellName}, &v1alpha1.NodeOversell{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		return err
+	}
+	r.check("NodeOversell deleted: 4 CPU allocatable and no raw annotation on every node, finalizer released")
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OversellNamespace}}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// watchHeartbeats checks for HeartbeatWatch that kwok's node heartbeats
+// (nodes/status writes, every 10 s like a kubelet) keep landing and that
+// allocatable, capacity and the raw annotation never move.
+func watchHeartbeats(ctx context.Context, e *Env, r *Result, start map[string]*corev1.Node) error {
+	beats := map[string]map[time.Time]bool{}
+	want := map[string]string{}
+	for n, node := range start {
+		beats[n] = map[time.Time]bool{}
+		want[n] = fingerprint(node)
+	}
+	var samples int
+	deadline := time.Now().Add(HeartbeatWatch)
+	for time.Now().Before(deadline) {
+		_, _, nodes, err := poolCPU(ctx, e)
+		if err != nil {
+			return err
+		}
+		samples++
+		for n, node := range nodes {
+			if got := fingerprint(node); got != want[n] {
+				return fmt.Errorf("drift on %s after %s: %s, was %s", n, HeartbeatWatch-time.Until(deadline), got, want[n])
+			}
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					beats[n][cond.LastHeartbeatTime.Time] = true
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	var counts []string
+	for _, n := range PoolNodes {
+		// The first value seen was written before the watch started.
+		k := len(beats[n]) - 1
+		if k < 2 {
+			return fmt.Errorf("node %s: %d heartbeats in %s, want at least 2 (kubelet period 10 s)", n, k, HeartbeatWatch)
+		}
+		counts = append(counts, fmt.Sprintf("%s:%d", n, k))
+	}
+	r.check("%s of heartbeats (%s new lastHeartbeatTime per node), %d samples: allocatable, capacity and raw annotation never moved",
+		HeartbeatWatch, strings.Join(counts, " "), samples)
+	return nil
+}
+
+func fingerprint(n *corev1.Node) string {
+	a, m, c := n.Status.Allocatable[corev1.ResourceCPU], n.Status.Allocatable[corev1.ResourceMemory], n.Status.Capacity[corev1.ResourceCPU]
+	return fmt.Sprintf("allocatable cpu %s memory %s, capacity cpu %s, raw %s", a.String(), m.String(), c.String(), n.Annotations[rawAnnotation])
+}

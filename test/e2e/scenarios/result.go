@@ -1,0 +1,114 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Result is what a scenario checked and measured.
+type Result struct {
+	// Name is the scenario's title, e.g. "1. Injection".
+	Name string
+	// Checks are the facts verified, in order.
+	Checks []string
+	// Timings are the measured durations with the issue's bounds.
+	Timings []Timing
+	// Took is the scenario's wall time.
+	Took time.Duration
+	// Err is the first check that failed; the scenario stops there.
+	Err error
+}
+
+// Timing is a measured duration and the bound the issue sets (0: none).
+type Timing struct {
+	What  string
+	Took  time.Duration
+	Bound time.Duration
+}
+
+// WithinBound reports whether the timing meets the issue's bound.
+func (t Timing) WithinBound() bool { return t.Bound == 0 || t.Took <= t.Bound }
+
+func (r *Result) check(format string, args ...any) {
+	r.Checks = append(r.Checks, fmt.Sprintf(format, args...))
+}
+
+func (r *Result) timing(what string, took, bound time.Duration) {
+	r.Timings = append(r.Timings, Timing{What: what, Took: took, Bound: bound})
+}
+
+// Passed reports no failed check and every timing within its bound.
+func (r *Result) Passed() bool {
+	if r.Err != nil {
+		return false
+	}
+	for _, t := range r.Timings {
+		if !t.WithinBound() {
+			return false
+		}
+	}
+	return true
+}
+
+// Write prints the result as a short readable block.
+func (r *Result) Write(w io.Writer) {
+	status := "PASS"
+	switch {
+	case r.Err != nil:
+		status = "FAIL"
+	case !r.Passed():
+		status = "SLOW"
+	}
+	fmt.Fprintf(w, "%s  %s (%s)\n", status, r.Name, r.Took.Round(100*time.Millisecond))
+	for _, c := range r.Checks {
+		fmt.Fprintf(w, "      ok    %s\n", c)
+	}
+	for _, t := range r.Timings {
+		mark := "time"
+		if !t.WithinBound() {
+			mark = "SLOW"
+		}
+		bound := ""
+		if t.Bound > 0 {
+			bound = fmt.Sprintf(" (issue's bound %s)", t.Bound)
+		}
+		fmt.Fprintf(w, "      %s  %-58s %8s%s\n", mark, t.What, fmtDur(t.Took), bound)
+	}
+	if r.Err != nil {
+		fmt.Fprintf(w, "      FAIL  %s\n", strings.ReplaceAll(r.Err.Error(), "\n", "\n            "))
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	if d < 10*time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// Scenario is one of the end-to-end scenarios.
+type Scenario struct {
+	Name string
+	Run  func(ctx context.Context, e *Env, r *Result) error
+}
+
+// All are the scenarios in the order they must run (each leaves the stack
+// as the next expects it).
+var All = []Scenario{
+	{"1. Injection", Injection},
+	{"2. Oversell", Oversell},
+	{"3. Hot reload", HotReload},
+	{"4. Self-healing webhooks", SelfHealing},
+}
+
+// Run runs s and returns its result.
+func Run(ctx context.Context, e *Env, s Scenario) *Result {
+	r := &Result{Name: s.Name}
+	start := time.Now()
+	r.Err = s.Run(ctx, e, r)
+	r.Took = time.Since(start)
+	return r
+}

@@ -1,0 +1,165 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// pollUntil calls cond every 5 ms until it holds and returns how long that
+// took; it gives up after timeout.
+func pollUntil(ctx context.Context, what string, timeout time.Duration, cond func(context.Context) (bool, error)) (time.Duration, error) {
+	start := time.Now()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return time.Since(start), nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("%s: not within %s (last error: %v)", what, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// injectionWorks waits until a dry-run pod in the lab namespace is injected
+// (the API server's webhook informer may lag a re-created configuration).
+func injectionWorks(ctx context.Context, e *Env, name string) (time.Duration, error) {
+	return pollUntil(ctx, "dry-run pod injected", 30*time.Second, func(ctx context.Context) (bool, error) {
+		p, err := dryRunPod(ctx, e, name)
+		if err != nil {
+			return false, err
+		}
+		return injectedOnce(p) == nil, nil
+	})
+}
+
+// ownedConfigs lists the operator's MutatingWebhookConfigurations.
+func ownedConfigs(ctx context.Context, e *Env) ([]admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	var l admissionregistrationv1.MutatingWebhookConfigurationList
+	err := e.Cluster.Client.List(ctx, &l, client.MatchingLabels{controllers.LabelManagedBy: controllers.ManagedByValue})
+	return l.Items, err
+}
+
+// SelfHealing is scenario 4: a garbage caBundle is repaired and injection
+// keeps working, a deleted configuration is recreated, and a CA swapped
+// into the operator's --ca-dir the kubelet's way reaches every
+// configuration.
+func SelfHealing(ctx context.Context, e *Env, r *Result) error {
+	c := e.Cluster.Client
+	name := controllers.SidecarKind.BaseName(SampleInjectorName)
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, mwc); err != nil {
+		return err
+	}
+	good := mwc.Webhooks[0].ClientConfig.CABundle
+	garbage := base64.StdEncoding.EncodeToString([]byte("-----BEGIN GARBAGE-----"))
+	patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":%q}]`, garbage)
+	if err := c.Patch(ctx, mwc, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+		return err
+	}
+	took, err := pollUntil(ctx, "caBundle repaired", 30*time.Second, func(ctx context.Context) (bool, error) {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+			return false, err
+		}
+		return bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, good), nil
+	})
+	if err != nil {
+		return err
+	}
+	r.timing("garbage caBundle → repaired", took, time.Second)
+	if _, err := injectionWorks(ctx, e, "heal-1"); err != nil {
+		return err
+	}
+	r.check("caBundle overwritten with garbage: repaired, and the next pod is injected")
+
+	if err := c.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		return err
+	}
+	took, err = pollUntil(ctx, "configuration recreated", 30*time.Second, func(ctx context.Context) (bool, error) {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		err := c.Get(ctx, client.ObjectKey{Name: name}, m)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && len(m.Webhooks) == 1 && bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, good), err
+	})
+	if err != nil {
+		return err
+	}
+	r.timing("MutatingWebhookConfiguration deleted → recreated", took, time.Second)
+	lag, err := injectionWorks(ctx, e, "heal-2")
+	if err != nil {
+		return err
+	}
+	r.check("MutatingWebhookConfiguration %s deleted: recreated; pods injected again %s later (API server's webhook informer)", name, lag.Round(time.Millisecond))
+
+	configs, err := ownedConfigs(ctx, e)
+	if err != nil {
+		return err
+	}
+	if len(configs) < 2 {
+		return fmt.Errorf("%d owned webhook configurations, want the injector's and the oversell's", len(configs))
+	}
+	ca, err := cluster.NewTestCA("hookwright-e2e-staged-ca")
+	if err != nil {
+		return err
+	}
+	carries := func(want bool) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			configs, err := ownedConfigs(ctx, e)
+			if err != nil {
+				return false, err
+			}
+			for _, m := range configs {
+				for _, w := range m.Webhooks {
+					if bytes.Contains(w.ClientConfig.CABundle, bytes.TrimSpace(ca.CertPEM)) != want {
+						return false, nil
+					}
+				}
+			}
+			return true, nil
+		}
+	}
+	if err := cluster.WriteAtomicDir(e.CADir, map[string][]byte{"ca.crt": ca.CertPEM}, 0o644); err != nil {
+		return err
+	}
+	took, err = pollUntil(ctx, "new CA in every caBundle", 60*time.Second, carries(true))
+	if err != nil {
+		return err
+	}
+	r.timing("..data swap of --ca-dir → new CA in every caBundle", took, 2*time.Second)
+	if _, err := injectionWorks(ctx, e, "heal-3"); err != nil {
+		return err
+	}
+	r.check("CA files replaced by a ..data symlink swap: all %d configurations carry the new CA; injection still works", len(configs))
+	if err := cluster.WriteAtomicDir(e.CADir, map[string][]byte{}, 0o644); err != nil {
+		return err
+	}
+	took, err = pollUntil(ctx, "staged CA removed from every caBundle", 60*time.Second, carries(false))
+	if err != nil {
+		return err
+	}
+	r.check("CA removed from --ca-dir: gone from every caBundle %s later", took.Round(time.Millisecond))
+	return nil
+}
