@@ -105,11 +105,11 @@ docker-push: ## Push the container image.
 ##@ Local control plane
 
 .PHONY: demo
-demo: tools build ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, 3 kwok nodes) and leave it running.
+demo: tools build ## The main job end to end: local control plane, operator, both webhooks, the scenarios' report; left running.
 	@hack/demo.sh up
 
 .PHONY: demo-down
-demo-down: ## Stop the local control plane and remove its files.
+demo-down: ## Stop everything make demo started and remove its files (_demo/).
 	@hack/demo.sh down
 
 ##@ Deployment

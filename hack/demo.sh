@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# make demo / make demo-down: the local control plane in the background.
+# make demo / make demo-down: the local control plane, the operator, the
+# webhook servers (run by the pod runner) and the end-to-end scenarios, left
+# running in the background (hack/localcluster).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/_demo}
@@ -10,7 +12,7 @@ down() {
 		pid=$(cat "$DIR/pid")
 		if kill -0 "$pid" 2>/dev/null; then
 			kill "$pid"
-			for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+			for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
 			kill -9 "$pid" 2>/dev/null || true
 		fi
 	fi
@@ -21,31 +23,35 @@ down() {
 up() {
 	if [[ -f $DIR/pid ]] && kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
 		echo "demo: already running; kubeconfig: $DIR/kubeconfig (make demo-down to stop)"
+		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
 		return
 	fi
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster
-	nohup bin/localcluster --dir "$DIR" >"$DIR/localcluster.log" 2>&1 &
+	nohup bin/localcluster --dir "$DIR" --binary bin/hookwright >"$DIR/localcluster.log" 2>&1 &
 	echo $! >"$DIR/pid"
-	echo "demo: starting the local control plane (log: $DIR/localcluster.log)"
-	for _ in $(seq 1 600); do
+	echo "demo: starting (log: $DIR/localcluster.log); the scenarios take about 2 minutes"
+	tail -n +1 --pid=$$ -f "$DIR/localcluster.log" &
+	local tailpid=$!
+	trap 'kill "$tailpid" 2>/dev/null || true' RETURN
+	for _ in $(seq 1 1800); do
 		if [[ -f $DIR/ready ]]; then
-			cat "$DIR/localcluster.log"
-			echo
-			echo "demo: cluster running. Try:"
-			echo "  bin/k8s/kubectl --kubeconfig $DIR/kubeconfig get nodes"
-			echo "  make demo-down   # stop it"
+			sleep 0.3 # let tail print the report's last lines
+			if [[ $(cat "$DIR/status" 2>/dev/null) != pass ]]; then
+				echo "demo: a scenario failed (report: $DIR/report.txt); the cluster is left running for a look" >&2
+				exit 1
+			fi
 			return
 		fi
 		if ! kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
-			cat "$DIR/localcluster.log"
-			echo "demo: the local control plane exited" >&2
+			sleep 0.3
+			echo "demo: localcluster exited (log: $DIR/localcluster.log)" >&2
 			exit 1
 		fi
 		sleep 0.5
 	done
-	echo "demo: timed out waiting for the control plane" >&2
+	echo "demo: timed out after 15 minutes (log: $DIR/localcluster.log)" >&2
 	exit 1
 }
 

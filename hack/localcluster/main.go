@@ -1,9 +1,14 @@
-// Command localcluster runs the test harness's local control plane (etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler and kwok nodes)
-// until it gets SIGINT or SIGTERM. `make demo` starts it in the background.
+// Command localcluster is `make demo`: it starts the local control plane
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+// nodes), runs the operator (`hookwright manager`) as a local process, lets
+// the pod runner run the webhook server pods the operator creates, applies
+// config/samples, runs the end-to-end scenarios of test/e2e/scenarios and
+// prints their report, then keeps everything running until SIGINT or
+// SIGTERM (`make demo-down`).
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -13,48 +18,106 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/hookwright/hookwright/test/e2e/scenarios"
 )
 
 func main() {
-	dir := flag.String("dir", "_demo", "directory for kubeconfig, logs and sockets")
-	nodes := flag.Int("nodes", 3, "number of kwok nodes (label pool=oversell, 4 CPU / 8Gi allocatable)")
+	dir := flag.String("dir", "_demo", "directory for kubeconfig, logs, pod directories and sockets")
+	bin := flag.String("binary", "bin/hookwright", "the hookwright executable (make build): the operator and, through the pod runner, the webhook servers")
+	run := flag.Bool("scenarios", true, "run the end-to-end scenarios and print their report")
 	flag.Parse()
-	if err := run(*dir, *nodes); err != nil {
+	if err := demo(*dir, *bin, *run); err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, n int) error {
+func demo(dir, bin string, run bool) error {
+	ctrllog.SetLogger(logr.Discard()) // envtest's progress; our own lines go to stdout
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	specs := make([]cluster.NodeSpec, n)
-	for i := range specs {
-		specs[i] = cluster.NodeSpec{Name: fmt.Sprintf("kwok-node-%d", i), CPU: "4", Memory: "8Gi", Labels: map[string]string{"pool": "oversell"}}
-	}
-	start := time.Now()
-	c, err := cluster.New(ctx, cluster.Options{
-		Dir:               abs,
-		ControllerManager: true,
-		Scheduler:         true,
-		Nodes:             specs,
-		Logf:              func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
-	})
+	binAbs, err := filepath.Abs(bin)
 	if err != nil {
 		return err
 	}
-	defer c.Stop()
-	fmt.Printf("local control plane ready in %s\n", time.Since(start).Round(time.Millisecond))
-	fmt.Printf("kubeconfig: %s\n", c.Kubeconfig)
-	if err := os.WriteFile(filepath.Join(abs, "ready"), []byte(c.Kubeconfig+"\n"), 0o644); err != nil {
+	if _, err := os.Stat(binAbs); err != nil {
+		return fmt.Errorf("%s not built (make build): %w", bin, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	logf := func(f string, a ...any) { fmt.Printf(f+"\n", a...) }
+	e, err := scenarios.Start(ctx, scenarios.Options{Dir: abs, Binary: binAbs, Logf: logf})
+	if err != nil {
+		if e != nil && e.Operator != nil {
+			fmt.Fprintln(os.Stderr, "operator log tail:\n"+e.Operator.Tail(3000))
+		}
+		return err
+	}
+	defer e.Stop()
+	var report bytes.Buffer
+	fmt.Fprintf(&report, "\n==== hookwright demo report ====\n")
+	fmt.Fprintf(&report, "stack up in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (%s + %s)\n",
+		time.Since(start).Round(100*time.Millisecond), joinNodes(), scenarios.SystemNode)
+	fmt.Fprintf(&report, "operator: %s %v\n", binAbs, e.OperatorArgs)
+	status := "pass"
+	if run {
+		passed, total := 0, len(scenarios.All)
+		for _, s := range scenarios.All {
+			fmt.Printf("running scenario %s\n", s.Name)
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			r := scenarios.Run(sctx, e, s)
+			cancel()
+			r.Write(&report)
+			if r.Passed() {
+				passed++
+			}
+			if r.Err != nil {
+				status = "fail"
+				fmt.Fprintf(&report, "stopped: the later scenarios build on this one\n")
+				break
+			}
+		}
+		if passed < total {
+			status = "fail"
+		}
+		fmt.Fprintf(&report, "SKIP  5. OLM: not part of the demo (the bundle install through OLM is not on this branch)\n")
+		fmt.Fprintf(&report, "%d of %d scenarios passed within the issue's bounds\n", passed, total)
+	}
+	fmt.Fprintf(&report, "\nThe cluster keeps running (make demo-down stops it):\n")
+	fmt.Fprintf(&report, "  export KUBECONFIG=%s\n", e.Cluster.Kubeconfig)
+	fmt.Fprintf(&report, "  bin/k8s/kubectl get nodes\n")
+	fmt.Fprintf(&report, "  bin/k8s/kubectl get sidecarinjectors,nodeoversells\n")
+	fmt.Fprintf(&report, "  bin/k8s/kubectl -n %s get deploy,pods,svc,secrets\n", scenarios.OperatorNamespace)
+	fmt.Fprintf(&report, "  bin/k8s/kubectl -n lab run demo --image=nginx:1.23-alpine --dry-run=server -o yaml\n")
+	fmt.Fprintf(&report, "logs: %s/logs (operator.log, control plane), %s/pods/<namespace>_<pod>/ (webhook servers)\n", abs, abs)
+	fmt.Print(report.String())
+	if err := os.WriteFile(filepath.Join(abs, "report.txt"), report.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(abs, "status"), []byte(status+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(abs, "ready"), []byte(e.Cluster.Kubeconfig+"\n"), 0o644); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	fmt.Println("stopping")
 	return nil
+}
+
+func joinNodes() string {
+	s := ""
+	for i, n := range scenarios.PoolNodes {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s + " labelled pool=oversell, 4 CPU / 8Gi"
 }
