@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/version"
+	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
 // newScheme registers client-go's kinds and hookwright's.
@@ -39,6 +42,8 @@ type managerOptions struct {
 	namespace        string
 	serverImage      string
 	caDir            string
+	webhookPort      int
+	webhookService   string
 	zap              zap.Options
 }
 
@@ -68,6 +73,11 @@ func init() {
 		fs.StringVar(&o.caDir, "ca-dir", "",
 			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
+		fs.IntVar(&o.webhookPort, "webhook-port", controllers.ManagerWebhookPort,
+			"port of the manager's validating webhook server for SidecarInjector and NodeOversell (TLS, certificate issued by the operator's CA)")
+		fs.StringVar(&o.webhookService, "webhook-service", controllers.DefaultWebhookService,
+			"Service in --namespace (port 443) in front of --webhook-port; the operator manages the ValidatingWebhookConfiguration "+
+				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty disables the validating webhook")
 		return cmd
 	})
 }
@@ -104,7 +114,12 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if leNS == "" {
 		leNS = o.namespace
 	}
+	webhookCerts := controllers.NewServingCertSource(o.namespace)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:    o.webhookPort,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate }},
+		}),
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
@@ -116,7 +131,12 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Settings{Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir}); err != nil {
+	settings := controllers.Settings{Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir}
+	if o.webhookService != "" {
+		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
+		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{}})
+	}
+	if err := controllers.Setup(mgr, settings); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -124,6 +124,9 @@ type Settings struct {
 	// the CA Secret mounted as a volume) whose CAs are published in every
 	// SelfSigned caBundle together with the operator's own CAs.
 	CADir string
+	// Webhook configures the manager's validating webhook for the CRs
+	// (validation.go); a zero value disables it.
+	Webhook WebhookSettings
 }
 
 // RepairBudget bounds how often one owned object is repaired: at most Max

@@ -200,6 +200,15 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 			return err
 		}
 	}
+	if s.Webhook.Service != "" {
+		if s.Webhook.Certs != nil {
+			s.Webhook.Certs.SetReader(mgr.GetClient())
+		}
+		v := &ValidationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Settings: s, shared: sh}
+		if err := v.setup(mgr); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -225,6 +234,7 @@ func CacheOptions() cache.Options {
 		by[o] = cache.ByObject{Label: sel}
 	}
 	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
+	by[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Label: sel}
 	return cache.Options{ByObject: by}
 }
 

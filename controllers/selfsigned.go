@@ -115,6 +115,12 @@ func (r *Reconciler) selfSigned(ctx context.Context, op Operand, now time.Time) 
 // optimistic lock, so a concurrent writer makes this reconcile retry
 // instead of one CA overwriting another.
 func (r *Reconciler) writeCA(ctx context.Context, key client.ObjectKey, cur *corev1.Secret, data map[string][]byte) error {
+	return writeCASecret(ctx, r.Client, key, cur, data)
+}
+
+// writeCASecret is writeCA with an explicit client (the manager's
+// validating webhook reconciler creates the CA when no CR has).
+func writeCASecret(ctx context.Context, c client.Client, key client.ObjectKey, cur *corev1.Secret, data map[string][]byte) error {
 	if cur == nil {
 		sec := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
@@ -123,7 +129,7 @@ func (r *Reconciler) writeCA(ctx context.Context, key client.ObjectKey, cur *cor
 			Type: corev1.SecretTypeOpaque,
 			Data: data,
 		}
-		if err := r.Client.Create(ctx, sec, client.FieldOwner(FieldManager)); err != nil {
+		if err := c.Create(ctx, sec, client.FieldOwner(FieldManager)); err != nil {
 			return fmt.Errorf("create CA Secret %s: %w", key, err)
 		}
 		return nil
@@ -135,7 +141,7 @@ func (r *Reconciler) writeCA(ctx context.Context, key client.ObjectKey, cur *cor
 	}
 	next.Labels[LabelManagedBy] = ManagedByValue
 	patch := client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Patch(ctx, next, patch, client.FieldOwner(FieldManager)); err != nil {
+	if err := c.Patch(ctx, next, patch, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("update CA Secret %s: %w", key, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ package operator
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -22,10 +23,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
 const (
@@ -149,7 +152,18 @@ func startOperator(ctx context.Context) error {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logFile())))
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = writes.wrap
+	// The manager's validating webhook: served on a local port, reached by
+	// the API server through the webhook Service config/webhook defines.
+	webhookPort, err := cluster.FreePort()
+	if err != nil {
+		return err
+	}
+	webhookCerts := controllers.NewServingCertSource(operatorNS)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: "127.0.0.1", Port: webhookPort,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate }},
+		}),
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -166,6 +180,11 @@ func startOperator(ctx context.Context) error {
 	settings := controllers.Settings{
 		Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget, CADir: caDir,
 		Certificates: controllers.CertificateSettings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+		Webhook:      controllers.WebhookSettings{Service: controllers.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
+	}
+	mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{}})
+	if _, err := env.ExposeLocal(ctx, operatorNS, controllers.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
+		return err
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return err

@@ -23,6 +23,9 @@ func TestManagerBinaryStartsAndLeads(t *testing.T) {
 	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), []string{
 		"manager", "--namespace=" + operatorNS, "--leader-elect=true", "--server-image=" + serverImage,
 		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+		// The in-process operator owns the validating webhook of this
+		// cluster; the binary's server only binds a free port.
+		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service=",
 	}, []string{"KUBECONFIG=" + env.Kubeconfig})
 	if err != nil {
 		t.Fatal(err)

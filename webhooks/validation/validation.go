@@ -1,0 +1,71 @@
+// Package validation is the validating admission webhook for the
+// operator's own custom resources, served by the manager: a SidecarInjector
+// is compiled exactly as the injector compiles it (templates parsed and
+// test-rendered against a sample pod, selectors, defaultTemplates, values),
+// a NodeOversell exactly as the oversell server compiles it (ratios within
+// 1..10, at least one ratio, a valid nodeSelector). A CR the servers would
+// ignore is rejected at apply time, with the template name and line
+// (text/template reports "template: NAME:LINE: ...").
+package validation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/oversell"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// Path is where the manager serves this webhook.
+const Path = "/validate-hookwright"
+
+// Handler validates CREATE and UPDATE of SidecarInjector and NodeOversell.
+// Everything else is allowed; so is an object being deleted (its finalizer
+// must be removable whatever its spec says).
+type Handler struct{}
+
+var _ admission.Handler = Handler{}
+
+// Handle implements admission.Handler. A body that does not decode is the
+// client's mistake (400), never a 500.
+func (Handler) Handle(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	if req.Kind.Group != v1alpha1.GroupVersion.Group {
+		return admission.Allowed("not a " + v1alpha1.GroupVersion.Group + " object")
+	}
+	switch req.Kind.Kind {
+	case "SidecarInjector":
+		si := &v1alpha1.SidecarInjector{}
+		if err := json.Unmarshal(req.Object.Raw, si); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode SidecarInjector: %w", err))
+		}
+		if si.DeletionTimestamp != nil {
+			return admission.Allowed("being deleted")
+		}
+		if _, err := sidecar.Compile(si); err != nil {
+			return admission.Denied(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
+		}
+	case "NodeOversell":
+		no := &v1alpha1.NodeOversell{}
+		if err := json.Unmarshal(req.Object.Raw, no); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode NodeOversell: %w", err))
+		}
+		if no.DeletionTimestamp != nil {
+			return admission.Allowed("being deleted")
+		}
+		if _, err := oversell.CompilePolicy(no); err != nil {
+			return admission.Denied(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
+		}
+	default:
+		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
+	}
+	return admission.Allowed("")
+}
