@@ -75,9 +75,11 @@ func init() {
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
 		fs.IntVar(&o.webhookPort, "webhook-port", controllers.ManagerWebhookPort,
 			"port of the manager's validating webhook server for SidecarInjector and NodeOversell (TLS, certificate issued by the operator's CA)")
-		fs.StringVar(&o.webhookService, "webhook-service", controllers.DefaultWebhookService,
-			"Service in --namespace (port 443) in front of --webhook-port; the operator manages the ValidatingWebhookConfiguration "+
-				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty disables the validating webhook")
+		fs.StringVar(&o.webhookService, "webhook-service", "",
+			"Service in --namespace (port 443) in front of --webhook-port, e.g. "+controllers.DefaultWebhookService+" (config/manager sets it): "+
+				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
+				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
+				"where no Service reaches this process) serves none")
 		return cmd
 	})
 }
