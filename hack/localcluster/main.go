@@ -62,7 +62,7 @@ func demo(dir, bin string, run bool) error {
 	defer e.Stop()
 	var report bytes.Buffer
 	fmt.Fprintf(&report, "\n==== hookwright demo report ====\n")
-	fmt.Fprintf(&report, "stack up in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (%s + %s)\n",
+	fmt.Fprintf(&report, "stack up in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (%s), node %s run by the pod runner\n",
 		time.Since(start).Round(100*time.Millisecond), joinNodes(), scenarios.SystemNode)
 	fmt.Fprintf(&report, "operator: %s %v\n", binAbs, e.OperatorArgs)
 	status := "pass"

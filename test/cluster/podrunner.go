@@ -76,6 +76,11 @@ type PodRunner struct {
 	running map[types.UID]*runPod
 	routes  map[string]string // egress target -> local address, set by this runner
 	failed  map[types.UID]string
+	// kubelet nodes (see KubeletNode): pod IPs assigned, pods being stopped.
+	kubelet  map[string]bool
+	podIPs   map[types.UID]string
+	nextIP   int
+	stopping map[types.UID]bool
 }
 
 // RunnerImage is a container image the runner can run locally.
@@ -183,6 +188,7 @@ func (c *Cluster) NewPodRunner(opts PodRunnerOptions) *PodRunner {
 	return &PodRunner{
 		c: c, opts: opts, kick: make(chan struct{}, 1),
 		running: map[types.UID]*runPod{}, routes: map[string]string{}, failed: map[types.UID]string{},
+		kubelet: map[string]bool{}, podIPs: map[types.UID]string{}, stopping: map[types.UID]bool{},
 	}
 }
 
@@ -341,7 +347,16 @@ func (r *PodRunner) sync(ctx context.Context) {
 	r.mu.Unlock()
 	for _, rp := range gone {
 		r.opts.Logf("pod runner: stopping %s/%s", rp.ns, rp.name)
-		go rp.stopAll()
+		r.mu.Lock()
+		r.stopping[rp.uid] = true
+		r.mu.Unlock()
+		go func() {
+			rp.stopAll()
+			r.mu.Lock()
+			delete(r.stopping, rp.uid)
+			r.mu.Unlock()
+			r.Kick()
+		}()
 	}
 	for uid, p := range want {
 		r.mu.Lock()
@@ -363,8 +378,12 @@ func (r *PodRunner) sync(ctx context.Context) {
 			r.mu.Unlock()
 			continue
 		}
+		ip := p.Status.PodIP
+		if r.isKubeletNode(p.Spec.NodeName) {
+			ip = r.podIPFor(p.UID)
+		}
 		r.mu.Lock()
-		rp.podIP = p.Status.PodIP
+		rp.podIP = ip
 		rp.labels = p.Labels
 		r.mu.Unlock()
 		for _, v := range rp.volumes {
@@ -380,6 +399,7 @@ func (r *PodRunner) sync(ctx context.Context) {
 		}
 	}
 	r.syncRoutes()
+	r.kubeletSync(ctx, pods)
 }
 
 // syncRoutes points podIP:port and the Services' ClusterIP:port at the
@@ -481,6 +501,9 @@ func (r *PodRunner) startPod(ctx context.Context, pod *corev1.Pod) (*runPod, err
 	rp := &runPod{
 		ns: pod.Namespace, name: pod.Name, uid: pod.UID, labels: pod.Labels, podIP: pod.Status.PodIP,
 		dir: filepath.Join(r.opts.Dir, pod.Namespace+"_"+pod.Name),
+	}
+	if r.isKubeletNode(pod.Spec.NodeName) {
+		rp.podIP = r.podIPFor(pod.UID)
 	}
 	if err := os.MkdirAll(filepath.Join(rp.dir, "volumes"), 0o755); err != nil {
 		return nil, err

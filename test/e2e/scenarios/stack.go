@@ -52,8 +52,10 @@ const (
 	// the oversold nodes, as a dedicated node pool is usually set up, so the
 	// pool's 4 CPU hold exactly four 1-CPU pods.
 	PoolTaint = "hookwright.io/oversell-pool"
-	// SystemNode is the node the webhook servers run on.
-	SystemNode = "kwok-system-0"
+	// SystemNode is the node the webhook servers run on; not kwok's: the
+	// pod runner is its kubelet (cluster.PodRunner.KubeletNode), so the
+	// servers' pods are Ready only once they serve.
+	SystemNode = "system-0"
 
 	injectorSample = "admission_v1alpha1_sidecarinjector.yaml"
 	oversellSample = "admission_v1alpha1_nodeoversell.yaml"
@@ -63,7 +65,8 @@ const (
 var PoolNodes = []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
 
 // Nodes are the kwok nodes: the three pool=oversell nodes (4 CPU / 8Gi
-// allocatable, tainted PoolTaint=true:NoSchedule) and one system node.
+// allocatable, tainted PoolTaint=true:NoSchedule). SystemNode is added by
+// Start.
 func Nodes() []cluster.NodeSpec {
 	var out []cluster.NodeSpec
 	for _, n := range PoolNodes {
@@ -72,7 +75,7 @@ func Nodes() []cluster.NodeSpec {
 			Taints: []corev1.Taint{{Key: PoolTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 		})
 	}
-	return append(out, cluster.NodeSpec{Name: SystemNode, CPU: "4", Memory: "8Gi", Labels: map[string]string{PoolLabel: "system"}})
+	return out
 }
 
 // Options configure Start.
@@ -99,6 +102,8 @@ type Env struct {
 	// OperatorArgs are the operator's command line.
 	OperatorArgs []string
 	Logf         func(format string, args ...any)
+
+	systemNode *cluster.Heartbeater
 }
 
 // Start brings the stack up; Stop ends it. The NodeOversell sample is
@@ -137,6 +142,9 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		Images: map[string]cluster.RunnerImage{ServerImage: {Binary: o.Binary, Entrypoint: ServerEntrypoint}},
 		Logf:   o.Logf,
 	})
+	if e.systemNode, err = e.Runner.KubeletNode(ctx, SystemNode, map[string]string{PoolLabel: "system"}, "4", "8Gi"); err != nil {
+		return e, err
+	}
 	if err = e.Runner.Start(ctx); err != nil {
 		return e, err
 	}
@@ -203,6 +211,17 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return e, err
 	}
 	o.Logf("stack: both webhooks ready, %s after start", time.Since(t0).Round(time.Millisecond))
+	var pods corev1.PodList
+	if err = c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
+		return e, err
+	}
+	for _, p := range pods.Items {
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+		}
+		o.Logf("stack: server pod %s on %s, Ready=%t, pod IP %s", p.Name, p.Spec.NodeName, ready, p.Status.PodIP)
+	}
 	return e, nil
 }
 
@@ -265,6 +284,9 @@ func (e *Env) Stop() {
 	}
 	if e.Operator != nil {
 		_ = e.Operator.Stop(10 * time.Second)
+	}
+	if e.systemNode != nil {
+		e.systemNode.Stop()
 	}
 	if e.Cluster != nil {
 		_ = e.Cluster.Stop()
