@@ -31,6 +31,9 @@ func newScheme() (*runtime.Scheme, error) {
 	if err := hookwrightv1alpha1.AddToScheme(s); err != nil {
 		return nil, err
 	}
+	if err := controllers.AddToScheme(s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

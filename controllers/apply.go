@@ -25,10 +25,25 @@ func ToApplyObject(obj runtime.Object, gvk schema.GroupVersionKind) (*unstructur
 			delete(md, k)
 		}
 	}
+	var keep [][]string
+	for _, path := range emptyStatements[gvk.GroupKind()] {
+		if v, ok, _ := unstructured.NestedFieldNoCopy(m, path...); ok && v != nil {
+			keep = append(keep, path)
+		}
+	}
 	pruned, _ := prune(m).(map[string]any)
+	for _, path := range keep {
+		_ = unstructured.SetNestedField(pruned, map[string]any{}, path...)
+	}
 	u := &unstructured.Unstructured{Object: pruned}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
+}
+
+// emptyStatements are empty objects that say something and survive
+// pruning: a cert-manager Issuer's `selfSigned: {}` selects its type.
+var emptyStatements = map[schema.GroupKind][][]string{
+	{Group: "cert-manager.io", Kind: "Issuer"}: {{"spec", "selfSigned"}},
 }
 
 // prune drops nil values and maps that become empty. Lists are kept as

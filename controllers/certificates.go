@@ -18,7 +18,6 @@ const (
 	ReasonCAUnusable    = "CAUnusable"
 	ReasonSecretInvalid = "SecretInvalid"
 	ReasonSecretMissing = "SecretMissing"
-	ReasonNotSupported  = "NotSupported"
 )
 
 // SecretKeyCA is the trust bundle key of a serving Secret (as cert-manager

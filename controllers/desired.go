@@ -63,10 +63,14 @@ func CertificateMode(op Operand) v1alpha1.CertificateMode {
 }
 
 // ServingSecretName is the Secret the server mounts: the user's in mode
-// Secret, else "<base>-tls", written by the operator.
+// Secret, cert-manager's in mode CertManager (CertManagerSecretName), else
+// "<base>-tls", written by the operator.
 func ServingSecretName(op Operand) string {
-	if CertificateMode(op) == v1alpha1.CertificateSecret {
+	switch CertificateMode(op) {
+	case v1alpha1.CertificateSecret:
 		return op.Certificate.SecretName
+	case v1alpha1.CertificateCertManager:
+		return CertManagerSecretName(op)
 	}
 	return op.Kind.BaseName(op.Object.GetName()) + "-tls"
 }

@@ -37,6 +37,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
@@ -60,8 +62,9 @@ const (
 	EventDriftRepaired     = "DriftRepaired"
 	EventCertificateIssued = "CertificateIssued"
 	EventDeleted           = "Deleted"
-	EventNotSupported      = "NotSupported"
-	EventConflictingWriter = "ConflictingWriter"
+	// EventCertManagerNotInstalled: mode CertManager without cert-manager.
+	EventCertManagerNotInstalled = "CertManagerNotInstalled"
+	EventConflictingWriter       = "ConflictingWriter"
 	// EventCARotation reports a CA step: CreateCA, CreateNextCA,
 	// PublishBundle (during a rotation), PromoteNextCA, DropRetiredCA.
 	EventCARotation = "CARotation"
@@ -131,6 +134,9 @@ type Reconciler struct {
 	// shared is common to the reconcilers of one manager: the CA lock and
 	// the --ca-dir bundle.
 	shared *shared
+	// cmWatch adds the watch on owned cert-manager Certificates once their
+	// CRD is served.
+	cmWatch *certManagerWatch
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
@@ -235,6 +241,9 @@ func CacheOptions() cache.Options {
 	}
 	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	by[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Label: sel}
+	// cert-manager's Certificates and Issuers are not listed: a ByObject
+	// entry needs their CRDs at start. Their informers start (unfiltered)
+	// only when a CertManager-mode CR is reconciled with cert-manager present.
 	return cache.Options{ByObject: by}
 }
 
@@ -297,7 +306,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			},
 		}))
 	}
-	return b.Complete(r)
+	c, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	r.cmWatch = &certManagerWatch{ctrl: c, cache: mgr.GetCache(), mapper: mgr.GetRESTMapper(), scheme: mgr.GetScheme(), owner: r.newObject(), started: true}
+	return nil
 }
 
 // allRequests lists every CR of the reconciler's kind from the cache.
@@ -424,18 +438,6 @@ func (r *Reconciler) setCondition(op Operand, typ string, ok bool, reason, msg s
 // reconcileOperand applies the owned objects and sets the conditions.
 func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Result, error) {
 	mode := CertificateMode(op)
-	if mode == v1alpha1.CertificateCertManager {
-		msg := "certificate mode CertManager is not supported yet; use SelfSigned or Secret"
-		if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionCertificateReady); c == nil || c.Reason != ReasonNotSupported {
-			r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventNotSupported, "Reconcile", msg)
-		}
-		r.setCondition(op, v1alpha1.ConditionCertificateReady, false, ReasonNotSupported, msg)
-		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNotSupported, msg)
-		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNotSupported, msg)
-		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotSupported, msg)
-		return ctrl.Result{}, nil
-	}
-
 	var cs CertState
 	var result ctrl.Result
 	now := r.now()
@@ -453,6 +455,14 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 		// The user's Secret is watched (metadata, usersecrets.go); look
 		// again periodically as well, in case a watch event was missed.
 		result.RequeueAfter = userSecretResyncTime
+	case v1alpha1.CertificateCertManager:
+		var err error
+		if cs, result.RequeueAfter, err = r.certManager(ctx, op, now); err != nil {
+			return r.applyFailed(ctx, op, err)
+		}
+		if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionCertificateReady); cs.Reason == ReasonCertManagerNotInstalled && (c == nil || c.Reason != cs.Reason) {
+			r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventCertManagerNotInstalled, "Reconcile", cs.Message)
+		}
 	default:
 		var err error
 		if cs, err = r.selfSigned(ctx, op, now); err != nil {
@@ -478,7 +488,16 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	r.setCondition(op, v1alpha1.ConditionCertificateReady, cs.Ready, cs.Reason, cs.Message)
 	recordCertificate(kindOf(op.Object), op.Object.GetName(), ServerNamespace(op, r.Settings), ServingSecretName(op), cs)
 
-	d := r.build(op.Object, r.Settings, cs.CABundle)
+	caBundle := cs.CABundle
+	if mode == v1alpha1.CertificateCertManager && len(caBundle) > 0 {
+		live := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: op.Kind.BaseName(op.Object.GetName())}, live); err == nil {
+			if injected := InjectedCABundle(live); injected != nil {
+				caBundle = injected
+			}
+		}
+	}
+	d := r.build(op.Object, r.Settings, caBundle)
 	for _, o := range d.Objects() {
 		if o == d.Webhook {
 			continue
@@ -490,6 +509,9 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	keep := d.Objects()
 	if cs.Secret != nil {
 		keep = append(keep, cs.Secret)
+	}
+	if mode == v1alpha1.CertificateCertManager {
+		keep = append(keep, certManagerOwned(op, r.Settings)...)
 	}
 	if err := r.pruneOwned(ctx, op, keep); err != nil {
 		return r.applyFailed(ctx, op, err)
@@ -858,7 +880,12 @@ func (r *Reconciler) pruneOwned(ctx context.Context, op Operand, keep []client.O
 		want[key(o)] = true
 	}
 	sel := client.MatchingLabels{LabelInstance: op.Kind.BaseName(op.Object.GetName()), LabelManagedBy: ManagedByValue}
-	for _, list := range prunable() {
+	lists := prunable()
+	if r.cmWatch != nil && r.cmWatch.running() {
+		// Only once cert-manager was seen: listing an unserved kind fails.
+		lists = append(lists, &cmapi.CertificateList{}, &cmapi.IssuerList{})
+	}
+	for _, list := range lists {
 		if err := r.Client.List(ctx, list, sel); err != nil {
 			return err
 		}

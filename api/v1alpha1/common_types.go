@@ -55,19 +55,23 @@ const (
 // IssuerReference names a cert-manager Issuer or ClusterIssuer.
 type IssuerReference struct {
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// Kind is Issuer or ClusterIssuer.
 	// +optional
 	// +kubebuilder:default=Issuer
 	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
 	Kind string `json:"kind,omitempty"`
+	// Group of the issuer kind: cert-manager.io, or an external issuer's.
 	// +optional
 	// +kubebuilder:default=cert-manager.io
+	// +kubebuilder:validation:MaxLength=253
 	Group string `json:"group,omitempty"`
 }
 
 // CertificateSpec configures the webhook server's serving certificate.
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Secret' || has(self.secretName)",message="secretName is required when mode is Secret"
+// +kubebuilder:validation:XValidation:rule="!has(self.issuerRef) || self.mode == 'CertManager'",message="issuerRef is only used when mode is CertManager"
 type CertificateSpec struct {
 	// +optional
 	// +kubebuilder:default=SelfSigned
@@ -77,8 +81,11 @@ type CertificateSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SecretName string `json:"secretName,omitempty"`
-	// IssuerRef for mode CertManager. When empty the operator creates a
-	// self-signed Issuer.
+	// IssuerRef for mode CertManager: the cert-manager Issuer (in the server
+	// namespace) or ClusterIssuer that signs the serving certificate. Its
+	// Secret must carry ca.crt, which becomes the caBundle. When empty the
+	// operator creates a cert-manager SelfSigned Issuer named after the
+	// server.
 	// +optional
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
 }

@@ -150,6 +150,10 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logFile())))
+	// cert-manager's kinds, as `hookwright manager` registers them.
+	if err := controllers.AddToScheme(env.Scheme); err != nil {
+		return err
+	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = writes.wrap
 	// The manager's validating webhook: served on a local port, reached by

@@ -30,42 +30,6 @@ func deleteAndWait(t *testing.T, ctx context.Context, obj client.Object, o owned
 	o.waitGone(t, ctx)
 }
 
-// CertManager mode is not implemented: the CR says so in its conditions and
-// an Event, and nothing is deployed.
-func TestCertManagerModeIsRejectedClearly(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
-	si := &v1alpha1.SidecarInjector{
-		ObjectMeta: metav1.ObjectMeta{Name: "certmgr"},
-		Spec:       v1alpha1.SidecarInjectorSpec{Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager}},
-	}
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionFalse,
-	}, 30*time.Second)
-	c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady)
-	if c.Reason != controllers.ReasonNotSupported || !strings.Contains(c.Message, "not supported yet") {
-		t.Fatalf("CertificateReady %+v", c)
-	}
-	err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.SidecarKind.BaseName("certmgr")}, &appsv1.Deployment{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("a Deployment exists for an unsupported mode: %v", err)
-	}
-	err = cluster.WaitFor(ctx, 10*time.Second, "NotSupported event", func(ctx context.Context) (bool, error) {
-		r, err := eventReasons(ctx, "SidecarInjector", "certmgr")
-		return r[controllers.EventNotSupported] > 0, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Delete(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Mode Secret: the user's Secret is mounted and its ca.crt becomes the
 // caBundle; nothing is written until it exists and verifies.
 func TestUserProvidedSecretMode(t *testing.T) {
