@@ -332,9 +332,17 @@ func TestPauseReconcile(t *testing.T) {
 	if err := update(ctx, si, func() { si.Annotations = map[string]string{controllers.PauseReconcileAnnotation: "true"} }); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionFalse}, 10*time.Second)
-	if r := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionReady).Reason; r != controllers.ReasonPaused {
-		t.Fatalf("Ready reason %s", r)
+	// Ready may already be False (NotReady while the server Deployment
+	// starts): wait for the paused reason itself.
+	err := cluster.WaitFor(ctx, 10*time.Second, "Ready=False ReconcilePaused", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+			return false, err
+		}
+		r := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionReady)
+		return r != nil && r.Status == metav1.ConditionFalse && r.Reason == controllers.ReasonPaused, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; conditions: %s", err, fmtConds(si.Status.Conditions))
 	}
 	m := o.MWC.DeepCopy()
 	if err := update(ctx, m, func() { m.Webhooks[0].ClientConfig.CABundle = nil }); err != nil {
