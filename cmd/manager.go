@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -136,7 +137,11 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	settings := controllers.Settings{Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir}
+	settings := controllers.Settings{
+		Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir,
+		// OLM passes the cluster proxy to the operator; the servers get it too.
+		ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+	}
 	if o.webhookService != "" {
 		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
 		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{}})

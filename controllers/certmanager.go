@@ -8,6 +8,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	operatorsv2 "github.com/operator-framework/api/pkg/operators/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,10 +50,13 @@ const certManagerRecheck = 30 * time.Second
 var CertManagerGroupKind = schema.GroupKind{Group: cmapi.SchemeGroupVersion.Group, Kind: cmapi.CertificateKind}
 
 // AddToScheme registers the third-party kinds the controllers read and
-// write (cert-manager's Certificate and Issuer) on top of client-go's and
+// write (cert-manager's Certificate and Issuer, OLM's OperatorCondition) on top of client-go's and
 // hookwright's.
 func AddToScheme(s *runtime.Scheme) error {
-	return cmapi.AddToScheme(s)
+	if err := cmapi.AddToScheme(s); err != nil {
+		return err
+	}
+	return operatorsv2.AddToScheme(s)
 }
 
 // CertManagerSecretName is the Secret cert-manager writes for op's

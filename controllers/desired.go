@@ -302,10 +302,10 @@ func build(op Operand, s Settings, args []string) *Desired {
 						Name:  "server",
 						Image: image,
 						Args:  args,
-						Env: []corev1.EnvVar{{
+						Env: append([]corev1.EnvVar{{
 							Name:      "POD_NAMESPACE",
 							ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
-						}},
+						}}, s.ProxyEnv...),
 						Ports: []corev1.ContainerPort{
 							{Name: "webhook", ContainerPort: WebhookPort, Protocol: corev1.ProtocolTCP},
 							{Name: "probes", ContainerPort: ProbePort, Protocol: corev1.ProtocolTCP},

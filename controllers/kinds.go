@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -127,6 +128,10 @@ type Settings struct {
 	// Webhook configures the manager's validating webhook for the CRs
 	// (validation.go); a zero value disables it.
 	Webhook WebhookSettings
+	// ProxyEnv is added to every server container: the cluster proxy
+	// settings OLM gives the operator (HTTP_PROXY, HTTPS_PROXY, NO_PROXY
+	// and their lower-case forms; operator-lib's proxy.ReadProxyVarsFromEnv).
+	ProxyEnv []corev1.EnvVar
 }
 
 // RepairBudget bounds how often one owned object is repaired: at most Max

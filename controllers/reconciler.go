@@ -153,6 +153,9 @@ type shared struct {
 	// userSecrets caches the metadata of every Secret (see usersecrets.go);
 	// nil when not set up.
 	userSecrets cache.Cache
+	// upgrade holds OLM upgrades during a CA rotation or a node restore
+	// (nil: not set up, does nothing).
+	upgrade *UpgradeGate
 }
 
 func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
@@ -200,6 +203,15 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		return err
 	}
 	sh.userSecrets = us
+	// The OperatorCondition is one object: read it uncached.
+	oc, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return err
+	}
+	sh.upgrade = NewUpgradeGate(oc, s.Namespace, mgr.GetLogger())
+	if err := mgr.Add(sh.upgrade); err != nil {
+		return err
+	}
 	for _, r := range []*Reconciler{NewSidecarReconciler(mgr, s), NewOversellReconciler(mgr, s)} {
 		r.shared = sh
 		if err := r.SetupWithManager(mgr); err != nil {
@@ -348,6 +360,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			forgetMetrics(kindOf(obj), req.Name)
 			obj.SetName(req.Name)
 			r.forget(obj)
+			if r.finalizer != "" {
+				r.releaseUpgrade(ctx, restoreHold(req.Name))
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -398,13 +413,44 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, obj client.Object) (ct
 	if !containsString(obj.GetFinalizers(), r.finalizer) {
 		return ctrl.Result{}, nil
 	}
+	// OLM must not replace the operator halfway through a restore.
+	r.holdUpgrade(ctx, restoreHold(obj.GetName()), fmt.Sprintf("%s %s restoring its nodes", kindOf(obj), obj.GetName()))
 	done, retry, err := r.finalize(ctx, obj)
 	if err != nil || !done {
 		return ctrl.Result{RequeueAfter: retry}, err
 	}
 	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	obj.SetFinalizers(removeString(obj.GetFinalizers(), r.finalizer))
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, obj, patch))
+	if err := r.Client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	r.releaseUpgrade(ctx, restoreHold(obj.GetName()))
+	return ctrl.Result{}, nil
+}
+
+// Upgrade holds: one for the installation CA, one per restoring CR.
+const caRotationHold = "ca-rotation"
+
+func restoreHold(name string) string { return "restore/" + name }
+
+// holdUpgrade and releaseUpgrade log a failed OperatorCondition write; the
+// gate retries it (UpgradeGate.Start) and on the next hold or release.
+func (r *Reconciler) holdUpgrade(ctx context.Context, key, why string) {
+	if r.shared == nil {
+		return
+	}
+	if err := r.shared.upgrade.Hold(ctx, key, why); err != nil {
+		log.FromContext(ctx).Error(err, "hold OLM upgrades", "hold", key)
+	}
+}
+
+func (r *Reconciler) releaseUpgrade(ctx context.Context, key string) {
+	if r.shared == nil {
+		return
+	}
+	if err := r.shared.upgrade.Release(ctx, key); err != nil {
+		log.FromContext(ctx).Error(err, "release OLM upgrades", "hold", key)
+	}
 }
 
 // writeStatus patches the status subresource only when it changed.
@@ -478,6 +524,11 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 				r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventCertificateIssued, "Issue",
 					"serving certificate %s/%s issued (%s), valid until %s", cs.Secret.Namespace, cs.Secret.Name, cs.IssueReason, fmtTime(cs.NotAfter))
 			}
+		}
+		if cs.Rotating {
+			r.holdUpgrade(ctx, caRotationHold, "CA rotation ("+describeSteps(nil, cs.Last)+")")
+		} else {
+			r.releaseUpgrade(ctx, caRotationHold)
 		}
 		result.RequeueAfter = cs.RequeueAfter
 		if !cs.DrainingUntil.IsZero() {

@@ -414,4 +414,9 @@ func TestCADirAndCARotation(t *testing.T) {
 	if reasons[controllers.EventDriftRepaired]+idleReasons[controllers.EventDriftRepaired] != 0 {
 		t.Errorf("planned changes (ca-dir, rotation) reported as drift repairs: %v / %v", reasons, idleReasons)
 	}
+	// OLM was told to hold upgrades during the rotation (olm_test.go).
+	held := waitUpgradeable(t, ctx, forced, metav1.ConditionFalse, "CA rotation")
+	released := waitUpgradeable(t, ctx, held.at, metav1.ConditionTrue, "no CA rotation")
+	t.Logf("OperatorCondition Upgradeable=False %s after the rotation was forced, True again %s later",
+		held.at.Sub(forced).Round(time.Millisecond), released.at.Sub(held.at).Round(time.Millisecond))
 }

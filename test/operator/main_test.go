@@ -150,8 +150,11 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logFile())))
-	// cert-manager's kinds, as `hookwright manager` registers them.
+	// cert-manager's and OLM's kinds, as `hookwright manager` registers them.
 	if err := controllers.AddToScheme(env.Scheme); err != nil {
+		return err
+	}
+	if err := setupOLM(ctx); err != nil {
 		return err
 	}
 	cfg := rest.CopyConfig(env.Config)
