@@ -101,7 +101,10 @@ type Env struct {
 	Kubectl string
 	// OperatorArgs are the operator's command line.
 	OperatorArgs []string
-	Logf         func(format string, args ...any)
+	// ValidationTarget is the egress target (ClusterIP:443) of the Service
+	// in front of the operator's validating webhook.
+	ValidationTarget string
+	Logf             func(format string, args ...any)
 
 	systemNode *cluster.Heartbeater
 }
@@ -161,6 +164,22 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return e, err
 	}
+	webhookPort, err := cluster.FreePort()
+	if err != nil {
+		return e, err
+	}
+	// config/webhook's Service in front of the manager's validating webhook:
+	// the egress proxy takes its ClusterIP:443 to the local process.
+	webhookSvc := &corev1.Service{}
+	if err = loadManifest(filepath.Join("config", "webhook", "service.yaml"), webhookSvc); err != nil {
+		return e, err
+	}
+	if err = c.Client.Create(ctx, webhookSvc); err != nil {
+		return e, err
+	}
+	if err = c.RouteService(webhookSvc, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
+		return e, err
+	}
 	// config/manager/manager.yaml's args, with local listen addresses, plus
 	// what its env and volumes give in-cluster.
 	e.OperatorArgs = []string{
@@ -169,6 +188,8 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics),
 		"--ca-dir=" + e.CADir,
+		fmt.Sprintf("--webhook-port=%d", webhookPort),
+		"--webhook-service=" + webhookSvc.Name,
 		"--namespace=" + OperatorNamespace,
 		"--server-image=" + ServerImage,
 	}
@@ -195,7 +216,9 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err = cluster.LoadSample(injectorSample, si); err != nil {
 		return e, err
 	}
-	if err = c.Client.Create(ctx, si); err != nil {
+	target := webhookSvc.Spec.ClusterIP + ":443"
+	e.ValidationTarget = target
+	if err = createValidated(ctx, c, si); err != nil {
 		return e, fmt.Errorf("apply %s: %w", injectorSample, err)
 	}
 	no := &v1alpha1.NodeOversell{}
@@ -203,14 +226,16 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return e, err
 	}
 	no.Spec.Ratios.CPU = "1"
-	if err = c.Client.Create(ctx, no); err != nil {
+	if err = createValidated(ctx, c, no); err != nil {
 		return e, fmt.Errorf("apply %s: %w", oversellSample, err)
 	}
-	o.Logf("stack: applied config/samples (NodeOversell %s with cpu ratio 1)", no.Name)
+	o.Logf("stack: applied config/samples (NodeOversell %s with cpu ratio 1); the operator's validating webhook (Service %s) was called %d times",
+		no.Name, webhookSvc.Name, c.Egress.Hits(target))
 	if err = e.WaitReady(ctx, 3*time.Minute); err != nil {
 		return e, err
 	}
-	o.Logf("stack: both webhooks ready, %s after start", time.Since(t0).Round(time.Millisecond))
+	o.Logf("stack: both webhooks ready, %s after start; the operator's validating webhook has been called %d times",
+		time.Since(t0).Round(time.Millisecond), c.Egress.Hits(target))
 	var pods corev1.PodList
 	if err = c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
 		return e, err
@@ -306,6 +331,45 @@ func (e *Env) RunKubectl(ctx context.Context, stdin []byte, args ...string) (std
 		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), errb.String(), err
+}
+
+// createValidated creates obj, retrying while the operator's validating
+// webhook (failurePolicy Fail) is not serving yet: the operator writes its
+// ValidatingWebhookConfiguration as it starts, before its certificate may
+// be loaded.
+func createValidated(ctx context.Context, c *cluster.Cluster, obj client.Object) error {
+	return cluster.WaitFor(ctx, 60*time.Second, "create "+obj.GetName(), func(ctx context.Context) (bool, error) {
+		err := c.Client.Create(ctx, obj)
+		if err != nil && strings.Contains(err.Error(), "failed calling webhook") {
+			return false, err
+		}
+		if err != nil {
+			return false, cluster.Permanent(err)
+		}
+		return true, nil
+	})
+}
+
+// loadManifest reads a one-object manifest of config/ and applies what
+// config/default's kustomization does to it: namespace hookwright-system,
+// name prefix hookwright-.
+func loadManifest(rel string, obj client.Object) error {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, obj); err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	obj.SetName("hookwright-" + obj.GetName())
+	if obj.GetNamespace() != "" {
+		obj.SetNamespace(OperatorNamespace)
+	}
+	return nil
 }
 
 // operatorKubeconfig applies config/rbac as config/default would
