@@ -15,10 +15,12 @@ COPY controllers/ controllers/
 COPY internal/ internal/
 COPY webhooks/ webhooks/
 
+COPY hack/build.sh hack/build.sh
+
+# hack/build.sh is the one build command (CGO_ENABLED=0, -trimpath, version
+# ldflags); `make build` and the tests in test/bundle run the same script.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
-    -ldflags "-s -w -X github.com/hookwright/hookwright/internal/version.Version=${VERSION} -X github.com/hookwright/hookwright/internal/version.GitCommit=${GIT_COMMIT}" \
-    -o hookwright ./cmd
+    GOOS=${TARGETOS} GOARCH=${TARGETARCH} hack/build.sh hookwright ${VERSION} ${GIT_COMMIT}
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
