@@ -43,9 +43,11 @@ type OversellRatios struct {
 type NodeOversellSpec struct {
 	// NodeSelector selects the nodes. An empty selector selects every node.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Node Selector",xDescriptors="urn:alm:descriptor:com.tectonic.ui:selector:core:v1:Node"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
 	// Ratios per resource.
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Ratios"
 	Ratios OversellRatios `json:"ratios"`
 
 	// Priority decides overlaps: when several NodeOversell objects select one
@@ -54,6 +56,7 @@ type NodeOversellSpec struct {
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=-1000
 	// +kubebuilder:validation:Maximum=1000
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Priority",xDescriptors="urn:alm:descriptor:com.tectonic.ui:number"
 	Priority int32 `json:"priority,omitempty"`
 
 	// TrustedReporters are extra user names whose nodes/status writes carry the
@@ -61,12 +64,14 @@ type NodeOversellSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Trusted Reporters"
 	TrustedReporters []string `json:"trustedReporters,omitempty"`
 
 	// FailurePolicy of the webhook configuration. Ignore keeps heartbeats
 	// flowing when the server is down.
 	// +optional
 	// +kubebuilder:default=Ignore
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 
 	// TimeoutSeconds of the webhook configuration, in seconds. The kubelet's
@@ -75,51 +80,63 @@ type NodeOversellSpec struct {
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Timeout Seconds",xDescriptors="urn:alm:descriptor:com.tectonic.ui:number"
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 
 	// Server is the webhook server Deployment the operator runs.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Webhook Server"
 	Server ServerSpec `json:"server,omitempty"`
 
 	// Certificate is the server's serving certificate.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Serving Certificate"
 	Certificate CertificateSpec `json:"certificate,omitempty"`
 }
 
 // NodeOversellStatus is filled by the operator.
 type NodeOversellStatus struct {
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation"
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// ServedGeneration is the generation the webhook servers report serving.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Served Generation"
 	ServedGeneration int64 `json:"servedGeneration,omitempty"`
 	// ResyncedGeneration is the generation for which the operator last
 	// touched every selected (and formerly amplified) node through
 	// nodes/status, so the webhook re-evaluated them without waiting for the
 	// kubelet's next report.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Resynced Generation"
 	ResyncedGeneration int64 `json:"resyncedGeneration,omitempty"`
 	// NodesMatched is the number of nodes the selector matches.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Nodes Matched",xDescriptors="urn:alm:descriptor:text"
 	NodesMatched int32 `json:"nodesMatched,omitempty"`
 	// NodesAmplified is the number of nodes this object currently amplifies.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Nodes Amplified",xDescriptors="urn:alm:descriptor:text"
 	NodesAmplified int32 `json:"nodesAmplified,omitempty"`
 	// RawAllocatable is the sum of the real allocatable of amplified nodes.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Raw Allocatable"
 	RawAllocatable corev1.ResourceList `json:"rawAllocatable,omitempty"`
 	// EffectiveAllocatable is the sum of the published allocatable of amplified nodes.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Effective Allocatable"
 	EffectiveAllocatable corev1.ResourceList `json:"effectiveAllocatable,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // NodeOversell inflates the allocatable of selected nodes.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +operator-sdk:csv:customresourcedefinitions:displayName="Node Oversell",resources={{Deployment,v1,"hookwright-oversell-<name>"},{Service,v1,"hookwright-oversell-<name>"},{Secret,v1,"hookwright-oversell-<name>-tls"},{MutatingWebhookConfiguration,v1,"hookwright-oversell-<name>"}}
 // +kubebuilder:resource:scope=Cluster,shortName=nos,categories=hookwright
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="CPU",type=string,JSONPath=`.spec.ratios.cpu`

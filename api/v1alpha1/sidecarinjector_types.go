@@ -61,15 +61,18 @@ type SidecarInjectorSpec struct {
 	// Policy for pods that carry no inject label or annotation.
 	// +optional
 	// +kubebuilder:default=Enabled
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Enabled","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
 	Policy InjectionPolicy `json:"policy,omitempty"`
 
 	// NamespaceSelector of the webhook configuration. kube-system, kube-public,
 	// kube-node-lease and the operator's namespace are always excluded.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Namespace Selector",xDescriptors="urn:alm:descriptor:com.tectonic.ui:selector:core:v1:Namespace"
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// ObjectSelector of the webhook configuration.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Object Selector",xDescriptors="urn:alm:descriptor:com.tectonic.ui:selector:core:v1:Pod"
 	ObjectSelector *metav1.LabelSelector `json:"objectSelector,omitempty"`
 
 	// NeverInjectSelector: pods matching any of these are not injected unless they
@@ -86,6 +89,7 @@ type SidecarInjectorSpec struct {
 
 	// InjectHostNetwork allows injection into hostNetwork pods.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Inject Host Network Pods",xDescriptors="urn:alm:descriptor:com.tectonic.ui:booleanSwitch"
 	InjectHostNetwork bool `json:"injectHostNetwork,omitempty"`
 
 	// Templates by name.
@@ -93,6 +97,7 @@ type SidecarInjectorSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Templates"
 	Templates []NamedTemplate `json:"templates,omitempty"`
 
 	// DefaultTemplates are applied, in order, when the pod names none. Each
@@ -102,6 +107,7 @@ type SidecarInjectorSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Default Templates"
 	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
 
 	// Values is free-form data handed to templates as .Values.
@@ -115,11 +121,13 @@ type SidecarInjectorSpec struct {
 	// restartPolicy Always. Auto enables it when the API server is v1.29 or later.
 	// +optional
 	// +kubebuilder:default=Auto
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Native Sidecars",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Auto","urn:alm:descriptor:com.tectonic.ui:select:Enabled","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
 	NativeSidecars NativeSidecarMode `json:"nativeSidecars,omitempty"`
 
 	// FailurePolicy of the webhook configuration.
 	// +optional
 	// +kubebuilder:default=Fail
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 
 	// TimeoutSeconds of the webhook configuration, in seconds.
@@ -127,19 +135,23 @@ type SidecarInjectorSpec struct {
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=30
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Timeout Seconds",xDescriptors="urn:alm:descriptor:com.tectonic.ui:number"
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 
 	// ReinvocationPolicy of the webhook configuration.
 	// +optional
 	// +kubebuilder:default=IfNeeded
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Reinvocation Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Never","urn:alm:descriptor:com.tectonic.ui:select:IfNeeded"}
 	ReinvocationPolicy ReinvocationPolicy `json:"reinvocationPolicy,omitempty"`
 
 	// Server is the webhook server Deployment the operator runs.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Webhook Server"
 	Server ServerSpec `json:"server,omitempty"`
 
 	// Certificate is the server's serving certificate.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Serving Certificate"
 	Certificate CertificateSpec `json:"certificate,omitempty"`
 }
 
@@ -147,19 +159,23 @@ type SidecarInjectorSpec struct {
 type SidecarInjectorStatus struct {
 	// ObservedGeneration is the generation the operator last reconciled.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Observed Generation"
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// ServedGeneration is the generation the webhook servers report serving.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Served Generation"
 	ServedGeneration int64 `json:"servedGeneration,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // SidecarInjector injects sidecar containers into pods at CREATE.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +operator-sdk:csv:customresourcedefinitions:displayName="Sidecar Injector",resources={{Deployment,v1,"hookwright-sidecar-<name>"},{Service,v1,"hookwright-sidecar-<name>"},{Secret,v1,"hookwright-sidecar-<name>-tls"},{MutatingWebhookConfiguration,v1,"hookwright-sidecar-<name>"}}
 // +kubebuilder:resource:scope=Cluster,shortName=sci,categories=hookwright
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policy`
