@@ -128,11 +128,12 @@ deploy: manifests tool-kustomize ## Deploy the operator (IMG=...) to the cluster
 undeploy: tool-kustomize ## Remove the operator.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
 
-# OLM bundle: channel alpha. operator-sdk is built from its pinned module on
+# OLM bundle: channel candidate (maturity alpha; OLM's channel naming
+# convention is candidate/fast/stable). operator-sdk is built from its pinned module on
 # first use (`make tool-operator-sdk`); `make test` does not need it: the
 # committed bundle is validated and checked for staleness in Go (test/bundle).
-BUNDLE_CHANNELS ?= alpha
-BUNDLE_DEFAULT_CHANNEL ?= alpha
+BUNDLE_CHANNELS ?= candidate
+BUNDLE_DEFAULT_CHANNEL ?= candidate
 BUNDLE_GEN_FLAGS ?= -q --overwrite --version $(VERSION) --channels=$(BUNDLE_CHANNELS) --default-channel=$(BUNDLE_DEFAULT_CHANNEL)
 USE_IMAGE_DIGESTS ?= false
 ifeq ($(USE_IMAGE_DIGESTS), true)

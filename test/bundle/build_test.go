@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"debug/elf"
 	"os"
 	"os/exec"
@@ -8,7 +9,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // dockerfile is the Dockerfile as instructions, continuation lines joined.
@@ -125,12 +128,25 @@ func TestMakeBuildUsesBuildScript(t *testing.T) {
 // distroless/static), built with -trimpath, carrying the version.
 func TestBuildScript(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "hookwright")
-	cmd := exec.Command("hack/build.sh", out, "v9.8.7-test", "abc1234")
+	// A cold build takes minutes on a loaded 2-core machine; stop it (and
+	// its compiler children, in its process group) before the test binary's
+	// own timeout would leave it running.
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "hack/build.sh", out, "v9.8.7-test", "abc1234")
 	cmd.Dir = root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+goarch(t), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/build.sh: %v\n%s", err, b)
 	}
+	t.Logf("hack/build.sh took %v", time.Since(start).Round(time.Second))
 	f, err := elf.Open(out)
 	if err != nil {
 		t.Fatalf("not an ELF binary: %v", err)
