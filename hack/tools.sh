@@ -37,6 +37,13 @@ spec() {
 	operator-sdk)
 		local p=github.com/operator-framework/operator-sdk/internal/version
 		echo "operator-sdk|$BIN/operator-sdk|CGO_ENABLED=0|containers_image_openpgp|-s -w -X $p.Version=v1.42.2 -X $p.GitVersion=v1.42.2 -X $p.ImageVersion=v1.42.2|github.com/operator-framework/operator-sdk/cmd/operator-sdk" ;;
+	olm | catalog)
+		local p=github.com/operator-framework/operator-lifecycle-manager/pkg/version
+		echo "olm|$BIN/$1|||-s -w -X $p.OLMVersion=0.33.0 -X $p.GitCommit=v0.33.0|github.com/operator-framework/operator-lifecycle-manager/cmd/$1" ;;
+	olm-crds) echo "olm|$BIN/olm-crds|||-s -w|./olm-crds" ;;
+	opm)
+		local p=github.com/operator-framework/operator-registry/cmd/opm/version
+		echo "opm|$BIN/opm|CGO_ENABLED=0|containers_image_openpgp|-s -w -X $p.gitCommit=v1.59.0 -X $p.opmVersion=v1.59.0 -X $p.buildDate=2026-01-01T00:00:00Z|github.com/operator-framework/operator-registry/cmd/opm" ;;
 	*) echo "unknown tool: $1" >&2; return 1 ;;
 	esac
 }
@@ -48,7 +55,9 @@ build() {
 	local tool=$1 s mod out env tags ldflags pkgs stamp want
 	s=$(spec "$tool")
 	IFS='|' read -r mod out env tags ldflags pkgs <<<"$s"
-	want=$(cat "$ROOT/hack/tools/$mod/go.mod" "$ROOT/hack/tools/$mod/go.sum" <(echo "$s" | sed "s|$BIN|BIN|g") | sha256sum | cut -d' ' -f1)
+	# A module's own Go files (e.g. hack/tools/olm/olm-crds) are part of the pin too.
+	want=$(cat "$ROOT/hack/tools/$mod/go.mod" "$ROOT/hack/tools/$mod/go.sum" <(echo "$s" | sed "s|$BIN|BIN|g") \
+		<(cd "$ROOT/hack/tools/$mod" && find . -name '*.go' | LC_ALL=C sort | xargs -r cat) | sha256sum | cut -d' ' -f1)
 	stamp=$STAMPS/$tool
 	if [[ -x $out && -f $stamp && $(cat "$stamp") == "$want" ]]; then
 		echo "tools: $tool is current"
