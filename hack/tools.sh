@@ -48,7 +48,7 @@ spec() {
 	esac
 }
 
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen olm-crds olm catalog opm)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk)
 
 build() {

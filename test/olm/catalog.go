@@ -222,9 +222,11 @@ func (o *OLM) ServeCatalog(ctx context.Context, name, dir string) (*CatalogServe
 		// No pprof listener (default localhost:6060 would clash between
 		// servers) and no /dev/termination-log.
 		"--pprof-addr=", "-t", filepath.Join(o.Dir, "logs", name+".termination.log"),
-		"--cache-dir", filepath.Join(o.Dir, name+"-cache"),
 	}
-	p, err := cluster.StartProcess(name, filepath.Join(o.Dir, "logs"), filepath.Join(o.Cluster.Bin, "opm"), args, nil)
+	// opm keeps its cache in a temp dir: under o.Dir, so a killed opm
+	// leaves nothing behind once the cluster's dir is removed.
+	env := []string{"TMPDIR=" + o.Dir}
+	p, err := cluster.StartProcess(name, filepath.Join(o.Dir, "logs"), filepath.Join(o.Cluster.Bin, "opm"), args, env)
 	if err != nil {
 		return nil, err
 	}

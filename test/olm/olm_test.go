@@ -179,6 +179,10 @@ func checkInstalled(ctx context.Context, t *testing.T, o *olm.OLM, in *olm.Insta
 		if err != nil {
 			t.Fatalf("%v; status %+v", err, dep.Status)
 		}
+		// OLM labels what it creates for a CSV with its owner.
+		if dep.Labels["olm.owner"] != csv.Name || dep.Labels["olm.owner.namespace"] != in.Namespace {
+			t.Errorf("deployment %s labels %v: not owned by csv %s", dep.Name, dep.Labels, csv.Name)
+		}
 		sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 		if err != nil {
 			t.Fatal(err)
