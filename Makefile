@@ -146,6 +146,11 @@ bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundl
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
+	@$(MAKE) --no-print-directory scorecard
+
+.PHONY: scorecard
+scorecard: tool-scorecard-test ## Run the scorecard's basic and OLM suites offline against ./bundle (hack/scorecard.sh).
+	hack/scorecard.sh bundle
 
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image (needs a Docker engine).

@@ -44,12 +44,15 @@ spec() {
 	opm)
 		local p=github.com/operator-framework/operator-registry/cmd/opm/version
 		echo "opm|$BIN/opm|CGO_ENABLED=0|containers_image_openpgp|-s -w -X $p.gitCommit=v1.59.0 -X $p.opmVersion=v1.59.0 -X $p.buildDate=2026-01-01T00:00:00Z|github.com/operator-framework/operator-registry/cmd/opm" ;;
+	# The scorecard's basic and OLM tests (the program of operator-sdk's
+	# scorecard-test image), run offline by hack/scorecard.sh.
+	scorecard-test) echo "operator-sdk|$BIN/scorecard-test|CGO_ENABLED=0|containers_image_openpgp|-s -w|github.com/operator-framework/operator-sdk/images/scorecard-test" ;;
 	*) echo "unknown tool: $1" >&2; return 1 ;;
 	esac
 }
 
 TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen olm-crds olm catalog opm)
-ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk)
+ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk scorecard-test)
 
 build() {
 	local tool=$1 s mod out env tags ldflags pkgs stamp want

@@ -79,12 +79,14 @@ type SidecarInjectorSpec struct {
 	// opt in explicitly. Wins over AlwaysInjectSelector.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Never Inject Selector"
 	NeverInjectSelector []metav1.LabelSelector `json:"neverInjectSelector,omitempty"`
 
 	// AlwaysInjectSelector: pods matching any of these are injected unless they
 	// opt out explicitly.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Always Inject Selector"
 	AlwaysInjectSelector []metav1.LabelSelector `json:"alwaysInjectSelector,omitempty"`
 
 	// InjectHostNetwork allows injection into hostNetwork pods.
@@ -115,6 +117,7 @@ type SidecarInjectorSpec struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=object
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Template Values"
 	Values *apiextensionsv1.JSON `json:"values,omitempty"`
 
 	// NativeSidecars puts injected sidecars into initContainers with
