@@ -513,3 +513,77 @@ func makefileVersion(t *testing.T) string {
 	}
 	return string(m[1])
 }
+
+// TestBundleDescriptorsMatchMarkers: every +operator-sdk:csv descriptor
+// marker in api/v1alpha1 is in the bundle's CSV (catches a marker added or
+// renamed without `make bundle`, which needs operator-sdk to re-read them),
+// and every top-level spec field the samples set has a spec descriptor (the
+// scorecard's olm-spec-descriptors test, which `make bundle` also runs).
+func TestBundleDescriptorsMatchMarkers(t *testing.T) {
+	csv := bundleCSV(t, bundleManifests(t))
+	have := map[string]bool{} // "<kind>/<spec|status>/<displayName>"
+	specPaths := map[string]map[string]bool{}
+	for _, o := range asList(get(csv, "spec", "customresourcedefinitions", "owned")) {
+		kind := str(o, "kind")
+		have[kind+"/type/"+str(o, "displayName")] = true
+		specPaths[kind] = map[string]bool{}
+		for _, typ := range []string{"spec", "status"} {
+			for _, d := range asList(get(o, typ+"Descriptors")) {
+				have[kind+"/"+typ+"/"+str(d, "displayName")] = true
+				if typ == "spec" {
+					specPaths[kind][str(d, "path")] = true
+				}
+			}
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(root, "api", "v1alpha1", "*_types.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no api/v1alpha1/*_types.go: %v", err)
+	}
+	marker := regexp.MustCompile(`\+operator-sdk:csv:customresourcedefinitions:(?:type=(spec|status),)?displayName="([^"]+)"`)
+	kindOf := regexp.MustCompile(`(?m)^type (\w+) struct`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A field marker belongs to the kind named after its file's root
+		// type (sidecarinjector_types.go: SidecarInjector); shared structs
+		// (common_types.go) are not top-level descriptors.
+		kinds := kindOf.FindAllSubmatch(b, -1)
+		var kind string
+		for _, k := range kinds {
+			if _, ok := specPaths[string(k[1])]; ok {
+				kind = string(k[1])
+			}
+		}
+		if kind == "" {
+			continue
+		}
+		for _, m := range marker.FindAllSubmatch(b, -1) {
+			typ := string(m[1])
+			if typ == "" {
+				typ = "type"
+			}
+			n++
+			if !have[kind+"/"+typ+"/"+string(m[2])] {
+				t.Errorf("bundle/ is stale: the marker %s %s %q in %s is not in the CSV: %s", kind, typ, m[2], filepath.Base(f), regenerate)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no +operator-sdk:csv markers in api/v1alpha1")
+	}
+	t.Logf("%d CSV markers checked", n)
+
+	for _, o := range kustomizeBuild(t, "config/samples") {
+		kind := str(o, "kind")
+		spec, _ := get(o, "spec").(obj)
+		for field := range spec {
+			if !specPaths[kind][field] {
+				t.Errorf("sample %s sets spec.%s, which has no spec descriptor: add a +operator-sdk:csv:customresourcedefinitions:type=spec marker on the field, then %s", key(o), field, regenerate)
+			}
+		}
+	}
+}
