@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -78,49 +79,68 @@ func PodRequests(p *corev1.Pod) corev1.ResourceList {
 
 // overcommitted checks every selected node that carries a recorded raw
 // allocatable against the new ratios of no: it returns one line per node
-// whose pods request more than raw × ratio, sorted.
+// whose pods request more than raw × ratio, sorted. The nodes' pods are
+// listed resyncWorkers at a time (one uncached list per node: the resync
+// that follows waits for this).
 func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, nodes []string, byName map[string]*corev1.Node) ([]string, error) {
-	var out []string
-	for _, name := range nodes {
+	lines := make([][]string, len(nodes))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(resyncWorkers)
+	for i, name := range nodes {
 		raw, _, err := nodeAmounts(byName[name].Annotations, byName[name].Status.Capacity)
 		if err != nil {
 			continue // not amplified yet: the kubelet's value is already real
 		}
-		var pods corev1.PodList
-		if err := r.APIReader.List(ctx, &pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
-			return nil, fmt.Errorf("list pods on %s: %w", name, err)
-		}
-		requested := corev1.ResourceList{}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
+		g.Go(func() error {
+			var pods corev1.PodList
+			if err := r.APIReader.List(gctx, &pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
+				return fmt.Errorf("list pods on %s: %w", name, err)
 			}
-			for k, q := range PodRequests(p) {
-				v := requested[k]
-				v.Add(q)
-				requested[k] = v
-			}
-		}
-		for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
-			k := corev1.ResourceName(res.String())
-			q, ok := raw[k]
-			if !ok {
-				continue
-			}
-			ratio, _ := oversell.ParseRatio(string(ratioOf(no, res)))
-			var capQ *resource.Quantity
-			if c, ok := byName[name].Status.Capacity[k]; ok {
-				capQ = &c
-			}
-			alloc := oversell.Amplify(res, q, capQ, ratio)
-			if req := requested[k]; req.Cmp(alloc) > 0 {
-				out = append(out, fmt.Sprintf("%s (%s requested %s > allocatable %s)", name, k, req.String(), alloc.String()))
-			}
-		}
+			lines[i] = nodeOvercommit(no, name, byName[name], raw, pods.Items)
+			return nil
+		})
 	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := slices.Concat(lines...)
 	slices.Sort(out)
 	return out, nil
+}
+
+// nodeOvercommit is one line per resource of node whose non-terminated
+// pods request more than raw × the ratio of no.
+func nodeOvercommit(no *v1alpha1.NodeOversell, name string, node *corev1.Node, raw corev1.ResourceList, pods []corev1.Pod) []string {
+	requested := corev1.ResourceList{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for k, q := range PodRequests(p) {
+			v := requested[k]
+			v.Add(q)
+			requested[k] = v
+		}
+	}
+	var out []string
+	for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
+		k := corev1.ResourceName(res.String())
+		q, ok := raw[k]
+		if !ok {
+			continue
+		}
+		ratio, _ := oversell.ParseRatio(string(ratioOf(no, res)))
+		var capQ *resource.Quantity
+		if c, ok := node.Status.Capacity[k]; ok {
+			capQ = &c
+		}
+		alloc := oversell.Amplify(res, q, capQ, ratio)
+		if req := requested[k]; req.Cmp(alloc) > 0 {
+			out = append(out, fmt.Sprintf("%s (%s requested %s > allocatable %s)", name, k, req.String(), alloc.String()))
+		}
+	}
+	return out
 }
 
 func ratioOf(no *v1alpha1.NodeOversell, res oversell.Resource) v1alpha1.Ratio {
