@@ -116,7 +116,7 @@ install: manifests tool-kustomize ## Install CRDs into the cluster of the curren
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 
 .PHONY: uninstall
-uninstall: manifests tool-kustomize ## Uninstall CRDs.
+uninstall: manifests tool-kustomize delete-crs ## Uninstall CRDs (their custom resources first).
 	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
@@ -125,8 +125,22 @@ deploy: manifests tool-kustomize ## Deploy the operator (IMG=...) to the cluster
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: tool-kustomize ## Remove the operator.
+undeploy: tool-kustomize delete-crs ## Remove the operator: custom resources first, then its manifests and the validating webhook it created.
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+	$(KUBECTL) delete validatingwebhookconfiguration hookwright-validation --ignore-not-found
+
+# Custom resources go first, while the operator still runs: a NodeOversell's
+# finalizer restores its nodes' real allocatable, and deleting the namespace,
+# ServiceAccount or CRDs under it would leave the CR stuck and the nodes
+# inflated. Fails (instead of going on) if they are not gone in time.
+DELETE_CRS_TIMEOUT ?= 120s
+.PHONY: delete-crs
+delete-crs: ## Delete every SidecarInjector and NodeOversell and wait for their finalizers.
+	@for r in sidecarinjectors.admission.hookwright.io nodeoversells.admission.hookwright.io; do \
+		if $(KUBECTL) get crd $$r >/dev/null 2>&1; then \
+			$(KUBECTL) delete $$r --all --wait --timeout=$(DELETE_CRS_TIMEOUT) || exit 1; \
+		fi; \
+	done
 
 # OLM bundle: channel candidate (maturity alpha; OLM's channel naming
 # convention is candidate/fast/stable). operator-sdk is built from its pinned module on
