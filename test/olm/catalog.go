@@ -212,11 +212,28 @@ type CatalogServer struct {
 }
 
 // ServeCatalog starts `opm serve dir` on a free port and returns once it
-// accepts connections (opm listens only after loading the catalog).
+// serves (opm logs "serving registry" after loading the catalog, then
+// listens). A port taken between choosing and binding it is retried.
 func (o *OLM) ServeCatalog(ctx context.Context, name, dir string) (*CatalogServer, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var s *CatalogServer
+		var retry bool
+		if s, retry, err = o.serveCatalog(ctx, name, dir); err == nil {
+			o.logf("olm: opm serve %s on %s", dir, s.Addr)
+			return s, nil
+		}
+		if !retry {
+			break
+		}
+	}
+	return nil, err
+}
+
+func (o *OLM) serveCatalog(ctx context.Context, name, dir string) (s *CatalogServer, retry bool, err error) {
 	port, err := cluster.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	args := []string{"serve", dir, "-p", strconv.Itoa(port),
 		// No pprof listener (default localhost:6060 would clash between
@@ -228,13 +245,18 @@ func (o *OLM) ServeCatalog(ctx context.Context, name, dir string) (*CatalogServe
 	env := []string{"TMPDIR=" + o.Dir}
 	p, err := cluster.StartProcess(name, filepath.Join(o.Dir, "logs"), filepath.Join(o.Cluster.Bin, "opm"), args, env)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	o.track(p)
-	s := &CatalogServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, o: o, proc: p}
-	err = cluster.WaitFor(ctx, 2*time.Minute, "opm serve "+dir+" listening on "+s.Addr, func(ctx context.Context) (bool, error) {
+	s = &CatalogServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, o: o, proc: p}
+	err = cluster.WaitFor(ctx, 2*time.Minute, "opm serve "+dir+" on "+s.Addr, func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("opm serve exited (%v); log tail:\n%s", perr, p.Tail(2000)))
+			tail := p.Tail(2000)
+			retry = strings.Contains(tail, "address already in use")
+			return false, cluster.Permanent(fmt.Errorf("opm serve exited (%v); log tail:\n%s", perr, tail))
+		}
+		if !strings.Contains(p.Tail(4000), "serving registry") {
+			return false, errors.New(`no "serving registry" in its log yet`)
 		}
 		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", s.Addr)
 		if err != nil {
@@ -245,10 +267,9 @@ func (o *OLM) ServeCatalog(ctx context.Context, name, dir string) (*CatalogServe
 	})
 	if err != nil {
 		s.Stop()
-		return nil, err
+		return nil, retry, err
 	}
-	o.logf("olm: opm serve %s on %s", dir, s.Addr)
-	return s, nil
+	return s, false, nil
 }
 
 // Stop ends the opm serve process.

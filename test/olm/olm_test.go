@@ -3,10 +3,12 @@ package olm_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -23,6 +26,12 @@ import (
 )
 
 const installNamespace = "hookwright-system"
+
+func TestMain(m *testing.M) {
+	// The clients log through controller-runtime; this test reports through t.Logf.
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
 
 // TestInstallAndUpgradeThroughOLM installs the committed bundle/ through a
 // real OLM (olm and catalog operators, opm-served file-based catalog, grpc
