@@ -144,6 +144,8 @@ type runPod struct {
 	podIP    string
 	volumes  []*runVolume
 	ctrs     []*runContainer
+	stopped  chan struct{} // closed by stopAll
+	stopOnce sync.Once
 }
 
 type runVolume struct {
@@ -489,6 +491,7 @@ func (p *runPod) localPort(num int, name string, svcPort int32) (int, bool) {
 }
 
 func (p *runPod) stopAll() {
+	p.stopOnce.Do(func() { close(p.stopped) })
 	var wg sync.WaitGroup
 	for _, c := range p.ctrs {
 		wg.Add(1)
@@ -500,7 +503,7 @@ func (p *runPod) stopAll() {
 func (r *PodRunner) startPod(ctx context.Context, pod *corev1.Pod) (*runPod, error) {
 	rp := &runPod{
 		ns: pod.Namespace, name: pod.Name, uid: pod.UID, labels: pod.Labels, podIP: pod.Status.PodIP,
-		dir: filepath.Join(r.opts.Dir, pod.Namespace+"_"+pod.Name),
+		dir: filepath.Join(r.opts.Dir, pod.Namespace+"_"+pod.Name), stopped: make(chan struct{}),
 	}
 	if r.isKubeletNode(pod.Spec.NodeName) {
 		rp.podIP = r.podIPFor(pod.UID)
@@ -562,6 +565,26 @@ func (r *PodRunner) startPod(ctx context.Context, pod *corev1.Pod) (*runPod, err
 		rp.ctrs = append(rp.ctrs, rc)
 	}
 	r.opts.Logf("pod runner: starting %s/%s on %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	if kubeconfig != "" {
+		// Renew the token at 80 % of its life, as the kubelet does for a
+		// projected token; client-go re-reads the token file.
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-rp.stopped:
+					return
+				case <-time.After(r.opts.TokenExpiration * 4 / 5):
+				}
+				if _, err := r.writeKubeconfig(ctx, pod, rp.dir); err != nil {
+					r.opts.Logf("pod runner: %s/%s: renew token: %v", pod.Namespace, pod.Name, err)
+				}
+			}
+		}()
+	}
 	for _, rc := range rp.ctrs {
 		r.wg.Add(2)
 		go func() { defer r.wg.Done(); r.supervise(ctx, rp, rc) }()

@@ -42,7 +42,10 @@ func (r *PodRunner) writeKubeconfig(ctx context.Context, pod *corev1.Pod, dir st
 		return "", fmt.Errorf("token for service account %s/%s: %w", pod.Namespace, sa, err)
 	}
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile+".new", []byte(tr.Status.Token), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tokenFile+".new", tokenFile); err != nil { // readers never see half a token
 		return "", err
 	}
 	kc := clientcmdapi.NewConfig()
