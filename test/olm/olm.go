@@ -21,6 +21,14 @@
 //
 // The harness cluster needs kube-controller-manager, kube-scheduler and kwok
 // nodes so the operator Deployment OLM creates gets Pods that become Ready.
+// Leave out the operator's CRDs (cluster.Options.CRDDirectoryPaths:
+// []string{}) to have OLM create them. Usage:
+//
+//	o, err := olm.Start(ctx, c, olm.Options{Logf: t.Logf})
+//	defer o.Stop()
+//	in, err := o.InstallBundle(ctx, "bundle", olm.InstallOptions{Namespace: "hookwright-system"})
+//	_, _, err = olm.NewBundleVersion("bundle", next, "0.1.1") // replaces in.CSV()
+//	err = in.Upgrade(ctx, next)
 package olm
 
 import (
