@@ -90,6 +90,8 @@ type Operand struct {
 	Conditions  *[]metav1.Condition
 	// ObservedGeneration points into the CR's status.
 	ObservedGeneration *int64
+	// ServedGeneration points into the CR's status (ConfigLoaded).
+	ServedGeneration *int64
 }
 
 // SidecarOperand views a SidecarInjector; the pointers alias si's status.
@@ -97,6 +99,7 @@ func SidecarOperand(si *v1alpha1.SidecarInjector) Operand {
 	return Operand{
 		Object: si, Kind: SidecarKind, Server: si.Spec.Server, Certificate: si.Spec.Certificate,
 		Conditions: &si.Status.Conditions, ObservedGeneration: &si.Status.ObservedGeneration,
+		ServedGeneration: &si.Status.ServedGeneration,
 	}
 }
 
@@ -105,6 +108,7 @@ func OversellOperand(no *v1alpha1.NodeOversell) Operand {
 	return Operand{
 		Object: no, Kind: OversellKind, Server: no.Spec.Server, Certificate: no.Spec.Certificate,
 		Conditions: &no.Status.Conditions, ObservedGeneration: &no.Status.ObservedGeneration,
+		ServedGeneration: &no.Status.ServedGeneration,
 	}
 }
 

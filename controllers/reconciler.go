@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -137,6 +138,9 @@ type Reconciler struct {
 	// cmWatch adds the watch on owned cert-manager Certificates once their
 	// CRD is served.
 	cmWatch *certManagerWatch
+	// fetchConfigz reads a server pod's /configz (ConfigLoaded); nil
+	// leaves ConfigLoaded unset.
+	fetchConfigz ConfigzFetcher
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
@@ -159,11 +163,17 @@ type shared struct {
 }
 
 func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
-	return &Reconciler{
+	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Short), Settings: s, Kind: k,
 		shared: &shared{},
 	}
+	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
+		r.fetchConfigz = PodsProxyFetcher(cs)
+	} else {
+		mgr.GetLogger().Error(err, "no pods proxy client: ConfigLoaded is not reported")
+	}
+	return r
 }
 
 // NewSidecarReconciler reconciles SidecarInjector objects.
@@ -584,6 +594,9 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	}
 
 	r.serverAvailable(ctx, op, d.Deployment)
+	if poll := r.configLoaded(ctx, op); poll > 0 {
+		result.RequeueAfter = minPositive(result.RequeueAfter, poll)
+	}
 	r.setReady(op)
 	return result, nil
 }

@@ -1,0 +1,183 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/oversell"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// ConfigLoaded is read from the servers themselves: each ready server pod
+// serves GET /configz on its webhook port, which the operator reads through
+// the API server's pods proxy
+// (/api/v1/namespaces/NS/pods/https:POD:9443/proxy/configz; the API server
+// dials the pod through its egress selector and does not verify the pod's
+// certificate, which is the operator's own anyway). No new port, Service
+// or NetworkPolicy exception is needed, and RBAC is one verb on one
+// subresource.
+// (Listing pods is granted in overcommit.go.)
+// +kubebuilder:rbac:groups="",resources=pods/proxy,verbs=get
+
+// Condition reasons of ConfigLoaded.
+const (
+	ReasonGenerationServed = "GenerationServed"
+	ReasonServersLagging   = "ServersLagging"
+	ReasonNoReadyServers   = "NoReadyServers"
+)
+
+// configLoadedPoll is how often ConfigLoaded is read again while it is not
+// True (a server reloads a new generation within about a second).
+const configLoadedPoll = 5 * time.Second
+
+// ConfigzFetcher returns the /configz body of a pod's webhook port.
+type ConfigzFetcher func(ctx context.Context, namespace, pod string, port int) ([]byte, error)
+
+// PodsProxyFetcher reads /configz through the API server's pods proxy.
+func PodsProxyFetcher(cs kubernetes.Interface) ConfigzFetcher {
+	return func(ctx context.Context, ns, pod string, port int) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return cs.CoreV1().Pods(ns).ProxyGet("https", pod, strconv.Itoa(port), "configz", nil).DoRaw(ctx)
+	}
+}
+
+// PodServing is what one ready server pod reports for one CR: the
+// generation it serves (0: none) or why it could not be read.
+type PodServing struct {
+	Pod        string
+	Generation int64
+	// Problem is "" when /configz was read; else a short, stable
+	// description ("unreachable", "not loaded", "ignored: ...").
+	Problem string
+}
+
+// ServedGeneration reads one CR's served generation from a /configz body of
+// its kind: a SidecarInjector server serves one injector (Configz.Injector),
+// an oversell server every NodeOversell it accepted.
+func ServedGeneration(kind Kind, crName string, body []byte) PodServing {
+	switch kind.Short {
+	case SidecarKind.Short:
+		var z sidecar.Configz
+		if err := json.Unmarshal(body, &z); err != nil {
+			return PodServing{Problem: "unreadable /configz"}
+		}
+		switch {
+		case z.Injector != crName:
+			return PodServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
+		case !z.Loaded:
+			return PodServing{Problem: "not loaded"}
+		case z.LastError != "":
+			return PodServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
+		}
+		return PodServing{Generation: z.Generation}
+	default:
+		var z oversell.Configz
+		if err := json.Unmarshal(body, &z); err != nil {
+			return PodServing{Problem: "unreadable /configz"}
+		}
+		if !z.Synced {
+			return PodServing{Problem: "not synced"}
+		}
+		for _, p := range z.NodeOversells {
+			if p.Name == crName {
+				return PodServing{Generation: p.Generation}
+			}
+		}
+		for _, ig := range z.Ignored {
+			if ig.Name == crName {
+				return PodServing{Generation: 0, Problem: "ignored: " + ig.Reason}
+			}
+		}
+		return PodServing{Problem: "not served"}
+	}
+}
+
+// ConfigLoadedState decides ConfigLoaded for generation gen from what the
+// ready pods report: True when every one serves gen; served is the lowest
+// generation served by a ready pod (0 with none).
+func ConfigLoadedState(gen int64, pods []PodServing) (ok bool, reason, message string, served int64) {
+	if len(pods) == 0 {
+		return false, ReasonNoReadyServers, fmt.Sprintf("no ready server pod to serve generation %d", gen), 0
+	}
+	slices.SortFunc(pods, func(a, b PodServing) int { return strings.Compare(a.Pod, b.Pod) })
+	var lag []string
+	for i, p := range pods {
+		if i == 0 || p.Generation < served {
+			served = p.Generation
+		}
+		switch {
+		case p.Problem != "" && p.Generation != gen:
+			lag = append(lag, fmt.Sprintf("%s (%s)", p.Pod, p.Problem))
+		case p.Generation != gen:
+			lag = append(lag, fmt.Sprintf("%s (generation %d)", p.Pod, p.Generation))
+		}
+	}
+	if len(lag) == 0 {
+		return true, ReasonGenerationServed, fmt.Sprintf("%d of %d ready server pods serve generation %d", len(pods), len(pods), gen), served
+	}
+	return false, ReasonServersLagging, fmt.Sprintf("%d of %d ready server pods do not serve generation %d: %s",
+		len(lag), len(pods), gen, summarize(lag, 5)), served
+}
+
+// configLoaded sets ConfigLoaded and status.servedGeneration from the ready
+// pods of op's Deployment and returns when to look again (0: True, nothing
+// to poll).
+func (r *Reconciler) configLoaded(ctx context.Context, op Operand) time.Duration {
+	if r.fetchConfigz == nil || op.ServedGeneration == nil {
+		return 0
+	}
+	ns := ServerNamespace(op, r.Settings)
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(SelectorLabels(op))); err != nil {
+		log.FromContext(ctx).Error(err, "list server pods for ConfigLoaded")
+		return configLoadedPoll
+	}
+	var got []PodServing
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !podReady(p) {
+			continue
+		}
+		body, err := r.fetchConfigz(ctx, ns, p.Name, WebhookPort)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("read /configz", "pod", p.Name, "error", err.Error())
+			got = append(got, PodServing{Pod: p.Name, Problem: "unreachable"})
+			continue
+		}
+		s := ServedGeneration(op.Kind, op.Object.GetName(), body)
+		s.Pod = p.Name
+		got = append(got, s)
+	}
+	ok, reason, msg, served := ConfigLoadedState(op.Object.GetGeneration(), got)
+	r.setCondition(op, v1alpha1.ConditionConfigLoaded, ok, reason, msg)
+	*op.ServedGeneration = served
+	if ok {
+		return 0
+	}
+	return configLoadedPoll
+}
+
+// podReady: Ready condition True and not terminating.
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,44 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestServedGeneration(t *testing.T) {
+	for _, c := range []struct {
+		kind    Kind
+		body    string
+		gen     int64
+		problem string
+	}{
+		{SidecarKind, `{"injector":"mesh","loaded":true,"generation":4,"hash":"ab"}`, 4, ""},
+		{SidecarKind, `{"injector":"mesh","loaded":false,"generation":0}`, 0, "not loaded"},
+		{SidecarKind, `{"injector":"other","loaded":true,"generation":4}`, 0, `serves injector "other"`},
+		{SidecarKind, `{"injector":"mesh","loaded":true,"generation":3,"lastError":"template \"p\": template: p:2: bad"}`, 3, "newer generation rejected: template"},
+		{SidecarKind, `<html>`, 0, "unreadable"},
+		{OversellKind, `{"synced":true,"nodeOversells":[{"name":"x","generation":1},{"name":"mesh","generation":7}],"ignored":[]}`, 7, ""},
+		{OversellKind, `{"synced":true,"nodeOversells":[],"ignored":[{"name":"mesh","generation":2,"reason":"spec.ratios.cpu: bad"}]}`, 0, "ignored: spec.ratios.cpu"},
+		{OversellKind, `{"synced":false}`, 0, "not synced"},
+		{OversellKind, `{"synced":true,"nodeOversells":[]}`, 0, "not served"},
+	} {
+		got := ServedGeneration(c.kind, "mesh", []byte(c.body))
+		if got.Generation != c.gen || !strings.HasPrefix(got.Problem, c.problem) || (c.problem == "") != (got.Problem == "") {
+			t.Errorf("%s %s: %+v, want generation %d problem %q", c.kind.Short, c.body, got, c.gen, c.problem)
+		}
+	}
+}
+
+func TestConfigLoadedState(t *testing.T) {
+	ok, reason, msg, served := ConfigLoadedState(5, []PodServing{{Pod: "b", Generation: 5}, {Pod: "a", Generation: 5}})
+	if !ok || reason != ReasonGenerationServed || served != 5 || msg != "2 of 2 ready server pods serve generation 5" {
+		t.Fatalf("all served: %t %s %q %d", ok, reason, msg, served)
+	}
+	ok, reason, msg, served = ConfigLoadedState(5, []PodServing{{Pod: "b", Generation: 4}, {Pod: "a", Generation: 5}, {Pod: "c", Problem: "unreachable"}})
+	if ok || reason != ReasonServersLagging || served != 0 || msg != "2 of 3 ready server pods do not serve generation 5: b (generation 4), c (unreachable)" {
+		t.Fatalf("lagging: %t %s %q %d", ok, reason, msg, served)
+	}
+	if ok, reason, _, _ := ConfigLoadedState(5, nil); ok || reason != ReasonNoReadyServers {
+		t.Fatalf("no pods: %t %s", ok, reason)
+	}
+}

@@ -1,0 +1,145 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// ConfigLoaded comes from the servers: the operator reads /configz of each
+// ready server pod through the API server's pods proxy. The kwok pods'
+// IP:9443 are routed (EgressProxy) to one local injector process running
+// the Deployment's args with the operator's certificate.
+func TestConfigLoadedFromServers(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	c := env.Client
+	si := sampleInjector(t, "cfg")
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never"}}
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionServerAvailable: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 90*time.Second)
+
+	op := controllers.SidecarOperand(si)
+	base := controllers.SidecarKind.BaseName(si.Name)
+	o := ownedKeys(base, operatorNS)
+	var pods []corev1.Pod
+	err := cluster.WaitFor(ctx, 60*time.Second, "2 ready server pods with IPs", func(ctx context.Context) (bool, error) {
+		var list corev1.PodList
+		if err := c.List(ctx, &list, client.InNamespace(operatorNS), client.MatchingLabels(controllers.SelectorLabels(op))); err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil && isReady(&p) {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing answers on the pods yet: not loaded, pods named.
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionConfigLoaded: metav1.ConditionFalse}, 60*time.Second)
+	cl := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded)
+	if !strings.Contains(cl.Message, pods[0].Name) || !strings.Contains(cl.Message, "unreachable") {
+		t.Fatalf("ConfigLoaded without servers: %+v", cl)
+	}
+	t.Logf("without servers: %s", cl.Message)
+
+	for _, obj := range []client.Object{o.Deploy, o.Secret} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
+	srv := startLocalServer(t, "injector-cfg", o.Deploy.Spec.Template.Spec.Containers[0].Args,
+		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	targets := make([]string, len(pods))
+	for i, p := range pods {
+		targets[i] = fmt.Sprintf("%s:%d", p.Status.PodIP, controllers.WebhookPort)
+		env.Egress.Route(targets[i], srv.Addr())
+	}
+	t.Cleanup(func() {
+		for _, tg := range targets {
+			env.Egress.Unroute(tg)
+		}
+	})
+	routed := time.Now()
+	waitLoaded := func(what string) {
+		t.Helper()
+		err := cluster.WaitFor(ctx, 60*time.Second, what, func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+				return false, err
+			}
+			cl := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded)
+			return cl != nil && cl.Status == metav1.ConditionTrue && cl.ObservedGeneration == si.Generation &&
+				si.Status.ServedGeneration == si.Generation, nil
+		})
+		if err != nil {
+			t.Fatalf("%v: conditions%s\nserver log:\n%s", err, fmtConds(si.Status.Conditions), srv.proc.Tail(2000))
+		}
+	}
+	waitLoaded("ConfigLoaded True once the pods answer")
+	t.Logf("ConfigLoaded True %s after routing the pods: %s", time.Since(routed).Round(time.Millisecond),
+		apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
+
+	// A new generation: the server reloads it, the condition follows.
+	gen := si.Generation
+	if err := update(ctx, si, func() {
+		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "still-never"}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	if si.Generation == gen {
+		t.Fatal("generation did not change")
+	}
+	waitLoaded(fmt.Sprintf("generation %d served", si.Generation))
+	t.Logf("generation %d → %d served by both pods %s after the update", gen, si.Generation, time.Since(changed).Round(time.Millisecond))
+
+	// One pod stops answering: named as lagging.
+	env.Egress.Unroute(targets[1])
+	if err := update(ctx, si, func() {
+		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never-again"}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.WaitFor(ctx, 60*time.Second, "ConfigLoaded False naming the unreachable pod", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+			return false, err
+		}
+		cl := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded)
+		return cl != nil && cl.Status == metav1.ConditionFalse && cl.ObservedGeneration == si.Generation &&
+			strings.Contains(cl.Message, pods[1].Name) && !strings.Contains(cl.Message, pods[0].Name), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: conditions%s", err, fmtConds(si.Status.Conditions))
+	}
+	t.Logf("one pod unrouted: %s", apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
+}
+
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
