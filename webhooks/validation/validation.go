@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -26,8 +27,9 @@ import (
 const Path = "/validate-hookwright"
 
 // Handler validates CREATE and UPDATE of SidecarInjector and NodeOversell.
-// Everything else is allowed; so is an object being deleted (its finalizer
-// must be removable whatever its spec says).
+// Everything else is allowed; so is an UPDATE that leaves spec unchanged and
+// an object being deleted (its finalizer must be removable whatever its
+// spec says).
 type Handler struct{}
 
 var _ admission.Handler = Handler{}
@@ -40,6 +42,12 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 	}
 	if req.Kind.Group != v1alpha1.GroupVersion.Group {
 		return admission.Allowed("not a " + v1alpha1.GroupVersion.Group + " object")
+	}
+	if req.Operation == admissionv1.Update && sameSpec(req.Object.Raw, req.OldObject.Raw) {
+		// Metadata or status only (the operator's finalizer, a label, the
+		// pause annotation): never blocked by a spec that was admitted
+		// before this webhook existed.
+		return admission.Allowed("spec unchanged")
 	}
 	switch req.Kind.Kind {
 	case "SidecarInjector":
@@ -68,4 +76,15 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}
 	return admission.Allowed("")
+}
+
+// sameSpec reports whether two objects' spec fields are equal JSON values.
+func sameSpec(a, b []byte) bool {
+	var x, y struct {
+		Spec any `json:"spec"`
+	}
+	if len(b) == 0 || json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x.Spec, y.Spec)
 }

@@ -50,6 +50,18 @@ func TestSidecarInjectorTemplates(t *testing.T) {
 	if r := review(t, admissionv1.Create, "SidecarInjector", si); r.Allowed || !strings.Contains(r.Result.Message, "spec.objectSelector") {
 		t.Fatalf("bad selector: %+v", r.Result)
 	}
+	// A metadata-only update of an object whose spec is bad (admitted
+	// before the webhook existed): the operator's finalizer, a label.
+	old, _ := json.Marshal(si)
+	si.Labels = map[string]string{"x": "y"}
+	raw, _ := json.Marshal(si)
+	r = Handler{}.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Update, Kind: metav1.GroupVersionKind{Group: v1alpha1.GroupVersion.Group, Version: "v1alpha1", Kind: "SidecarInjector"},
+		Object: runtime.RawExtension{Raw: raw}, OldObject: runtime.RawExtension{Raw: old},
+	}})
+	if !r.Allowed {
+		t.Fatalf("metadata-only update denied: %+v", r.Result)
+	}
 	// Being deleted: allowed whatever the spec (its finalizer must go).
 	now := metav1.Now()
 	si.DeletionTimestamp = &now
