@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -114,24 +115,26 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	waitLoaded(fmt.Sprintf("generation %d served", si.Generation))
 	t.Logf("generation %d → %d served by both pods %s after the update", gen, si.Generation, time.Since(changed).Round(time.Millisecond))
 
-	// A replica is replaced: the new pod (not routed, so its server does
-	// not answer) is named as lagging, the other still serves. (Unrouting a
-	// pod would not do: the API server keeps its proxy tunnel open.)
-	if err := c.Delete(ctx, &pods[1]); err != nil {
+	// A third replica: its pod (not routed, so its server does not answer)
+	// is named as lagging while the two others serve the new generation.
+	// (Unrouting a pod would not do: the API server keeps its proxy tunnel
+	// open; a replaced pod may get the freed IP back.)
+	if err := update(ctx, si, func() { si.Spec.Server.Replicas = ptr.To[int32](3) }); err != nil {
 		t.Fatal(err)
 	}
-	err = cluster.WaitFor(ctx, 90*time.Second, "ConfigLoaded False naming the replacement pod", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, 90*time.Second, "ConfigLoaded False naming only the new pod", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
 			return false, err
 		}
 		cl := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded)
-		return cl != nil && cl.Status == metav1.ConditionFalse && strings.Contains(cl.Message, "1 of 2") &&
-			strings.Contains(cl.Message, "unreachable") && !strings.Contains(cl.Message, pods[0].Name), nil
+		return cl != nil && cl.Status == metav1.ConditionFalse && cl.ObservedGeneration == si.Generation &&
+			strings.Contains(cl.Message, "1 of 3") && strings.Contains(cl.Message, "unreachable") &&
+			!strings.Contains(cl.Message, pods[0].Name) && !strings.Contains(cl.Message, pods[1].Name), nil
 	})
 	if err != nil {
 		t.Fatalf("%v: conditions%s", err, fmtConds(si.Status.Conditions))
 	}
-	t.Logf("one replica replaced: %s", apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
+	t.Logf("third replica added: %s", apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
 }
 
 func isReady(p *corev1.Pod) bool {
