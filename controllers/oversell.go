@@ -404,6 +404,12 @@ func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell
 	if len(restored) > 0 {
 		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
 			"raw allocatable restored on %d nodes: %s", len(restored), summarize(restored, 10))
+	} else if pending == 0 && no.Status.NodesAmplified > 0 {
+		// A node status write (the kubelet's, kwok's) reached the webhook
+		// after the deletion began: a NodeOversell being deleted is no
+		// policy any more, so the server itself gave the raw values back.
+		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
+			"the %d amplified nodes already have their raw allocatable back (re-evaluated by the webhook once this NodeOversell was being deleted)", no.Status.NodesAmplified)
 	}
 	if len(untrusted) > 0 {
 		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreUntrusted, "Restore",
