@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -40,6 +42,10 @@ func newScheme() (*runtime.Scheme, error) {
 
 type managerOptions struct {
 	metricsAddr      string
+	metricsSecure    bool
+	metricsCertPath  string
+	metricsCertName  string
+	metricsCertKey   string
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
@@ -63,7 +69,15 @@ func init() {
 			},
 		}
 		fs := cmd.Flags()
-		fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+		fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0",
+			"address of the metrics endpoint, e.g. :8443 with --metrics-secure (config/manager) or :8080 without; 0 (default) disables it")
+		fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
+			"serve metrics over HTTPS, each request authenticated (TokenReview) and authorized (SubjectAccessReview: get on the non-resource URL /metrics, "+
+				"e.g. ClusterRole hookwright-metrics-reader) by the API server; false serves plain HTTP to anyone (local runs only)")
+		fs.StringVar(&o.metricsCertPath, "metrics-cert-path", "",
+			"directory of the metrics serving certificate (--metrics-cert-name, --metrics-cert-key; reloaded when they change); empty (default): a self-signed certificate generated at start")
+		fs.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt", "certificate file in --metrics-cert-path")
+		fs.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key", "private key file in --metrics-cert-path")
 		fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 		fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a Lease so only one replica reconciles")
 		gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -86,6 +100,31 @@ func init() {
 				"where no Service reaches this process) serves none")
 		return cmd
 	})
+}
+
+// metricsOptions is the metrics server of the flags: with --metrics-secure
+// HTTPS (HTTP/1.1 only, as kubebuilder's scaffold: HTTP/2 rapid reset,
+// CVE-2023-44487) behind controller-runtime's authentication and
+// authorization filter, which asks the API server (TokenReview,
+// SubjectAccessReview; ClusterRole hookwright-metrics-auth-role) whether the
+// bearer token may get /metrics. An error when --metrics-cert-path lacks the
+// files (controller-runtime would silently fall back to a self-signed one).
+func (o *managerOptions) metricsOptions() (metricsserver.Options, error) {
+	m := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
+	if !o.metricsSecure {
+		return m, nil
+	}
+	m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	m.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	if o.metricsCertPath != "" {
+		for _, f := range []string{o.metricsCertName, o.metricsCertKey} {
+			if _, err := os.Stat(filepath.Join(o.metricsCertPath, f)); err != nil {
+				return m, fmt.Errorf("--metrics-cert-path: %w", err)
+			}
+		}
+		m.CertDir, m.CertName, m.KeyName = o.metricsCertPath, o.metricsCertName, o.metricsCertKey
+	}
+	return m, nil
 }
 
 // ReleaseImageRepository is where release images are published (the
@@ -120,6 +159,10 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if leNS == "" {
 		leNS = o.namespace
 	}
+	metrics, err := o.metricsOptions()
+	if err != nil {
+		return err
+	}
 	webhookCerts := controllers.NewServingCertSource(o.namespace)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -127,7 +170,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate }},
 		}),
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "hookwright.admission.hookwright.io",
