@@ -88,7 +88,6 @@ func demo(dir, bin string, run bool) error {
 		}
 		fmt.Fprintf(&report, "(the operator's validating webhook admitted the scenarios' CR writes: %d calls through its Service)\n",
 			e.Cluster.Egress.Hits(e.ValidationTarget))
-		fmt.Fprintf(&report, "SKIP  5. OLM: not run (the OLM install package test/olm has not landed yet)\n")
 		fmt.Fprintf(&report, "%d of %d scenarios passed within the issue's bounds\n", passed, total)
 	}
 	fmt.Fprintf(&report, "\nThe cluster keeps running (make demo-down stops it):\n")

@@ -36,7 +36,8 @@ import (
 //     local directory (<Dir>/<namespace>_<pod>/volumes/<volume>), in the
 //     command, args and env values where the mount path appears as a path
 //     (followed by "/" or the end of a word).
-//   - Ports: each containerPort gets a free local port; a command, arg or env
+//   - Ports: each containerPort (and a port a probe's httpGet names by
+//     number) gets a free local port; a command, arg or env
 //     value whose trailing number, after the start, ":" or "=", equals a
 //     containerPort gets the local port instead (":8081" → ":41234",
 //     "--webhook-port=9443" → "--webhook-port=41235").
@@ -81,6 +82,7 @@ type PodRunner struct {
 	podIPs   map[types.UID]string
 	nextIP   int
 	stopping map[types.UID]bool
+	ports    map[int]bool // local ports given to containers (never reused)
 }
 
 // RunnerImage is a container image the runner can run locally.
@@ -190,7 +192,7 @@ func (c *Cluster) NewPodRunner(opts PodRunnerOptions) *PodRunner {
 	return &PodRunner{
 		c: c, opts: opts, kick: make(chan struct{}, 1),
 		running: map[types.UID]*runPod{}, routes: map[string]string{}, failed: map[types.UID]string{},
-		kubelet: map[string]bool{}, podIPs: map[types.UID]string{}, stopping: map[types.UID]bool{},
+		kubelet: map[string]bool{}, podIPs: map[types.UID]string{}, stopping: map[types.UID]bool{}, ports: map[int]bool{},
 	}
 }
 

@@ -71,7 +71,7 @@ func (r *PodRunner) prepareContainer(ctx context.Context, pod *corev1.Pod, ctr *
 		if p.Protocol != "" && p.Protocol != corev1.ProtocolTCP {
 			continue
 		}
-		lp, err := FreePort()
+		lp, err := r.localPort()
 		if err != nil {
 			return nil, err
 		}
@@ -79,6 +79,22 @@ func (r *PodRunner) prepareContainer(ctx context.Context, pod *corev1.Pod, ctr *
 		if p.Name != "" {
 			rc.portNames[p.Name] = p.ContainerPort
 		}
+	}
+	// A probe may name a port by number without declaring it (the
+	// manager's health port): it is a listen port of the container too.
+	for _, pr := range []*corev1.Probe{ctr.ReadinessProbe, ctr.LivenessProbe, ctr.StartupProbe} {
+		if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Port.IntValue() == 0 {
+			continue
+		}
+		cp := int32(pr.HTTPGet.Port.IntValue())
+		if _, ok := rc.ports[cp]; ok {
+			continue
+		}
+		lp, err := r.localPort()
+		if err != nil {
+			return nil, err
+		}
+		rc.ports[cp] = lp
 	}
 	// mountPath → local directory, longest first so nested mounts win.
 	type mount struct{ from, to string }
@@ -131,6 +147,28 @@ func (r *PodRunner) prepareContainer(ctx context.Context, pod *corev1.Pod, ctr *
 		rc.env = append(rc.env, "KUBECONFIG="+kubeconfig)
 	}
 	return rc, nil
+}
+
+// localPort returns a free local port no other pod of this runner was
+// given: ports are only bound when a process starts, so FreePort alone can
+// hand the same port to two pods prepared one after the other.
+func (r *PodRunner) localPort() (int, error) {
+	for range 100 {
+		p, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		r.mu.Lock()
+		taken := r.ports[p]
+		if !taken {
+			r.ports[p] = true
+		}
+		r.mu.Unlock()
+		if !taken {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free local port")
 }
 
 // resolveEnv returns the container's environment in order (envFrom first,
@@ -365,7 +403,11 @@ func (r *PodRunner) supervise(ctx context.Context, rp *runPod, rc *runContainer)
 				rc.pid.Store(0)
 				rc.ready.Store(false)
 				r.Kick()
-				r.opts.Logf("pod runner: %s/%s container %s exited (%v); log %s", rp.ns, rp.name, rc.name, err, rc.log)
+				if rc.starts.Load() == 1 {
+					r.opts.Logf("pod runner: %s/%s container %s exited (%v); log %s:\n%s", rp.ns, rp.name, rc.name, err, rc.log, tailFile(rc.log, 800))
+				} else {
+					r.opts.Logf("pod runner: %s/%s container %s exited again (%v, start %d)", rp.ns, rp.name, rc.name, err, rc.starts.Load())
+				}
 			case <-rc.stop:
 				terminate(cmd, waitc, rc.grace)
 				rc.pid.Store(0)

@@ -102,6 +102,7 @@ var All = []Scenario{
 	{"2. Oversell", Oversell},
 	{"3. Hot reload", HotReload},
 	{"4. Self-healing webhooks", SelfHealing},
+	{"5. OLM", OLMInstall},
 }
 
 // Run runs s and returns its result.

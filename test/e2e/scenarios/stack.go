@@ -36,6 +36,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/hookwright/hookwright/test/olm"
 )
 
 const (
@@ -107,6 +108,7 @@ type Env struct {
 	Logf             func(format string, args ...any)
 
 	systemNode *cluster.Heartbeater
+	olm        *olm.OLM
 }
 
 // Start brings the stack up; Stop ends it. The NodeOversell sample is
@@ -255,8 +257,10 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 	var why string
 	err := cluster.WaitFor(ctx, timeout, "SidecarInjector and NodeOversell Ready, Services routed", func(ctx context.Context) (bool, error) {
-		if done, perr := e.Operator.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("operator exited (%v); log tail:\n%s", perr, e.Operator.Tail(3000)))
+		if e.Operator != nil {
+			if done, perr := e.Operator.Exited(); done {
+				return false, cluster.Permanent(fmt.Errorf("operator exited (%v); log tail:\n%s", perr, e.Operator.Tail(3000)))
+			}
 		}
 		var sis v1alpha1.SidecarInjectorList
 		var nos v1alpha1.NodeOversellList
@@ -304,6 +308,9 @@ func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 
 // Stop ends the pod runner's processes, the operator and the cluster.
 func (e *Env) Stop() {
+	if e.olm != nil {
+		e.olm.Stop()
+	}
 	if e.Runner != nil {
 		e.Runner.Stop()
 	}
