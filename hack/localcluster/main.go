@@ -86,7 +86,7 @@ func demo(dir, bin string, run bool) error {
 		if passed < total {
 			status = "fail"
 		}
-		fmt.Fprintf(&report, "(the operator's validating webhook admitted the scenarios' CR writes: %d calls through its Service)\n",
+		fmt.Fprintf(&report, "(the local operator's validating webhook checked the scenarios' CR writes: %d egress connections to its Service)\n",
 			e.Cluster.Egress.Hits(e.ValidationTarget))
 		fmt.Fprintf(&report, "%d of %d scenarios passed within the issue's bounds\n", passed, total)
 	}

@@ -231,12 +231,12 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err = createValidated(ctx, c, no); err != nil {
 		return e, fmt.Errorf("apply %s: %w", oversellSample, err)
 	}
-	o.Logf("stack: applied config/samples (NodeOversell %s with cpu ratio 1); the operator's validating webhook (Service %s) was called %d times",
+	o.Logf("stack: applied config/samples (NodeOversell %s with cpu ratio 1); egress connections to the operator's validating webhook (Service %s): %d",
 		no.Name, webhookSvc.Name, c.Egress.Hits(target))
 	if err = e.WaitReady(ctx, 3*time.Minute); err != nil {
 		return e, err
 	}
-	o.Logf("stack: both webhooks ready, %s after start; the operator's validating webhook has been called %d times",
+	o.Logf("stack: both webhooks ready, %s after start; egress connections to the operator's validating webhook: %d",
 		time.Since(t0).Round(time.Millisecond), c.Egress.Hits(target))
 	var pods corev1.PodList
 	if err = c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
