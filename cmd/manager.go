@@ -166,8 +166,13 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	webhookCerts := controllers.NewServingCertSource(o.namespace)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Port:    o.webhookPort,
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate }},
+			Port: o.webhookPort,
+			// HTTP/1.1 only, as on the metrics port: HTTP/2 stream
+			// floods (CVE-2023-44487) cost nothing for an admission client.
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+				c.GetCertificate = webhookCerts.GetCertificate
+				c.NextProtos = []string{"http/1.1"}
+			}},
 		}),
 		Scheme:                  scheme,
 		Metrics:                 metrics,

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -187,6 +188,13 @@ func (v *ValidationReconciler) setup(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("validation").
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(mine)).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(mine))
+	// One reconcile at start: on a fresh installation neither the CA Secret
+	// nor the configuration exists, so no watch event would ever set the
+	// webhook up before the first CR (which it must validate) arrives.
+	b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(one[0])
+		return nil
+	}))
 	if v.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(v.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return one

@@ -66,8 +66,8 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 			t.Errorf("denial %q lacks %q", denied, want)
 		}
 	}
-	if !apierrors.IsForbidden(denied) {
-		t.Errorf("denial is not 403 Forbidden: %v", denied)
+	if !apierrors.IsInvalid(denied) {
+		t.Errorf("denial is not 422 Invalid: %v", denied)
 	}
 
 	good := sampleInjector(t, "good-template")

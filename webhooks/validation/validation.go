@@ -16,6 +16,7 @@ import (
 	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -59,7 +60,7 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 			return admission.Allowed("being deleted")
 		}
 		if _, err := sidecar.Compile(si); err != nil {
-			return admission.Denied(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
+			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
 		}
 	case "NodeOversell":
 		no := &v1alpha1.NodeOversell{}
@@ -70,7 +71,7 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 			return admission.Allowed("being deleted")
 		}
 		if _, err := oversell.CompilePolicy(no); err != nil {
-			return admission.Denied(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
+			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
 		}
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
@@ -87,4 +88,15 @@ func sameSpec(a, b []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(x.Spec, y.Spec)
+}
+
+// invalid denies with 422 Invalid, the code the API server gives an object
+// failing its own validation: the API server passes a webhook's code >= 400
+// through (k8s.io/apiserver/pkg/admission/plugin/webhook/errors.ToStatusErr),
+// so kubectl says "Error from server (Invalid)" rather than "Forbidden".
+func invalid(msg string) admission.Response {
+	r := admission.Denied(msg)
+	r.Result.Code = http.StatusUnprocessableEntity
+	r.Result.Reason = metav1.StatusReasonInvalid
+	return r
 }

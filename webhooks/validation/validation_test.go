@@ -3,6 +3,7 @@ package validation
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -37,6 +38,9 @@ func TestSidecarInjectorTemplates(t *testing.T) {
 	r := review(t, admissionv1.Update, "SidecarInjector", si)
 	if r.Allowed || !strings.Contains(r.Result.Message, `proxy:4:`) || !strings.Contains(r.Result.Message, "SidecarInjector mesh") {
 		t.Fatalf("bad template: allowed=%t %q", r.Allowed, r.Result.Message)
+	}
+	if r.Result.Code != http.StatusUnprocessableEntity || r.Result.Reason != metav1.StatusReasonInvalid {
+		t.Fatalf("denial is %d %s, want 422 Invalid", r.Result.Code, r.Result.Reason)
 	}
 	t.Logf("denied: %s", r.Result.Message)
 	// Parses but does not render to a partial pod.
