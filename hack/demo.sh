@@ -5,15 +5,43 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/_demo}
+# The lock sits outside $DIR (up removes and recreates $DIR): one up or down
+# at a time. Two concurrent ups used to share $DIR, overwrite each other's
+# pid file and leave one localcluster (and its ten children) running.
+LOCK=$DIR.lock
 cd "$ROOT"
 
+lock() {
+	exec 9>"$LOCK"
+	if ! flock -n 9; then
+		echo "demo: another make demo/demo-down holds $LOCK; waiting for it"
+		flock 9
+	fi
+}
+
+# descendants PID: the pids of PID's process tree below it, deepest last.
+descendants() {
+	local c
+	for c in $(pgrep -P "$1" 2>/dev/null || true); do
+		echo "$c"
+		descendants "$c"
+	done
+}
+
 down() {
+	lock
 	if [[ -f $DIR/pid ]]; then
 		pid=$(cat "$DIR/pid")
 		if kill -0 "$pid" 2>/dev/null; then
+			# localcluster's children (etcd, kube-apiserver, kcm, scheduler,
+			# kwok, operator, pod runner servers) run in their own process
+			# groups with Pdeathsig=SIGKILL; localcluster stops them on
+			# SIGTERM. Their pids are taken first so that none outlives it.
+			tree=$(descendants "$pid")
 			kill "$pid"
 			for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
 			kill -9 "$pid" 2>/dev/null || true
+			for c in $tree; do kill -9 "$c" 2>/dev/null || true; done
 		fi
 	fi
 	rm -rf "$DIR"
@@ -21,6 +49,7 @@ down() {
 }
 
 up() {
+	lock
 	if [[ -f $DIR/pid ]] && kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
 		echo "demo: already running; kubeconfig: $DIR/kubeconfig (make demo-down to stop)"
 		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
@@ -29,7 +58,7 @@ up() {
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster
-	nohup bin/localcluster --dir "$DIR" --binary bin/hookwright >"$DIR/localcluster.log" 2>&1 &
+	nohup bin/localcluster --dir "$DIR" --binary bin/hookwright >"$DIR/localcluster.log" 2>&1 9>&- &
 	echo $! >"$DIR/pid"
 	echo "demo: starting (log: $DIR/localcluster.log); the scenarios take about 2 minutes"
 	tail -n +1 --pid=$$ -f "$DIR/localcluster.log" &
