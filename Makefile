@@ -102,7 +102,7 @@ docker-push: ## Push the container image.
 ##@ Local control plane
 
 .PHONY: demo
-demo: tools build ## The main job end to end: local control plane, operator, both webhooks, the scenarios' report; left running.
+demo: ## The main job end to end: local control plane, operator, both webhooks, the scenarios' report; left running.
 	@hack/demo.sh up
 
 .PHONY: demo-down

@@ -55,6 +55,9 @@ up() {
 		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
 		return
 	fi
+	# Built under the lock and only when nothing runs: the pod runner starts
+	# new server processes from bin/hookwright while the demo runs.
+	make --no-print-directory tools build
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster
