@@ -443,19 +443,29 @@ func TestDebounceBurst(t *testing.T) {
 
 // A read error (here: over MaxFileSize, which also works as root, unlike
 // permission bits) keeps the previous bundle instead of delivering a partial one.
+// replaceFile writes by rename: os.WriteFile truncates first, and a read
+// between the truncation and the write sees an empty (valid) bundle, which
+// is not what the test is about.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	must(t, os.WriteFile(tmp, data, 0o644))
+	must(t, os.Rename(tmp, path))
+}
+
 func TestReadErrorKeepsPreviousBundle(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(dir, "ca.crt"), []byte(pemish("A")), 0o644))
+	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(pemish("A")))
 	h := start(t, Options{Dir: dir, PollInterval: 50 * time.Millisecond, MaxFileSize: 1024})
 	h.next(deliverWithin)
 	// Too large to be a bundle: a read error, not an empty bundle.
-	must(t, os.WriteFile(filepath.Join(dir, "ca.crt"), []byte(strings.Repeat("x", 2048)), 0o644))
+	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(strings.Repeat("x", 2048)))
 	h.quiet(quietFor)
 	if string(h.w.Current().Bundle) != pemish("A") {
 		t.Error("Current() changed after a failed read")
 	}
-	must(t, os.WriteFile(filepath.Join(dir, "ca.crt"), []byte(pemish("B")), 0o644))
+	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(pemish("B")))
 	if got := h.next(deliverWithin); string(got.Bundle) != pemish("B") {
 		t.Fatalf("%q", got.Bundle)
 	}
