@@ -3,6 +3,7 @@ package sidecar
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,11 +72,16 @@ type DecideInput struct {
 	// NamespaceLabels are checked against spec.namespaceSelector when non-nil.
 	// The webhook passes nil: the API server already applied the selector.
 	NamespaceLabels map[string]string
+	// Containers are the names of the pod's initContainers and containers.
+	// When nil they are read from Pod.Spec.
+	Containers []string
 }
 
 // Decide tells whether cfg injects the pod. The order follows Istio's
 // injectRequired (pkg/kube/inject/inject.go): already injected (by this
-// injector, or by another one, which is reported as such), excluded
+// injector, or by another one, which is reported as such; a status
+// annotation naming a container the pod lacks is stale and ignored with a
+// warning, so a copied or edited pod spec is injected again), excluded
 // namespaces, namespace and object selectors, hostNetwork (unless
 // spec.injectHostNetwork), the inject label (wins over the annotation), the
 // inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
@@ -83,7 +89,17 @@ type DecideInput struct {
 func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	pod := in.Pod
 	d := Decision{}
-	if s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]; ok {
+	s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]
+	if ok {
+		if missing := staleStatus(s, in); len(missing) > 0 {
+			// A copied pod spec or an edited manifest: the annotation is
+			// ours but what it records is gone, so the pod is not injected.
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s names containers the pod lacks (%s): injecting again",
+				v1alpha1.SidecarStatusKey, short(strings.Join(missing, ","), 120)))
+			ok = false
+		}
+	}
+	if ok {
 		var st struct {
 			Injector string `json:"injector"`
 		}
@@ -134,6 +150,32 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 		return decided(d, false, CodePolicy, "pod says nothing and policy is Disabled")
 	}
 	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
+}
+
+// staleStatus returns the containers a status annotation lists that the pod
+// does not have (in either list), nil when it has them all or the annotation
+// lists none or does not parse (then the pod counts as injected, as before).
+func staleStatus(annotation string, in DecideInput) []string {
+	var st Status
+	if json.Unmarshal([]byte(annotation), &st) != nil || len(st.InitContainers)+len(st.Containers) == 0 {
+		return nil
+	}
+	have := in.Containers
+	if have == nil {
+		for _, c := range in.Pod.Spec.InitContainers {
+			have = append(have, c.Name)
+		}
+		for _, c := range in.Pod.Spec.Containers {
+			have = append(have, c.Name)
+		}
+	}
+	var missing []string
+	for _, n := range append(slices.Clone(st.InitContainers), st.Containers...) {
+		if !slices.Contains(have, n) && !slices.Contains(missing, n) {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 func decided(d Decision, inject bool, c Code, reason string) Decision {

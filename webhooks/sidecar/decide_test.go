@@ -42,6 +42,7 @@ func TestDecide(t *testing.T) {
 	type pod struct {
 		labels, annotations map[string]string
 		hostNetwork         bool
+		containers          []string
 	}
 	cases := []struct {
 		name     string
@@ -57,6 +58,14 @@ func TestDecide(t *testing.T) {
 		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: CodePolicy},
 		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: CodePolicy},
 		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: CodeAlreadyInjected},
+		{name: "status with its containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
+			containers: []string{"init", "app", "proxy"}}, code: CodeAlreadyInjected},
+		{name: "status naming absent containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
+			containers: []string{"init", "app"}}, inject: true, code: CodePolicy, warn: "names containers the pod lacks (proxy): injecting again"},
+		{name: "another injector's stale status", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"other","containers":["log"]}`},
+			containers: []string{"app"}}, inject: true, code: CodePolicy, warn: "(log)"},
+		{name: "stale status, opted out", ns: "shop", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "false"}, annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"containers":["proxy"]}`}},
+			code: CodeLabel, warn: "names containers the pod lacks"},
 		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeSystemNamespace},
 		{name: "kube-public", ns: "kube-public", code: CodeSystemNamespace},
 		{name: "kube-node-lease", ns: "kube-node-lease", code: CodeSystemNamespace},
@@ -103,6 +112,9 @@ func TestDecide(t *testing.T) {
 			}
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: tc.pod.labels, Annotations: tc.pod.annotations}}
 			p.Spec.HostNetwork = tc.pod.hostNetwork
+			for _, c := range tc.pod.containers {
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+			}
 			d := Decide(cfg, testParams, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
 			if d.Inject != tc.inject || d.Code != tc.code {
 				t.Fatalf("got inject=%v code=%s (%s), want inject=%v code=%s", d.Inject, d.Code, d.Reason, tc.inject, tc.code)

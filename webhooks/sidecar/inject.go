@@ -180,7 +180,14 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	if res.PodName == "" && pod.GenerateName != "" {
 		res.PodName = pod.GenerateName + "*"
 	}
-	res.Decision = Decide(cfg, p, DecideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels})
+	var containers []string
+	if _, ok := pod.Annotations[v1alpha1.SidecarStatusKey]; ok {
+		// Only a pod with a status annotation needs them (is it stale?).
+		if containers, err = d.containerNames(); err != nil {
+			return nil, err
+		}
+	}
+	res.Decision = Decide(cfg, p, DecideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels, Containers: containers})
 	res.Warnings = res.Decision.Warnings
 	if !res.Decision.Inject {
 		return res, nil

@@ -119,6 +119,20 @@ func (d *podDoc) list(key string) (*rawList, error) {
 	return l, nil
 }
 
+// containerNames returns the names in spec.initContainers, then
+// spec.containers, never nil.
+func (d *podDoc) containerNames() ([]string, error) {
+	names := []string{}
+	for _, key := range []string{"initContainers", "containers"} {
+		l, err := d.list(key)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, l.names...)
+	}
+	return names, nil
+}
+
 // initOnlyWithAlways are container fields the API server forbids on an init
 // container unless its restartPolicy is Always (a native sidecar).
 var initOnlyWithAlways = []string{"lifecycle", "livenessProbe", "readinessProbe", "startupProbe"}
