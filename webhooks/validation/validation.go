@@ -50,6 +50,7 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		// before this webhook existed.
 		return admission.Allowed("spec unchanged")
 	}
+	var warnings []string
 	switch req.Kind.Kind {
 	case "SidecarInjector":
 		si := &v1alpha1.SidecarInjector{}
@@ -62,6 +63,7 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		if _, err := sidecar.Compile(si); err != nil {
 			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
 		}
+		warnings = SidecarInjectorWarnings(si)
 	case "NodeOversell":
 		no := &v1alpha1.NodeOversell{}
 		if err := json.Unmarshal(req.Object.Raw, no); err != nil {
@@ -70,13 +72,16 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		if no.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
-		if _, err := oversell.CompilePolicy(no); err != nil {
+		p, err := oversell.CompilePolicy(no)
+		if err != nil {
 			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
 		}
+		warnings = NodeOversellWarnings(no, p)
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}
-	return admission.Allowed("")
+	// Risky but valid: admitted, and kubectl prints each warning.
+	return admission.Allowed("").WithWarnings(warnings...)
 }
 
 // sameSpec reports whether two objects' spec fields are equal JSON values.
