@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // SystemNamespaces are never sent to the sidecar injector: a webhook outage
@@ -163,15 +164,34 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []b
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 	})
 	wh.NamespaceSelector = nsSel
-	if si.Spec.ObjectSelector != nil {
-		wh.ObjectSelector = si.Spec.ObjectSelector.DeepCopy()
-	}
+	wh.ObjectSelector = injectorObjectSelector(si.Spec.ObjectSelector)
 	wh.ReinvocationPolicy = &rp
 	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
 	// The injector reads only its own SidecarInjector (an informer with a
 	// metadata.name field selector, which RBAC matches against resourceNames).
 	d.ClusterRole.Rules[0].ResourceNames = []string{si.Name}
 	return d
+}
+
+// injectorObjectSelector is the user's objectSelector narrowed to skip pods
+// labelled sidecar.hookwright.io/inject=false (or another spelling of false):
+// the injector would skip them anyway, since the label opt-out wins over
+// alwaysInjectSelector and the policy, and now their creation does not
+// depend on the injector being up. Only the opt-out is expressed: an
+// opt-in-only selector (Istio's objectSelector.autoInject=false) would hide
+// from the injector the pods alwaysInjectSelector or an inject annotation
+// select.
+func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
+	sel := &metav1.LabelSelector{}
+	if user != nil {
+		sel = user.DeepCopy()
+	}
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key:      v1alpha1.SidecarInjectKey,
+		Operator: metav1.LabelSelectorOpNotIn,
+		Values:   slices.Clone(sidecar.OptOutLabelValues),
+	})
+	return sel
 }
 
 // BuildNodeOversell returns the objects a NodeOversell owns.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 var testSettings = Settings{Namespace: "hookwright-system", Image: "ghcr.io/hookwright/hookwright:v1.2.3"}
@@ -171,7 +173,8 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
 	d := BuildSidecarInjector(si, testSettings, nil)
 	wh := d.Webhook.Webhooks[0]
-	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 10 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector != nil {
+	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 10 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector == nil ||
+		len(wh.ObjectSelector.MatchLabels) != 0 || len(wh.ObjectSelector.MatchExpressions) != 1 {
 		t.Fatalf("injector defaults: %+v", wh)
 	}
 	if *d.Deployment.Spec.Replicas != 2 || d.PodDisruptionBudget == nil || d.Deployment.Spec.Template.Spec.Containers[0].Image != testSettings.Image {
@@ -273,5 +276,53 @@ func TestBaseName(t *testing.T) {
 	// Service names are DNS-1035 labels; the serving Secret adds "-tls".
 	if n := ServingSecretName(SidecarOperand(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: long}})); len(validation.IsDNS1123Subdomain(n)) > 0 {
 		t.Errorf("secret name %q invalid", n)
+	}
+}
+
+// Opted-out pods never reach the injector: the objectSelector excludes the
+// label's false spellings (each one ParseBool reads as false) and keeps the
+// user's own selector, which is not modified.
+func TestInjectorObjectSelectorExcludesOptOut(t *testing.T) {
+	user := &metav1.LabelSelector{MatchLabels: map[string]string{"mesh": "on"},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}}}
+	for _, tc := range []struct {
+		name string
+		sel  *metav1.LabelSelector
+	}{{"no user selector", nil}, {"user selector", user}} {
+		t.Run(tc.name, func(t *testing.T) {
+			si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.SidecarInjectorSpec{ObjectSelector: tc.sel}}
+			got := BuildSidecarInjector(si, testSettings, nil).Webhook.Webhooks[0].ObjectSelector
+			sel, err := metav1.LabelSelectorAsSelector(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := map[string]string{"mesh": "on", "tier": "web"}
+			with := func(v string) labels.Set {
+				l := labels.Set{v1alpha1.SidecarInjectKey: v}
+				for k, x := range base {
+					l[k] = x
+				}
+				return l
+			}
+			for _, v := range sidecar.OptOutLabelValues {
+				if b, ok := sidecar.ParseBool(v); !ok || b {
+					t.Errorf("%q is not a false spelling", v)
+				}
+				if sel.Matches(with(v)) {
+					t.Errorf("pod labelled %s=%s reaches the injector", v1alpha1.SidecarInjectKey, v)
+				}
+			}
+			for _, v := range []string{"true", "yes", "maybe"} {
+				if !sel.Matches(with(v)) {
+					t.Errorf("pod labelled %s=%s does not reach the injector", v1alpha1.SidecarInjectKey, v)
+				}
+			}
+			if !sel.Matches(labels.Set(base)) {
+				t.Error("unlabelled pod does not reach the injector")
+			}
+			if tc.sel != nil && (sel.Matches(labels.Set{"mesh": "off", "tier": "web"}) || len(user.MatchExpressions) != 1) {
+				t.Error("user selector lost or modified")
+			}
+		})
 	}
 }
