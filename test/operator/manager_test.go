@@ -3,7 +3,9 @@ package operator
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +50,15 @@ func TestManagerBinaryStartsAndLeads(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, p.Tail(3000))
+	}
+	// Ready means the informer caches have synced, not only a ping.
+	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "[+]caches ok") {
+		t.Fatalf("/readyz?verbose: %d\n%s", res.StatusCode, body)
 	}
 }
