@@ -550,15 +550,26 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	recordCertificate(kindOf(op.Object), op.Object.GetName(), ServerNamespace(op, r.Settings), ServingSecretName(op), cs)
 
 	caBundle := cs.CABundle
-	if mode == v1alpha1.CertificateCertManager && len(caBundle) > 0 {
+	var overlap CAOverlap
+	if mode != v1alpha1.CertificateSelfSigned && len(caBundle) > 0 {
 		live := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: op.Kind.BaseName(op.Object.GetName())}, live); err == nil {
-			if injected := InjectedCABundle(live); injected != nil {
+			if injected := InjectedCABundle(live); mode == v1alpha1.CertificateCertManager && injected != nil {
 				caBundle = injected
+			} else if len(live.Webhooks) > 0 {
+				overlap = OverlapCABundle(caBundle, live.Webhooks[0].ClientConfig.CABundle, previousCAUntil(live.Annotations), now, r.Settings.Certificates.drainGrace())
+				caBundle = overlap.Bundle
 			}
 		}
 	}
 	d := r.build(op.Object, r.Settings, caBundle)
+	if !overlap.Until.IsZero() {
+		if d.Webhook.Annotations == nil {
+			d.Webhook.Annotations = map[string]string{}
+		}
+		d.Webhook.Annotations[AnnotationPreviousCAUntil] = fmtTime(overlap.Until)
+		result.RequeueAfter = minPositive(result.RequeueAfter, max(overlap.Until.Sub(now), time.Second))
+	}
 	for _, o := range d.Objects() {
 		if o == d.Webhook {
 			continue

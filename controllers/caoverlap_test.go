@@ -1,0 +1,81 @@
+package controllers
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/hookwright/hookwright/internal/certs"
+)
+
+func TestOverlapCABundle(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	grace := 5 * time.Minute
+	ca := func(cn string, issued time.Time) []byte {
+		kp, err := certs.NewCA(certs.CAOptions{CommonName: cn, Validity: time.Hour, Clock: certs.FixedClock(issued)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp.CertPEM
+	}
+	oldCA, newCA, newer := ca("old", now), ca("new", now), ca("newer", now)
+	expired := ca("expired", now.Add(-2*time.Hour))
+	foreign := ca("foreign", now)
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	has := func(bundle, c []byte) bool {
+		cert, _ := certs.ParseCertPEM(c)
+		return certs.BundleContains(bundle, cert)
+	}
+	later := now.Add(2 * time.Minute)
+	for _, tc := range []struct {
+		name       string
+		next, live []byte
+		liveUntil  time.Time
+		at         time.Time
+		keep       [][]byte // in the bundle besides next
+		drop       [][]byte
+		until      time.Time
+	}{
+		{name: "first publication", next: newCA, at: now},
+		{name: "unchanged", next: newCA, live: newCA, at: now},
+		{name: "ca.crt replaced: both", next: newCA, live: oldCA, at: now, keep: [][]byte{oldCA}, until: now.Add(grace)},
+		{name: "overlap continues", next: newCA, live: cat(newCA, oldCA), liveUntil: now.Add(grace), at: later, keep: [][]byte{oldCA}, until: now.Add(grace)},
+		{name: "overlap ended", next: newCA, live: cat(newCA, oldCA), liveUntil: now.Add(grace), at: now.Add(grace), drop: [][]byte{oldCA}},
+		{name: "replaced again during the overlap: restarts", next: newer, live: cat(newCA, oldCA), liveUntil: now.Add(grace), at: later,
+			keep: [][]byte{newCA, oldCA}, until: later.Add(grace)},
+		{name: "foreign CA without an overlap is drift", next: newCA, live: cat(newCA, foreign), at: now, drop: [][]byte{foreign}},
+		{name: "expired previous CA not kept", next: newCA, live: cat(oldCA, expired), at: now, keep: [][]byte{oldCA}, drop: [][]byte{expired}, until: now.Add(grace)},
+		{name: "unparsable live", next: newCA, live: []byte("garbage"), at: now},
+		{name: "next carries the previous CA itself", next: cat(newCA, oldCA), live: oldCA, at: now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := OverlapCABundle(tc.next, tc.live, tc.liveUntil, tc.at, grace)
+			if !got.Until.Equal(tc.until) {
+				t.Errorf("until %s, want %s", got.Until, tc.until)
+			}
+			if !bytes.HasPrefix(got.Bundle, bytes.TrimRight(tc.next, "\n")) {
+				t.Errorf("bundle does not start with next byte for byte")
+			}
+			if len(tc.keep) == 0 && !bytes.Equal(got.Bundle, tc.next) {
+				t.Errorf("bundle is not next alone:\n%s", got.Bundle)
+			}
+			for _, k := range tc.keep {
+				if !has(got.Bundle, k) {
+					t.Errorf("previous CA dropped")
+				}
+			}
+			for _, d := range tc.drop {
+				if has(got.Bundle, d) {
+					t.Errorf("CA kept that must go")
+				}
+			}
+			if _, err := certs.ParseCertsPEM(got.Bundle); err != nil {
+				t.Errorf("bundle does not parse: %v", err)
+			}
+		})
+	}
+	if !previousCAUntil(map[string]string{AnnotationPreviousCAUntil: fmtTime(now)}).Equal(now) || !previousCAUntil(nil).IsZero() ||
+		!previousCAUntil(map[string]string{AnnotationPreviousCAUntil: "soon"}).IsZero() {
+		t.Error("previousCAUntil round trip")
+	}
+}
