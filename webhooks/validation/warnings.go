@@ -20,13 +20,19 @@ const maxWarningRunes = 256
 // NodeOversellWarnings returns the admission warnings for a NodeOversell
 // that compiles: a memory ratio above 1 (memory is not compressible: pods
 // scheduled onto inflated memory are OOM-killed or evicted, see
-// kubernetes/kubernetes#78580) and a selector that matches every node,
+// kubernetes/kubernetes#78580), failurePolicy Fail (kept by an object
+// stored before the CRD forbade it) and a selector that matches every node,
 // control-plane nodes included. p is no's compiled policy.
 func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []string {
 	var w []string
 	if r := p.Ratios[oversell.Memory]; r.IsSet() && !r.IsOne() {
 		w = append(w, fmt.Sprintf("spec.ratios.memory %s is above 1: memory is not compressible, so nodes can run out of it "+
 			"and the kernel OOM-kills pods (kubernetes/kubernetes#78580)", r))
+	}
+	if no.Spec.FailurePolicy == v1alpha1.FailurePolicyFail {
+		// New objects cannot say Fail (a CRD rule); one stored before the
+		// rule keeps it through updates (validation ratcheting).
+		w = append(w, "failurePolicy Fail: a webhook server outage blocks every node's status writes, so no node can report Ready; set Ignore")
 	}
 	if sel := no.Spec.NodeSelector; sel == nil || len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
 		w = append(w, "spec.nodeSelector is empty: every node is oversold, control-plane nodes included")

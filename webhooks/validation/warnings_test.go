@@ -121,20 +121,23 @@ func TestNodeOversellWarnings(t *testing.T) {
 		name   string
 		ratios v1alpha1.OversellRatios
 		sel    *metav1.LabelSelector
+		fp     v1alpha1.FailurePolicy
 		n      int
 		want   []string
 	}{
-		{"cpu only", v1alpha1.OversellRatios{CPU: "2"}, pool, 0, nil},
-		{"memory 1", v1alpha1.OversellRatios{CPU: "2", Memory: "1.000"}, pool, 0, nil},
-		{"memory 1.5", v1alpha1.OversellRatios{Memory: "1.5"}, pool, 1, []string{"spec.ratios.memory 1.5 is above 1", "78580"}},
-		{"memory 1.000001", v1alpha1.OversellRatios{Memory: "1.000001"}, pool, 1, []string{"1.000001"}},
-		{"nil selector", v1alpha1.OversellRatios{CPU: "2"}, nil, 1, []string{"every node is oversold, control-plane"}},
-		{"empty selector", v1alpha1.OversellRatios{CPU: "2"}, &metav1.LabelSelector{}, 1, []string{"spec.nodeSelector is empty"}},
-		{"expression selector", v1alpha1.OversellRatios{CPU: "2"}, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: metav1.LabelSelectorOpExists}}}, 0, nil},
-		{"both", v1alpha1.OversellRatios{Memory: "3"}, nil, 2, []string{"memory 3", "nodeSelector"}},
+		{"cpu only", v1alpha1.OversellRatios{CPU: "2"}, pool, "", 0, nil},
+		{"memory 1", v1alpha1.OversellRatios{CPU: "2", Memory: "1.000"}, pool, "", 0, nil},
+		{"memory 1.5", v1alpha1.OversellRatios{Memory: "1.5"}, pool, "", 1, []string{"spec.ratios.memory 1.5 is above 1", "78580"}},
+		{"memory 1.000001", v1alpha1.OversellRatios{Memory: "1.000001"}, pool, "", 1, []string{"1.000001"}},
+		{"nil selector", v1alpha1.OversellRatios{CPU: "2"}, nil, "", 1, []string{"every node is oversold, control-plane"}},
+		{"empty selector", v1alpha1.OversellRatios{CPU: "2"}, &metav1.LabelSelector{}, "", 1, []string{"spec.nodeSelector is empty"}},
+		{"expression selector", v1alpha1.OversellRatios{CPU: "2"}, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: metav1.LabelSelectorOpExists}}}, "", 0, nil},
+		{"both", v1alpha1.OversellRatios{Memory: "3"}, nil, "", 2, []string{"memory 3", "nodeSelector"}},
+		{"stored with Fail", v1alpha1.OversellRatios{CPU: "2"}, pool, v1alpha1.FailurePolicyFail, 1, []string{"failurePolicy Fail", "set Ignore"}},
+		{"Ignore", v1alpha1.OversellRatios{CPU: "2"}, pool, v1alpha1.FailurePolicyIgnore, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			no := &v1alpha1.NodeOversell{Spec: v1alpha1.NodeOversellSpec{Ratios: tc.ratios, NodeSelector: tc.sel}}
+			no := &v1alpha1.NodeOversell{Spec: v1alpha1.NodeOversellSpec{Ratios: tc.ratios, NodeSelector: tc.sel, FailurePolicy: tc.fp}}
 			p, err := oversell.CompilePolicy(no)
 			if err != nil {
 				t.Fatal(err)
