@@ -94,3 +94,21 @@ func TestStaleStatusReinjectedByKubeInject(t *testing.T) {
 		t.Error("third pass changed the output")
 	}
 }
+
+// BenchmarkAlreadyInjected is the reinvocation path (reinvocationPolicy
+// IfNeeded): an injected pod comes back, and its status annotation is
+// checked against its containers before it is skipped.
+func BenchmarkAlreadyInjected(b *testing.B) {
+	cfg := sampleConfig(b)
+	first, err := Inject(cfg, testParams, Input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		res, err := Inject(cfg, testParams, Input{Raw: first.JSON, Namespace: "shop", WantPatch: true})
+		if err != nil || res.Injected {
+			b.Fatal(err, res.Injected)
+		}
+	}
+}
