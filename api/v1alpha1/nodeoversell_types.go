@@ -67,10 +67,17 @@ type NodeOversellSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Trusted Reporters"
 	TrustedReporters []string `json:"trustedReporters,omitempty"`
 
-	// FailurePolicy of the webhook configuration. Ignore keeps heartbeats
-	// flowing when the server is down.
+	// FailurePolicy of the webhook configuration: only Ignore is accepted.
+	// With Fail a server outage rejects every kubelet's nodes/status write:
+	// a new or restarted node cannot report Ready, node conditions and
+	// volumesInUse freeze (the kubelet mounts an attachable volume only once
+	// its status lists it), and when the nodes the server needs are not
+	// Ready it cannot come back. Ignore costs only the inflation: the node
+	// publishes its real allocatable until the server returns. Objects
+	// stored with Fail stay updatable (CRD validation ratcheting, KEP-4008).
 	// +optional
 	// +kubebuilder:default=Ignore
+	// +kubebuilder:validation:XValidation:rule="self == 'Ignore'",message="must be Ignore: with Fail a webhook server outage blocks every node's status writes (nodes cannot report Ready)"
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 
