@@ -53,7 +53,9 @@ func OverlapCABundle(next, live []byte, liveUntil, now time.Time, grace time.Dur
 	until := liveUntil
 	for _, c := range nextCerts {
 		if !in(c, liveCerts) {
-			until = now.Add(grace)
+			// Whole seconds, as the annotation records it, rounded up so
+			// the overlap is never shorter than grace.
+			until = now.Add(grace + time.Second - 1).Truncate(time.Second)
 			break
 		}
 	}

@@ -1,0 +1,194 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// Mode Secret: the user's issuer replaces the serving certificate and its
+// CA while pods are being admitted every 20 ms. The server picks up the new
+// certificate only after a kubelet-like delay, so the caBundle must carry
+// the previous CA until then: zero failed admissions, and the previous CA
+// leaves the caBundle once the overlap (the drain grace) ends.
+func TestSecretModeCARotationUnderLoad(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	c := env.Client
+	const name, secretName, ns = "byo-rot", "byo-rot-serving", "byo-rot-apps"
+	si := sampleInjector(t, name)
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"byo-rotation": "enabled"}}
+	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: secretName}
+	si.Spec.Server.Replicas = ptr.To[int32](1)
+	base := controllers.SidecarKind.BaseName(name)
+	issue := func(cn string) (*cluster.TestCA, map[string][]byte) {
+		ca, err := cluster.NewTestCA(cn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca, map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM}
+	}
+	ca1, data1 := issue("byo-rot-1")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: operatorNS}, Type: corev1.SecretTypeTLS, Data: data1}
+	if err := c.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sec) })
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 60*time.Second)
+	if b, err := mwcBundle(ctx, base); err != nil || !bytes.Equal(b, ca1.CertPEM) {
+		t.Fatalf("caBundle is not the user's ca.crt: %v", err)
+	}
+	o := ownedKeys(base, operatorNS)
+	for _, obj := range []client.Object{o.Deploy, o.Svc} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
+	srv := startLocalServer(t, "injector-byo-rot", o.Deploy.Spec.Template.Spec.Containers[0].Args, data1[corev1.TLSCertKey], data1[corev1.TLSPrivateKeyKey], kc)
+	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.UnrouteService(o.Svc) })
+	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"byo-rotation": "enabled"}); err != nil {
+		t.Fatal(err)
+	}
+	admitOne := func(ctx context.Context) (bool, error) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: ns},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27"}}},
+		}
+		if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return injected(p), nil
+	}
+	if err := cluster.WaitFor(ctx, 30*time.Second, "a pod injected with the first certificate", admitOne); err != nil {
+		t.Fatalf("%v\ninjector log:\n%s", err, srv.proc.Tail(3000))
+	}
+
+	// The kubelet's part, late as it is in a cluster (sync period plus
+	// cache TTL): the server's --cert-dir gets the Secret 2 s after it changed.
+	const kubeletDelay = 2 * time.Second
+	loopCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var reloaded atomic.Int64 // unix nanos of the copy
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		last := data1[corev1.TLSCertKey]
+		for loopCtx.Err() == nil {
+			s := &corev1.Secret{}
+			if err := c.Get(loopCtx, client.ObjectKeyFromObject(sec), s); err == nil && !bytes.Equal(s.Data[corev1.TLSCertKey], last) {
+				time.Sleep(kubeletDelay)
+				for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
+					tmp := filepath.Join(srv.certDir, "."+f+".tmp")
+					if err := os.WriteFile(tmp, s.Data[f], 0o600); err == nil {
+						_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
+					}
+				}
+				last = s.Data[corev1.TLSCertKey]
+				reloaded.Store(time.Now().UnixNano())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	var attempted, failed atomic.Int64
+	var errMu sync.Mutex
+	var firstErrs []string
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-tick.C:
+			}
+			attempted.Add(1)
+			ok, err := admitOne(loopCtx)
+			switch {
+			case loopCtx.Err() != nil:
+				attempted.Add(-1)
+				return
+			case err != nil || !ok:
+				failed.Add(1)
+				errMu.Lock()
+				if len(firstErrs) < 5 {
+					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+errString(err, "not injected"))
+				}
+				errMu.Unlock()
+			}
+		}
+	}()
+	time.Sleep(time.Second) // a baseline before the issuer rotates
+
+	ca2, data2 := issue("byo-rot-2")
+	replaced := time.Now()
+	if err := update(ctx, sec, func() { sec.Data = data2 }); err != nil {
+		t.Fatal(err)
+	}
+	ca1Cert, _ := certs.ParseCertPEM(ca1.CertPEM)
+	ca2Cert, _ := certs.ParseCertPEM(ca2.CertPEM)
+	var both time.Duration
+	err := cluster.WaitFor(ctx, 60*time.Second, "caBundle with the new CA only", func(ctx context.Context) (bool, error) {
+		b, err := mwcBundle(ctx, base)
+		if err != nil {
+			return false, err
+		}
+		if both == 0 && certs.BundleContains(b, ca1Cert) && certs.BundleContains(b, ca2Cert) {
+			both = time.Since(replaced)
+		}
+		return bytes.Equal(b, ca2.CertPEM), nil
+	})
+	done := time.Since(replaced)
+	time.Sleep(time.Second) // admissions after the previous CA left
+	stop()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Secret replaced: both CAs published after %s, the new one alone after %s; server reloaded %s after the replacement; %d admissions, %d failed",
+		both.Round(time.Millisecond), done.Round(time.Millisecond), time.Unix(0, reloaded.Load()).Sub(replaced).Round(time.Millisecond), attempted.Load(), failed.Load())
+	if both == 0 {
+		t.Error("the caBundle never carried both CAs")
+	}
+	if reloaded.Load() == 0 || attempted.Load() < 50 {
+		t.Fatalf("no reload or too few admissions (%d)", attempted.Load())
+	}
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", failed.Load(), attempted.Load(), firstErrs)
+	}
+}
+
+func errString(err error, def string) string {
+	if err == nil {
+		return def
+	}
+	return err.Error()
+}
