@@ -229,7 +229,8 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	}
 
 	if d.UntrustedAllocatableWrite {
-		h.metrics.UntrustedAllocatableWrites.WithLabelValues(req.UserInfo.Username).Inc()
+		h.metrics.untrustedWrite(req.UserInfo.Username)
+		h.log.V(1).Info("untrusted allocatable write repaired", "node", name, "user", req.UserInfo.Username)
 	}
 	if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
 		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()
