@@ -26,6 +26,13 @@ const (
 	// DefaultBudgetWait is how long a body waits for in-flight budget
 	// before it is answered 429.
 	DefaultBudgetWait = time.Second
+	// BodyGrace and MinBodyRate are the slowest body accepted: after
+	// BodyGrace, bytes must keep arriving at MinBodyRate on average, so a
+	// 3 MiB body has 4 s. The API server writes a review it holds in memory
+	// at once, over the cluster network; a client trickling a body holds
+	// buffer and budget for at most about BodyGrace.
+	BodyGrace   = time.Second
+	MinBodyRate = 1 << 20 // bytes per second
 )
 
 // Envelope reads AdmissionReview bodies under bounds that hold whatever a
@@ -96,6 +103,9 @@ func (e *Envelope) MaxBody() int64 { return e.maxBody }
 // extend the envelope's timeout.
 func (e *Envelope) Deadline(r *http.Request, start time.Time) time.Time {
 	d := e.timeout
+	if r.URL == nil {
+		return start.Add(d)
+	}
 	if q := r.URL.Query().Get("timeout"); q != "" {
 		if t, err := time.ParseDuration(q); err == nil && t > 0 && t < d {
 			d = t
@@ -192,9 +202,10 @@ func nextSize(cur int, max int64) int {
 // Read reads r's body under the envelope's bounds. It never allocates from
 // the declared Content-Length: a declared length above MaxBody is refused
 // at once, and otherwise the buffer grows with the bytes that arrive. The
-// connection's read deadline is set to Deadline (through
-// http.ResponseController; recorders that do not support it get no
-// deadline), so a slow body ends with 408 and the connection is closed. When
+// connection's read deadline (set through http.ResponseController;
+// recorders that do not support it get none) is Deadline, and earlier for a
+// body slower than MinBodyRate after BodyGrace, so a slow body ends with 408
+// and the connection is closed. When
 // the in-flight budget is full for longer than the budget wait, the body is
 // refused with 429. On success the caller must Release the Body.
 func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
@@ -204,12 +215,12 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 			Msg: fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, e.maxBody)}
 	}
 	deadline := e.Deadline(r, start)
-	// ErrNotSupported (a test recorder) leaves the server's ReadTimeout.
-	_ = http.NewResponseController(w).SetReadDeadline(deadline)
+	rd := readDeadline{rc: http.NewResponseController(w), start: start, deadline: deadline}
 	src := http.MaxBytesReader(w, r.Body, e.maxBody)
 	b := &Body{e: e}
 	ctx := r.Context()
 	for {
+		rd.set(len(b.buf))
 		if len(b.buf) == cap(b.buf) {
 			if int64(cap(b.buf)) >= e.maxBody {
 				// Full at the limit: the next read tells EOF from excess.
@@ -222,7 +233,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 					continue
 				}
 				b.Release()
-				return nil, e.readError(err, n > 0)
+				return nil, e.readError(err, n > 0, &rd)
 			}
 			if err := e.grow(ctx, b, deadline); err != nil {
 				b.Release()
@@ -236,9 +247,42 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 		}
 		if err != nil {
 			b.Release()
-			return nil, e.readError(err, false)
+			return nil, e.readError(err, false, &rd)
 		}
 	}
+}
+
+// readDeadline moves the connection's read deadline as bytes arrive: the
+// next byte is due by start + BodyGrace + received/MinBodyRate, never
+// later than the request deadline. Once the body is in, net/http clears the
+// deadline for its background read (connReader.startBackgroundRead), so a
+// review that takes longer to answer keeps its context.
+type readDeadline struct {
+	rc          *http.ResponseController
+	start       time.Time
+	deadline    time.Time
+	cur         time.Time
+	unsupported bool
+}
+
+func (d *readDeadline) set(received int) {
+	if d.unsupported {
+		return
+	}
+	t := d.start.Add(BodyGrace + time.Duration(int64(received)*int64(time.Second)/MinBodyRate))
+	if t.After(d.deadline) {
+		t = d.deadline
+	}
+	// Skip moves under 10 ms: each is a timer update on the connection.
+	if !d.cur.IsZero() && t.Sub(d.cur) < 10*time.Millisecond {
+		return
+	}
+	// ErrNotSupported (a test recorder) leaves the server's ReadTimeout.
+	if err := d.rc.SetReadDeadline(t); err != nil {
+		d.unsupported = true
+		return
+	}
+	d.cur = t
 }
 
 // grow moves b to the next buffer size, taking the difference from the
@@ -267,15 +311,18 @@ func (e *Envelope) grow(ctx context.Context, b *Body, deadline time.Time) error 
 	return nil
 }
 
-func (e *Envelope) readError(err error, excess bool) error {
+func (e *Envelope) readError(err error, excess bool, rd *readDeadline) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case excess || errors.As(err, &mbe):
 		return &BodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Msg: fmt.Sprintf("body exceeds the %d byte limit", e.maxBody)}
+	case errors.Is(err, os.ErrDeadlineExceeded) && rd.cur.Before(rd.deadline):
+		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
+			Msg: fmt.Sprintf("body too slow: after %v it must arrive at %d KiB/s or more", BodyGrace, MinBodyRate>>10)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
-			Msg: "body not received within the request timeout"}
+			Msg: fmt.Sprintf("body not received within the request timeout of %v", rd.deadline.Sub(rd.start).Round(time.Millisecond))}
 	}
 	return &BodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: "reading body: " + err.Error()}
 }

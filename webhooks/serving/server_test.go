@@ -27,7 +27,47 @@ func echo(e *serving.Envelope) http.Handler {
 }
 
 func start(t *testing.T, o serving.Options) *servingtest.Server {
-	return servingtest.Start(t, o, func(s *serving.Server) { s.Register("/echo", echo(o.Envelope())) })
+	e := o.Envelope()
+	return servingtest.Start(t, o, func(s *serving.Server) {
+		s.Register("/echo", echo(e))
+		s.Register("/slow", slowAnswer(e, serving.BodyGrace+time.Second))
+	})
+}
+
+// slowAnswer reads the body, then takes d to answer, and tells whether the
+// request's context was still live.
+func slowAnswer(e *serving.Envelope, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := e.Read(w, r)
+		if err != nil {
+			serving.Fail(w, err)
+			return
+		}
+		defer b.Release()
+		select {
+		case <-time.After(d):
+			_, _ = io.WriteString(w, "live")
+		case <-r.Context().Done():
+			_, _ = io.WriteString(w, "canceled")
+		}
+	})
+}
+
+// A review that takes longer than BodyGrace to answer keeps its context: a
+// read deadline firing in net/http's background read would cancel it, so
+// the body's rate deadline must not outlive the body (net/http clears it
+// when the body reaches EOF; this guards that the envelope relies on).
+func TestSlowAnswerKeepsContext(t *testing.T) {
+	s := start(t, serving.Options{})
+	resp, err := s.Client(30*time.Second).Post(s.URL("/slow"), "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if string(b) != "live" {
+		t.Fatalf("got %d %q, want live", resp.StatusCode, b)
+	}
 }
 
 func dial(t *testing.T, s *servingtest.Server, protos ...string) *tls.Conn {
@@ -152,5 +192,36 @@ func TestStartedChecker(t *testing.T) {
 	s := start(t, serving.Options{})
 	if err := s.StartedChecker()(nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A body that keeps trickling (one byte every 50 ms) is cut soon after
+// BodyGrace even under a long request timeout: it must not hold its
+// buffer and budget for the whole timeout.
+func TestTrickledBodyCutByRate(t *testing.T) {
+	s := start(t, serving.Options{RequestTimeout: time.Hour})
+	c := dial(t, s)
+	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3145728\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		// Not readAll: a test may not fail from another goroutine.
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case g := <-got:
+			if !strings.HasPrefix(g, "HTTP/1.1 408") || !strings.Contains(g, "too slow") {
+				t.Fatalf("got %q, want 408 body too slow", g)
+			}
+			return
+		case <-tick.C:
+			_, _ = io.WriteString(c, "x")
+		}
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
@@ -32,6 +35,8 @@ type Server struct {
 // The server stops when the test ends.
 func Start(tb testing.TB, o serving.Options, register func(*serving.Server)) *Server {
 	tb.Helper()
+	// The server and certwatcher log through controller-runtime's root.
+	ctrllog.SetLogger(logr.Discard())
 	ca, err := certs.NewCA(certs.CAOptions{})
 	if err != nil {
 		tb.Fatal(err)
