@@ -139,6 +139,7 @@ const (
 type Body struct {
 	e    *Envelope
 	buf  []byte
+	box  *pooled // buf's pool entry, reused so a Put allocates nothing
 	held int64
 }
 
@@ -150,37 +151,44 @@ func (b *Body) Release() {
 	if b == nil || b.e == nil {
 		return
 	}
-	putBuf(b.buf)
+	putBuf(b.box, b.buf)
 	b.e.budget.Release(b.held)
-	b.buf, b.held, b.e = nil, 0, nil
+	b.buf, b.box, b.held, b.e = nil, nil, 0, nil
 }
 
 // Buffer size classes. A body starts in the smallest and moves up only when
 // it has filled its buffer, so what a request holds is at most twice what it
 // has sent (plus 16 KiB). Classes above 1 MiB are not pooled: bodies that
 // large are rare and pooling them would keep megabytes alive between GCs.
-var classes = [...]int{16 << 10, 64 << 10, 256 << 10, 1 << 20}
+var classes = [...]int{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20}
 
 var pools [len(classes)]sync.Pool
 
 type pooled struct{ b []byte }
 
-func getBuf(size int) []byte {
+// getBuf returns an empty buffer of capacity size in its pool entry.
+func getBuf(size int) *pooled {
 	for i, c := range classes {
 		if c == size {
 			if p, ok := pools[i].Get().(*pooled); ok {
-				return p.b[:0]
+				p.b = p.b[:0]
+				return p
 			}
-			return make([]byte, 0, c)
+			return &pooled{b: make([]byte, 0, c)}
 		}
 	}
-	return make([]byte, 0, size)
+	return &pooled{b: make([]byte, 0, size)}
 }
 
-func putBuf(b []byte) {
+// putBuf returns b, held in entry p, to its class's pool.
+func putBuf(p *pooled, b []byte) {
+	if p == nil {
+		return
+	}
 	for i, c := range classes {
 		if cap(b) == c {
-			pools[i].Put(&pooled{b: b[:0]})
+			p.b = b[:0]
+			pools[i].Put(p)
 			return
 		}
 	}
@@ -189,9 +197,12 @@ func putBuf(b []byte) {
 // nextSize is the buffer capacity after cur is full: the next class, then
 // doubling, never above max.
 func nextSize(cur int, max int64) int {
-	n := classes[0]
-	if cur > 0 {
-		n = cur * 2
+	n := cur * 2
+	for _, c := range classes {
+		if c > cur {
+			n = c
+			break
+		}
 	}
 	if int64(n) > max {
 		n = int(max)
@@ -304,9 +315,9 @@ func (e *Envelope) grow(ctx context.Context, b *Body, deadline time.Time) error 
 		}
 	}
 	nb := getBuf(size)
-	nb = append(nb, b.buf...)
-	putBuf(b.buf)
-	b.buf = nb
+	nb.b = append(nb.b, b.buf...)
+	putBuf(b.box, b.buf)
+	b.box, b.buf = nb, nb.b
 	b.held += need
 	return nil
 }

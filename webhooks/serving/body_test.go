@@ -3,6 +3,7 @@ package serving
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -150,5 +151,28 @@ func TestFail(t *testing.T) {
 	Fail(rec, errors.New("plain"))
 	if rec.Code != http.StatusBadRequest {
 		t.Fatalf("got %d", rec.Code)
+	}
+}
+
+// Buffers move through the pooled classes, so a steady stream of reviews
+// reuses them instead of allocating.
+func TestNextSizeFollowsClasses(t *testing.T) {
+	var got []int
+	for c := 0; c < DefaultMaxBody; c = nextSize(c, DefaultMaxBody) {
+		got = append(got, c)
+	}
+	want := []int{0, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sizes %v, want %v then %d", got, want, DefaultMaxBody)
+	}
+	for _, c := range classes {
+		p := getBuf(c)
+		putBuf(p, p.b)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		p := getBuf(64 << 10)
+		putBuf(p, p.b)
+	}); a > 0 {
+		t.Fatalf("%v allocations per pooled 64 KiB buffer", a)
 	}
 }
