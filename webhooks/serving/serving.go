@@ -93,12 +93,17 @@ func (o *Options) TLSOpts() ([]func(*tls.Config), error) {
 
 // NewServer builds the webhook server from the options (see Server). The
 // server's certwatcher reloads the certificate when the files change.
-func (o *Options) NewServer() (*Server, error) {
+func (o *Options) NewServer() (*Server, error) { return o.NewServerWithTLS() }
+
+// NewServerWithTLS is NewServer with extra tls.Config mutators applied after
+// the options' own; one that sets GetCertificate replaces the certwatcher
+// on CertDir (the manager serves certificates it issues itself).
+func (o *Options) NewServerWithTLS(extra ...func(*tls.Config)) (*Server, error) {
 	tlsOpts, err := o.TLSOpts()
 	if err != nil {
 		return nil, err
 	}
-	return &Server{o: *o, tlsOpts: tlsOpts, mux: http.NewServeMux()}, nil
+	return &Server{o: *o, tlsOpts: append(tlsOpts, extra...), mux: http.NewServeMux()}, nil
 }
 
 // Envelope returns the body envelope for handlers of a server built from
