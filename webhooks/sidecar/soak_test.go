@@ -44,7 +44,8 @@ type soakStats struct {
 	failures  []string
 
 	slowOpened, slowDialErrors atomic.Int64
-	slowStatus                 sync.Map // status line or "closed" -> *atomic.Int64
+	slowLongest                atomic.Int64 // nanoseconds from dial to the server's answer
+	slowStatus                 sync.Map     // status line or "closed" -> *atomic.Int64
 }
 
 func (s *soakStats) count(key string) {
@@ -147,7 +148,8 @@ func TestSoakSlowClients(t *testing.T) {
 	})
 	slices.Sort(slow)
 	t.Logf("valid reviews: %d ok, %d failed; latency p50 %v p99 %v max %v", len(lat), len(stats.failures), pct(0.50), pct(0.99), pct(1))
-	t.Logf("slow connections: %d opened, %d dial errors; server answers: %s", stats.slowOpened.Load(), stats.slowDialErrors.Load(), strings.Join(slow, ", "))
+	t.Logf("slow connections: %d opened, %d dial errors, longest held until the server's answer %v; server answers: %s",
+		stats.slowOpened.Load(), stats.slowDialErrors.Load(), time.Duration(stats.slowLongest.Load()).Round(time.Millisecond), strings.Join(slow, ", "))
 	t.Logf("heap in use peak %.1f MiB, Go runtime Sys peak %.1f MiB, process peak RSS %s (clients included)", float64(peakHeap)/(1<<20), float64(peakSys)/(1<<20), peakRSS())
 
 	if n := len(stats.failures); n > 0 {
@@ -155,6 +157,9 @@ func TestSoakSlowClients(t *testing.T) {
 	}
 	if peakHeap >= soakMemoryLimit {
 		t.Errorf("heap in use peaked at %d bytes, over the %d byte memory limit", peakHeap, soakMemoryLimit)
+	}
+	if _, ok := stats.slowStatus.Load("HTTP/1.1 408 Request Timeout"); !ok {
+		t.Error("no trickled body was cut with 408")
 	}
 	if v, ok := stats.slowStatus.Load("HTTP/1.1 200 OK"); ok {
 		t.Errorf("%d trickled bodies were answered 200", v.(*atomic.Int64).Load())
@@ -178,6 +183,7 @@ func slowClient(srv *servingtest.Server, stats *soakStats, stop <-chan struct{},
 			continue
 		}
 		stats.slowOpened.Add(1)
+		opened := time.Now()
 		answered := make(chan string, 1)
 		go func() {
 			line, err := bufio.NewReader(c).ReadString('\n')
@@ -205,6 +211,14 @@ func slowClient(srv *servingtest.Server, stats *soakStats, stop <-chan struct{},
 		_ = c.Close()
 		if line == "" {
 			line = <-answered
+		}
+		if line != "open when the soak ended" {
+			for d := int64(time.Since(opened)); ; {
+				cur := stats.slowLongest.Load()
+				if d <= cur || stats.slowLongest.CompareAndSwap(cur, d) {
+					break
+				}
+			}
 		}
 		stats.count(line)
 		if line == "open when the soak ended" {
