@@ -216,9 +216,9 @@ func nextSize(cur int, max int64) int {
 // connection's read deadline (set through http.ResponseController;
 // recorders that do not support it get none) is Deadline, and earlier for a
 // body slower than MinBodyRate after BodyGrace, so a slow body ends with 408
-// and the connection is closed. When
-// the in-flight budget is full for longer than the budget wait, the body is
-// refused with 429. On success the caller must Release the Body.
+// and the connection is closed. When the in-flight budget is full for longer
+// than the budget wait, the body is refused with 429. On success the caller
+// must Release the Body.
 func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 	start := time.Now()
 	if r.ContentLength > e.maxBody {
