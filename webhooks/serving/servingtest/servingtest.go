@@ -86,11 +86,14 @@ func Start(tb testing.TB, o serving.Options, register func(*serving.Server)) *Se
 	return &Server{Server: srv, Addr: srv.Addr(), ClientTLS: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}}
 }
 
-// Client is an HTTP/1.1 client for s with keep-alive connections.
+// Client is an HTTP/1.1 client for s with up to 64 keep-alive
+// connections; further requests queue for one (counted in their latency)
+// rather than open ever more connections when the server slows down.
 func (s *Server) Client(timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		TLSClientConfig:     s.ClientTLS.Clone(),
 		MaxIdleConnsPerHost: 64,
+		MaxConnsPerHost:     64,
 		IdleConnTimeout:     90 * time.Second,
 	}}
 }
