@@ -15,8 +15,8 @@ import (
 )
 
 // The oversell handler reads bodies through its envelope: while the
-// in-flight budget is held a review gets 429 "server busy" (counted as a
-// malformed request), and once it is freed the same review is decided.
+// in-flight budget is held a review gets 429 "server busy" (counted with
+// reason busy), and once it is freed the same review is decided.
 func TestHandlerEnvelopeBudget(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
 	h.Envelope = serving.NewEnvelope(serving.EnvelopeOptions{MaxBody: 256 << 10, MaxInflight: 256 << 10, BudgetWait: 10 * time.Millisecond})
@@ -31,8 +31,8 @@ func TestHandlerEnvelopeBudget(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "server busy") {
 		t.Fatalf("got %d %q, want 429 server busy", w.Code, w.Body)
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "unknown", "malformed")); v != 1 {
-		t.Errorf("malformed counter %v", v)
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "unknown", "busy")); v != 1 {
+		t.Errorf("busy counter %v", v)
 	}
 	held.Release()
 	decodeResponse(t, post(h, review, "application/json"))

@@ -2,6 +2,7 @@ package oversell
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -33,6 +34,15 @@ const (
 	reasonDecode        Reason = "decode-error"
 	reasonPanic         Reason = "panic"
 )
+
+// bodyReasons are the mutations reasons of bodies the envelope refused: a
+// body that is too slow or finds the server busy is not malformed.
+var bodyReasons = map[string]string{
+	serving.ReasonTooLarge: "malformed",
+	serving.ReasonTimeout:  "body-timeout",
+	serving.ReasonBusy:     "busy",
+	serving.ReasonRead:     "malformed",
+}
 
 // SnapshotSource yields the configuration snapshot for one review.
 type SnapshotSource interface {
@@ -141,8 +151,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := h.envelope().Read(w, r)
 	if err != nil {
+		reason := "malformed"
+		if be := (*serving.BodyError)(nil); errors.As(err, &be) {
+			reason = bodyReasons[be.Reason]
+		}
 		h.log.V(1).Info("rejected request body", "reason", err.Error())
-		h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", "malformed").Inc()
+		h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", reason).Inc()
 		serving.Fail(w, err)
 		return
 	}
