@@ -21,7 +21,8 @@ var log = ctrl.Log.WithName("webhook-server")
 
 // Options configures a webhook server's listener and TLS.
 type Options struct {
-	// Host and Port the HTTPS listener binds; Port defaults to 9443.
+	// Host and Port the HTTPS listener binds; the --webhook-port flag
+	// defaults to 9443, and Port 0 binds a free port (Server.Addr reports it).
 	Host string
 	Port int
 	// CertDir holds CertName and KeyName (tls.crt, tls.key), watched for changes.
