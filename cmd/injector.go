@@ -106,6 +106,7 @@ func runInjector(ctx context.Context, o *injectorOptions) error {
 		Params:   sidecar.Params{OperatorNamespace: o.operatorNamespace, ServerVersion: version},
 		Log:      log,
 		Injector: o.injector,
+		Envelope: o.serving.Envelope(),
 	}
 	ws := mgr.GetWebhookServer()
 	ws.Register("/inject", handler)

@@ -26,6 +26,7 @@ import (
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/version"
+	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
@@ -168,16 +169,17 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		return err
 	}
 	webhookCerts := controllers.NewServingCertSource(o.namespace)
+	// The HTTP envelope of the webhook servers (timeouts on every phase of a
+	// request, a connection limit), HTTP/1.1 only as on the metrics port:
+	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
+	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
+	so := serving.Options{Port: o.webhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
+	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Port: o.webhookPort,
-			// HTTP/1.1 only, as on the metrics port: HTTP/2 stream
-			// floods (CVE-2023-44487) cost nothing for an admission client.
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) {
-				c.GetCertificate = webhookCerts.GetCertificate
-				c.NextProtos = []string{"http/1.1"}
-			}},
-		}),
+		WebhookServer:           webhookServer,
 		Scheme:                  scheme,
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.probeAddr,

@@ -86,7 +86,9 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 	}
 
 	ws := mgr.GetWebhookServer()
-	ws.Register("/oversell", oversell.NewHandler(store, m, log.WithName("handler")))
+	h := oversell.NewHandler(store, m, log.WithName("handler"))
+	h.Envelope = o.serving.Envelope()
+	ws.Register("/oversell", h)
 	ws.Register("/configz", oversell.ConfigzHandler(store))
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

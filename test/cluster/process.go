@@ -45,6 +45,9 @@ func StartProcess(name, logDir, bin string, args []string, env []string) (*Proce
 	return p, nil
 }
 
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has ended, and its error.
 func (p *Process) Exited() (bool, error) {
 	select {

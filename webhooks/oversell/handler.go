@@ -1,21 +1,22 @@
 package oversell
 
 import (
-	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 // MaxBodyBytes is the largest AdmissionReview accepted, in bytes. The API
 // server caps objects at about 1.5 MiB and a review carries two of them.
-const MaxBodyBytes = 3 << 20
+const MaxBodyBytes = serving.DefaultMaxBody
 
 // Outcome labels of hookwright_oversell_mutations_total.
 const (
@@ -34,6 +35,15 @@ const (
 	reasonPanic         Reason = "panic"
 )
 
+// bodyReasons are the mutations reasons of bodies the envelope refused: a
+// body that is too slow or finds the server busy is not malformed.
+var bodyReasons = map[string]string{
+	serving.ReasonTooLarge: "malformed",
+	serving.ReasonTimeout:  "body-timeout",
+	serving.ReasonBusy:     "busy",
+	serving.ReasonRead:     "malformed",
+}
+
 // SnapshotSource yields the configuration snapshot for one review.
 type SnapshotSource interface {
 	Snapshot() *Snapshot
@@ -48,7 +58,9 @@ type SnapshotSource interface {
 // Answers:
 //   - 405, 415, 413 or 400 (text/plain) for a wrong method, a content type
 //     other than application/json, a body over MaxBodyBytes, or a body that
-//     is not an AdmissionReview v1 with a request and uid.
+//     is not an AdmissionReview v1 with a request and uid; 408 for a body not
+//     received within the request timeout and 429 while the in-flight body
+//     budget is full (serving.Envelope).
 //   - 200 allowed, no patch, one warning: for any other resource,
 //     subresource or operation (a misconfigured webhook must not block
 //     writes), before the NodeOversell cache has synced, when no safe
@@ -61,6 +73,16 @@ type Handler struct {
 	src     SnapshotSource
 	metrics *Metrics
 	log     logr.Logger
+	// Envelope bounds body size, read time and in-flight bytes; nil means
+	// serving.DefaultEnvelope().
+	Envelope *serving.Envelope
+}
+
+func (h *Handler) envelope() *serving.Envelope {
+	if h.Envelope != nil {
+		return h.Envelope
+	}
+	return serving.DefaultEnvelope()
 }
 
 // NewHandler returns a handler reading configuration from src and
@@ -110,8 +132,6 @@ func (n *nodeJSON) state() NodeState {
 	}
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 type outBuf struct{ b []byte }
 
 var outPool = sync.Pool{New: func() any { return &outBuf{b: make([]byte, 0, 2048)} }}
@@ -129,27 +149,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, http.StatusUnsupportedMediaType, "content type %q not supported; want application/json", r.Header.Get("Content-Type"))
 		return
 	}
-	if r.ContentLength > MaxBodyBytes {
-		h.reject(w, http.StatusRequestEntityTooLarge, "body of %d bytes exceeds %d", r.ContentLength, MaxBodyBytes)
-		return
-	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= 1<<20 {
-			bufPool.Put(buf)
+	body, err := h.envelope().Read(w, r)
+	if err != nil {
+		reason := "malformed"
+		if be := (*serving.BodyError)(nil); errors.As(err, &be) {
+			reason = bodyReasons[be.Reason]
 		}
-	}()
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBodyBytes+1)); err != nil {
-		h.reject(w, http.StatusBadRequest, "reading body: %v", err)
+		h.log.V(1).Info("rejected request body", "reason", err.Error())
+		h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", reason).Inc()
+		serving.Fail(w, err)
 		return
 	}
-	if buf.Len() > MaxBodyBytes {
-		h.reject(w, http.StatusRequestEntityTooLarge, "body exceeds %d bytes", MaxBodyBytes)
-		return
-	}
+	defer body.Release()
 
-	rv, nodeErr, err := parseReview(buf.Bytes())
+	rv, nodeErr, err := parseReview(body.Bytes())
 	if err != nil {
 		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
 		return
@@ -230,7 +243,8 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	}
 
 	if d.UntrustedAllocatableWrite {
-		h.metrics.UntrustedAllocatableWrites.WithLabelValues(req.UserInfo.Username).Inc()
+		h.metrics.untrustedWrite(req.UserInfo.Username)
+		h.log.V(1).Info("untrusted allocatable write repaired", "node", name, "user", req.UserInfo.Username)
 	}
 	if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
 		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()

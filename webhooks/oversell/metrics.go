@@ -1,9 +1,55 @@
 package oversell
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
+
+// Label bounds. Node and user names come from request bodies, which any
+// client that reaches the Service can write, so each label takes a bounded
+// set of values. MaxNodeSeries is Kubernetes' largest supported cluster
+// (5,000 nodes: kubernetes.io/docs/setup/best-practices/cluster-large);
+// nodes beyond it get no per-node gauges and are counted in
+// hookwright_oversell_node_series_dropped_total. Users beyond MaxUserSeries
+// are counted under OtherUser; the handler also logs each such write with
+// its user.
+const (
+	MaxNodeSeries = 5000
+	MaxUserSeries = 100
+	OtherUser     = "other"
+)
+
+// labelSet admits at most max distinct values, first come; forget makes
+// room again.
+type labelSet struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+func newLabelSet(max int) *labelSet { return &labelSet{max: max, seen: map[string]struct{}{}} }
+
+// admit reports whether v is, or now becomes, one of the set's values.
+func (s *labelSet) admit(v string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[v]; ok {
+		return true
+	}
+	if len(s.seen) >= s.max {
+		return false
+	}
+	s.seen[v] = struct{}{}
+	return true
+}
+
+func (s *labelSet) forget(v string) {
+	s.mu.Lock()
+	delete(s.seen, v)
+	s.mu.Unlock()
+}
 
 // Metrics are the oversell server's Prometheus series. cpu values are in
 // cores, memory in bytes, durations in seconds.
@@ -24,6 +70,11 @@ type Metrics struct {
 	ConfigRejected *prometheus.CounterVec
 	// Policies is the number of NodeOversell objects being served.
 	Policies prometheus.Gauge
+	// NodeSeriesDropped counts applied decisions for nodes beyond
+	// MaxNodeSeries, whose gauges were not recorded.
+	NodeSeriesDropped prometheus.Counter
+
+	nodes, users *labelSet
 }
 
 // NewMetrics creates the series and registers them on reg (controller-runtime's
@@ -64,9 +115,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "hookwright_oversell_policies",
 			Help: "Number of valid NodeOversell objects served.",
 		}),
+		NodeSeriesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hookwright_oversell_node_series_dropped_total",
+			Help: "Applied decisions for nodes beyond the per-node series bound (5000 nodes), whose gauges were not recorded.",
+		}),
+		nodes: newLabelSet(MaxNodeSeries),
+		users: newLabelSet(MaxUserSeries),
 	}
 	for _, c := range []prometheus.Collector{m.RawAllocatable, m.EffectiveAllocatable, m.Ratio, m.Mutations,
-		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies} {
+		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies, m.NodeSeriesDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -74,7 +131,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// observeNode updates the per-node gauges after an applied decision.
+// untrustedWrite counts a non-reporting allocatable write by user, or by
+// OtherUser once MaxUserSeries users have been seen.
+func (m *Metrics) untrustedWrite(user string) {
+	if !m.users.admit(user) {
+		user = OtherUser
+	}
+	m.UntrustedAllocatableWrites.WithLabelValues(user).Inc()
+}
+
+// observeNode updates the per-node gauges after an applied decision; a
+// restored node's series are deleted and its place in the bound freed.
 func (m *Metrics) observeNode(node string, d *Decision) {
 	if d.Restore {
 		for r := Resource(0); r < numResources; r++ {
@@ -82,6 +149,11 @@ func (m *Metrics) observeNode(node string, d *Decision) {
 			m.EffectiveAllocatable.DeleteLabelValues(node, resourceNames[r])
 			m.Ratio.DeleteLabelValues(node, resourceNames[r])
 		}
+		m.nodes.forget(node)
+		return
+	}
+	if !m.nodes.admit(node) {
+		m.NodeSeriesDropped.Inc()
 		return
 	}
 	for r := Resource(0); r < numResources; r++ {

@@ -1,19 +1,28 @@
 // Package serving holds what every hookwright webhook server shares: TLS
 // settings, the certificate directory (reloaded by controller-runtime's
-// certwatcher when the kubelet swaps a mounted Secret) and flag wiring.
+// certwatcher when the kubelet swaps a mounted Secret), flag wiring, and the
+// HTTP envelope that bounds what any client, however hostile or slow, can
+// make a server hold: timeouts on every phase of a request, a connection
+// limit, a body size limit, and one budget for the bytes of all in-flight
+// bodies (Envelope).
 package serving
 
 import (
 	"crypto/tls"
 	"fmt"
+	"net/http"
+	"time"
 
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
+
+var log = ctrl.Log.WithName("webhook-server")
 
 // Options configures a webhook server's listener and TLS.
 type Options struct {
-	// Host and Port the HTTPS listener binds; Port defaults to 9443.
+	// Host and Port the HTTPS listener binds; the --webhook-port flag
+	// defaults to 9443, and Port 0 binds a free port (Server.Addr reports it).
 	Host string
 	Port int
 	// CertDir holds CertName and KeyName (tls.crt, tls.key), watched for changes.
@@ -24,6 +33,25 @@ type Options struct {
 	MinTLSVersion string
 	// EnableHTTP2 is off by default (CVE-2023-44487, rapid reset).
 	EnableHTTP2 bool
+	// RequestTimeout bounds reading a request's headers and body, writing
+	// its response and keeping an idle connection; 0 means DefaultTimeout
+	// (30 s, the largest webhook timeoutSeconds). A request carrying the
+	// API server's timeout parameter gets the smaller of the two for its
+	// body (Envelope.Deadline).
+	RequestTimeout time.Duration
+	// MaxInflightBytes bounds the body bytes held by all requests being
+	// served; 0 means DefaultMaxInflight (32 MiB).
+	MaxInflightBytes int64
+	// MaxConnections bounds open connections (golang.org/x/net/netutil);
+	// further clients wait in the kernel's accept queue. 0 means no limit.
+	MaxConnections int
+}
+
+func (o *Options) timeout() time.Duration {
+	if o.RequestTimeout > 0 {
+		return o.RequestTimeout
+	}
+	return DefaultTimeout
 }
 
 // AddFlags registers the options on fs with their defaults.
@@ -35,6 +63,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KeyName, "key-name", "tls.key", "serving key file name in --cert-dir")
 	fs.StringVar(&o.MinTLSVersion, "tls-min-version", "1.3", "minimum TLS version: 1.2 or 1.3")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 (off by default: CVE-2023-44487)")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", DefaultTimeout, "bound on reading a request, writing its answer and keeping an idle connection (at most the 30s webhook timeout is useful)")
+	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
+	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
 }
 
 // TLSVersion maps "1.2"/"1.3" to the crypto/tls constant.
@@ -61,19 +92,23 @@ func (o *Options) TLSOpts() ([]func(*tls.Config), error) {
 	return opts, nil
 }
 
-// NewServer builds a controller-runtime webhook server from the options. The
+// NewServer builds the webhook server from the options (see Server). The
 // server's certwatcher reloads the certificate when the files change.
-func (o *Options) NewServer() (webhook.Server, error) {
+func (o *Options) NewServer() (*Server, error) { return o.NewServerWithTLS() }
+
+// NewServerWithTLS is NewServer with extra tls.Config mutators applied after
+// the options' own; one that sets GetCertificate replaces the certwatcher
+// on CertDir (the manager serves certificates it issues itself).
+func (o *Options) NewServerWithTLS(extra ...func(*tls.Config)) (*Server, error) {
 	tlsOpts, err := o.TLSOpts()
 	if err != nil {
 		return nil, err
 	}
-	return webhook.NewServer(webhook.Options{
-		Host:     o.Host,
-		Port:     o.Port,
-		CertDir:  o.CertDir,
-		CertName: o.CertName,
-		KeyName:  o.KeyName,
-		TLSOpts:  tlsOpts,
-	}), nil
+	return &Server{o: *o, tlsOpts: append(tlsOpts, extra...), mux: http.NewServeMux()}, nil
+}
+
+// Envelope returns the body envelope for handlers of a server built from
+// these options: 3 MiB bodies, the in-flight budget and the request timeout.
+func (o *Options) Envelope() *Envelope {
+	return NewEnvelope(EnvelopeOptions{MaxInflight: o.MaxInflightBytes, Timeout: o.timeout()})
 }

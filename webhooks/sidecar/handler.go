@@ -1,15 +1,12 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,11 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 // MaxBodyBytes bounds an AdmissionReview body: 3 MiB, the API server's
-// request size limit, so any legitimate pod fits.
-const MaxBodyBytes = 3 << 20
+// request size limit, so any legitimate pod fits (serving.DefaultMaxBody).
+const MaxBodyBytes = serving.DefaultMaxBody
 
 // Handler serves AdmissionReview v1 for pod CREATE (register it at /inject).
 //
@@ -38,12 +36,30 @@ type Handler struct {
 	Log    logr.Logger
 	// Injector names the SidecarInjector in metrics before a config is loaded.
 	Injector string
+	// Envelope bounds body size, read time and in-flight bytes; nil means
+	// serving.DefaultEnvelope().
+	Envelope *serving.Envelope
 }
 
-var reviewBufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bodyReasons maps the envelope's reasons to failure reasons.
+var bodyReasons = map[string]string{
+	serving.ReasonTooLarge: FailTooLarge,
+	serving.ReasonTimeout:  FailTimeout,
+	serving.ReasonBusy:     FailBusy,
+	serving.ReasonRead:     FailBadReview,
+}
+
+func (h *Handler) envelope() *serving.Envelope {
+	if h.Envelope != nil {
+		return h.Envelope
+	}
+	return serving.DefaultEnvelope()
+}
 
 // ServeHTTP answers one AdmissionReview. Malformed requests get 405, 415,
-// 413 or 400 with a plain-text reason, and 503 while no config is loaded.
+// 413 or 400 with a plain-text reason, a body not received within the
+// request timeout 408, a body refused while the in-flight budget is full
+// 429 (serving.Envelope), and 503 while no config is loaded.
 // Well-formed reviews always get 200 with an AdmissionResponse.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -67,26 +83,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnsupportedMediaType, FailContentType, fmt.Sprintf("content type %q not supported: want application/json", r.Header.Get("Content-Type")))
 		return
 	}
-	if r.ContentLength > MaxBodyBytes {
-		fail(http.StatusRequestEntityTooLarge, FailTooLarge, fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, MaxBodyBytes))
+	body, err := h.envelope().Read(w, r)
+	if err != nil {
+		reason := FailBadReview
+		if be := (*serving.BodyError)(nil); errors.As(err, &be) {
+			reason = bodyReasons[be.Reason]
+		}
+		requestsTotal.WithLabelValues(injector, outcomeFailed).Inc()
+		failuresTotal.WithLabelValues(injector, reason).Inc()
+		h.Log.Info("rejected admission request", "reason", reason, "error", err.Error())
+		serving.Fail(w, err)
 		return
 	}
-	buf := reviewBufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer reviewBufPool.Put(buf)
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1)
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBodyBytes+1)); err != nil {
-		fail(http.StatusBadRequest, FailBadReview, "reading body: "+err.Error())
-		return
-	}
-	if buf.Len() > MaxBodyBytes {
-		fail(http.StatusRequestEntityTooLarge, FailTooLarge, fmt.Sprintf("body exceeds the %d byte limit", MaxBodyBytes))
-		return
-	}
+	defer body.Release()
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(buf.Bytes(), &review); err != nil {
+	if err := json.Unmarshal(body.Bytes(), &review); err != nil {
 		fail(http.StatusBadRequest, FailBadReview, "body is not a JSON AdmissionReview: "+err.Error())
 		return
 	}

@@ -50,6 +50,8 @@ const (
 	FailBadMethod     = "BadMethod"
 	FailContentType   = "ContentType"
 	FailTooLarge      = "TooLarge"
+	FailTimeout       = "BodyTimeout" // body not received within the request timeout
+	FailBusy          = "Busy"        // in-flight body budget full
 	FailBadReview     = "BadAdmissionReview"
 	FailWrongResource = "WrongResource"
 	FailDecode        = "PodDecode"

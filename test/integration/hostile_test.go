@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/hookwright/hookwright/webhooks/serving/servingtest"
+)
+
+const hostileNS = "hookwright-hostile"
+
+// TestInjectorProcessUnderSlowClients is issue 11 §2's soak against the real
+// `hookwright injector` process, serving a SidecarInjector it reads from the
+// API server: 200 connections each declaring a 3 MiB body and trickling it
+// (servingtest.SlowClients) and 100 valid reviews a second for 60 s. Every
+// valid review succeeds within the webhook's 10 s timeout and the process's
+// resident memory stays under the server Deployment's 256 Mi limit
+// (controllers.DefaultResources). Before the envelope the injector grew to
+// the declared size of every body at once and held every connection.
+func TestInjectorProcessUnderSlowClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a one-minute soak; runs without -short")
+	}
+	ctx := ctxT(t, 3*time.Minute)
+	if _, err := env.CreateNamespace(ctx, hostileNS, nil); err != nil {
+		t.Fatal(err)
+	}
+	si := loadSampleInjector(t)
+	si.Name = "hostile-injector"
+	if err := env.Client.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	srv := startWebhookServer(t, false, "injector", hostileNS, si.Name, "--injector="+si.Name, "--operator-namespace="+hostileNS)
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(srv.ca.CertPEM)
+	tlsCfg := &tls.Config{RootCAs: pool, ServerName: cluster.ServiceDNSNames(hostileNS, si.Name)[0], MinVersion: tls.VersionTLS12}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	review := hostileReview(t)
+
+	pid := srv.proc.Pid()
+	rss := servingtest.StartPeakSampler(250*time.Millisecond, func() uint64 { return statusKiB(pid, "VmRSS") << 10 })
+	slow := servingtest.StartSlowClients(srv.Addr(), tlsCfg, "/inject", 200)
+	load := servingtest.RunLoad(100, 60*time.Second, func() error {
+		resp, err := client.Post("https://"+srv.Addr()+"/inject?timeout=10s", "application/json", bytes.NewReader(review))
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d: %s %v", resp.StatusCode, body, err)
+		}
+		var out admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &out); err != nil || out.Response == nil || !out.Response.Allowed || len(out.Response.Patch) == 0 {
+			return fmt.Errorf("not an injecting answer: %s", body)
+		}
+		return nil
+	})
+	sr := slow.Stop()
+	peak := rss.Stop()
+	hwm := statusKiB(pid, "VmHWM")
+
+	t.Logf("valid reviews: %v", load)
+	t.Logf("slow connections: %v", sr)
+	t.Logf("injector process: peak RSS sampled %.1f MiB, VmHWM %.1f MiB", float64(peak)/(1<<20), float64(hwm)/(1<<10))
+	if n := len(load.Failures); n > 0 {
+		t.Errorf("%d of %d valid reviews failed, first: %s", n, n+load.OK, load.Failures[0])
+	}
+	if hwm<<10 >= 256<<20 {
+		t.Errorf("injector resident memory peaked at %d KiB, over the 256 Mi limit", hwm)
+	}
+	if sr.Answers["HTTP/1.1 408 Request Timeout"] == 0 {
+		t.Error("no trickled body was cut with 408")
+	}
+}
+
+// hostileReview is an AdmissionReview of a pod CREATE in a namespace the
+// sample injector injects.
+func hostileReview(t *testing.T) []byte {
+	t.Helper()
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"shop"},"spec":{"containers":[{"name":"web","image":"nginx:1.27"}]}}`)
+	rv := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       "5b0f6a2e-0c1d-4e8f-9a7b-3c2d1e0f9a8b",
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: "shop",
+			Operation: admissionv1.Create,
+		},
+	}
+	rv.Request.Object.Raw = pod
+	b, err := json.Marshal(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// statusKiB reads a "<key>: <n> kB" line of /proc/<pid>/status, 0 if absent.
+func statusKiB(pid int, key string) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

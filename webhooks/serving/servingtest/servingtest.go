@@ -1,0 +1,102 @@
+// Package servingtest starts a serving.Server on 127.0.0.1 with a fresh
+// serving certificate, for tests of the HTTP envelope under real TLS
+// connections.
+package servingtest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/webhooks/serving"
+)
+
+// Server is a started serving.Server.
+type Server struct {
+	*serving.Server
+	// Addr is host:port on 127.0.0.1.
+	Addr string
+	// ClientTLS trusts the server's CA and names "localhost".
+	ClientTLS *tls.Config
+}
+
+// Start writes a CA-signed certificate for "localhost" into a temporary
+// directory, starts a server with o (Host, Port and CertDir are set here)
+// and the handlers register adds, and waits until it accepts connections.
+// The server stops when the test ends.
+func Start(tb testing.TB, o serving.Options, register func(*serving.Server)) *Server {
+	tb.Helper()
+	// The server and certwatcher log through controller-runtime's root.
+	ctrllog.SetLogger(logr.Discard())
+	ca, err := certs.NewCA(certs.CAOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	leaf, err := certs.NewServingCert(ca, certs.ServingOptions{DNSNames: []string{"localhost"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), leaf.CertPEM, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), leaf.KeyPEM, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	o.Host, o.Port, o.CertDir, o.CertName, o.KeyName = "127.0.0.1", 0, dir, "tls.crt", "tls.key"
+	if o.MinTLSVersion == "" {
+		o.MinTLSVersion = "1.3"
+	}
+	srv, err := o.NewServer()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if register != nil {
+		register(srv)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Start(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			tb.Errorf("server: %v", err)
+		}
+	})
+	check := srv.StartedChecker()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if err := check(&http.Request{}); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			tb.Fatalf("server did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return &Server{Server: srv, Addr: srv.Addr(), ClientTLS: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}}
+}
+
+// Client is an HTTP/1.1 client for s with up to 64 keep-alive
+// connections; further requests queue for one (counted in their latency)
+// rather than open ever more connections when the server slows down.
+func (s *Server) Client(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig:     s.ClientTLS.Clone(),
+		MaxIdleConnsPerHost: 64,
+		MaxConnsPerHost:     64,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// URL is https://<Addr><path>.
+func (s *Server) URL(path string) string { return "https://" + s.Addr + path }

@@ -1,0 +1,119 @@
+package sidecar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
+	"github.com/hookwright/hookwright/webhooks/serving/servingtest"
+)
+
+// Soak parameters of issue 11 §2: slow clients each declaring a 3 MiB body
+// and trickling it, and valid reviews at a steady rate, against one server
+// with the production envelope, for a minute.
+const (
+	soakSlowClients   = 200
+	soakValidPerSec   = 100
+	soakDuration      = 60 * time.Second
+	soakReviewTimeout = 10 * time.Second // the SidecarInjector's default timeoutSeconds
+	// soakMemoryLimit is the server Deployment's memory limit
+	// (controllers.DefaultResources).
+	soakMemoryLimit = 256 << 20
+)
+
+// TestSoakSlowClients runs the real handler on a serving.Server on
+// 127.0.0.1 with TLS and the flag defaults of the server binary, under
+// soakSlowClients connections that each declare a 3 MiB body and trickle it
+// (servingtest.SlowClients), while valid reviews arrive at soakValidPerSec.
+// Every valid review must succeed within its timeout, trickled bodies must
+// be cut, and the heap (of the whole test process, clients included) must
+// stay under the Deployment's memory limit. Before the envelope the
+// injector grew its buffer to each declared 3 MiB at once (941 MiB of heap
+// here) and kept every connection for as long as it trickled.
+func TestSoakSlowClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a one-minute soak; runs without -short")
+	}
+	var o serving.Options
+	fs := pflag.NewFlagSet("soak", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHandler(t, sampleConfig(t))
+	h.Envelope = o.Envelope()
+	srv := servingtest.Start(t, o, func(s *serving.Server) { s.Register("/inject", h) })
+
+	heap := servingtest.StartPeakSampler(250*time.Millisecond, func() uint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	})
+	slow := servingtest.StartSlowClients(srv.Addr, srv.ClientTLS, "/inject", soakSlowClients)
+	client := srv.Client(soakReviewTimeout)
+	review := reviewFor(t, []byte(nginxPod), "shop", false)
+	load := servingtest.RunLoad(soakValidPerSec, soakDuration, func() error {
+		return validReview(client, srv.URL("/inject"), review)
+	})
+	sr := slow.Stop()
+	peak := heap.Stop()
+
+	t.Logf("valid reviews: %v", load)
+	t.Logf("slow connections: %v", sr)
+	t.Logf("heap in use peak %.1f MiB, process peak RSS %s (clients included)", float64(peak)/(1<<20), peakRSS())
+	if n := len(load.Failures); n > 0 {
+		t.Errorf("%d of %d valid reviews failed, first: %s", n, n+load.OK, load.Failures[0])
+	}
+	if peak >= soakMemoryLimit {
+		t.Errorf("heap in use peaked at %d bytes, over the %d byte memory limit", peak, soakMemoryLimit)
+	}
+	if sr.Answers["HTTP/1.1 408 Request Timeout"] == 0 {
+		t.Error("no trickled body was cut with 408")
+	}
+	if n := sr.Answers["HTTP/1.1 200 OK"]; n > 0 {
+		t.Errorf("%d trickled bodies were answered 200", n)
+	}
+}
+
+// validReview posts review and checks the answer injects.
+func validReview(client *http.Client, url string, review []byte) error {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(review))
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s %v", resp.StatusCode, body, err)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &out); err != nil || out.Response == nil || !out.Response.Allowed || len(out.Response.Patch) == 0 {
+		return fmt.Errorf("not an injecting answer: %s", body)
+	}
+	return nil
+}
+
+// peakRSS is the process's peak resident set (VmHWM), for the report.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
