@@ -89,19 +89,11 @@ type preparedEntry struct {
 // list elements have names, and duplicate keys are rejected
 // (YAMLToJSONStrict) so a value cannot shadow a key written by the template.
 func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *TemplateData) (*preparedPart, error) {
-	u, err := t.unit()
-	if err != nil {
-		return nil, &RenderError{Template: t.name, Err: err}
-	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bufPool.Put(buf)
-	u.st.reset(ctx, time.Now())
-	err = u.tmpl.Execute(limitedWriter{st: u.st, buf: buf}, data)
-	u.st.ctx = nil // the pool must not keep a request alive
-	t.units.Put(u)
-	if err != nil {
-		return nil, &RenderError{Template: t.name, Err: err}
+	if err := t.execute(ctx, buf, data); err != nil {
+		return nil, err
 	}
 	if p, ok := t.cache.get(buf.Bytes()); ok {
 		return p, nil
@@ -121,6 +113,22 @@ func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *Templ
 	}
 	t.cache.put(buf.Bytes(), p)
 	return p, nil
+}
+
+// execute runs t into buf within the render limits; errors are *RenderError.
+func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *TemplateData) error {
+	u, err := t.unit()
+	if err != nil {
+		return &RenderError{Template: t.name, Err: err}
+	}
+	u.st.reset(ctx, time.Now())
+	err = u.tmpl.Execute(limitedWriter{st: u.st, buf: buf}, data)
+	u.st.ctx = nil // the pool must not keep a request alive
+	t.units.Put(u)
+	if err != nil {
+		return &RenderError{Template: t.name, Err: err}
+	}
+	return nil
 }
 
 // execUnit is a clone of a compiled template with its functions bound to st.
