@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -106,14 +107,14 @@ func (s *renderState) checkTime() error {
 	return nil
 }
 
-// Write makes the state the template's output writer: bytes go to w until
+// limitedWriter is the template's output: bytes go to buf until
 // MaxRenderBytes is passed, then Execute stops with that error.
 type limitedWriter struct {
 	st  *renderState
-	buf interface{ Write([]byte) (int, error) }
+	buf *bytes.Buffer
 }
 
-func (w limitedWriter) Write(p []byte) (int, error) {
+func (w *limitedWriter) Write(p []byte) (int, error) {
 	if w.st.written+len(p) > MaxRenderBytes {
 		return 0, outputLimitError()
 	}
@@ -229,20 +230,38 @@ const (
 )
 
 // instrument rewrites a parsed template set in place so every range
-// iteration and every template body starts with a step, and every action
-// that prints a value not already a bounded string passes it through
-// outFunc, which measures it before fmt expands it. It rejects templates
-// that call themselves, directly or through others: text/template allows
+// iteration and the body of every template called by {{template}} starts
+// with a step. When the set calls a function that mutates a map (set,
+// unset, merge...), a value measured when it was made can grow later
+// through a shared reference, so then every action that prints a value not
+// already a bounded string passes it through outFunc, which measures it
+// before fmt expands it; without mutators every printed value was measured
+// when made or is the pod's or the CR's own data. It rejects templates that
+// call themselves, directly or through others: text/template allows
 // 100,000 nested calls, each holding stack, and no sidecar needs recursion.
 func instrument(t *template.Template) error {
+	mutates := false
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil && tt.Root != nil && callsAny(tt.Root, mutators) {
+			mutates = true
+		}
+	}
 	calls := map[string][]string{}
+	called := map[string]bool{}
 	for _, tt := range t.Templates() {
 		if tt.Tree == nil || tt.Root == nil {
 			continue
 		}
 		name := tt.Name()
-		instrumentList(tt.Root, func(callee string) { calls[name] = append(calls[name], callee) })
-		tt.Root.Nodes = slices.Insert(tt.Root.Nodes, 0, stepNode(tt.Root.Position()))
+		instrumentList(tt.Root, mutates, func(callee string) {
+			calls[name] = append(calls[name], callee)
+			called[callee] = true
+		})
+	}
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil && tt.Root != nil && called[tt.Name()] {
+			tt.Root.Nodes = slices.Insert(tt.Root.Nodes, 0, stepNode(tt.Root.Position()))
+		}
 	}
 	// Depth-first search for a cycle in the call graph.
 	state := map[string]int{} // 1 on the stack, 2 done
@@ -276,26 +295,72 @@ func instrument(t *template.Template) error {
 	return nil
 }
 
-func instrumentList(l *parse.ListNode, call func(string)) {
+// mutators are the sprig functions that change a map in place.
+var mutators = map[string]bool{
+	"set": true, "unset": true, "merge": true, "mergeOverwrite": true, "mustMerge": true, "mustMergeOverwrite": true,
+}
+
+// callsAny reports whether any identifier (function name) under n is in names.
+func callsAny(n parse.Node, names map[string]bool) bool {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return false
+		}
+		for _, c := range n.Nodes {
+			if callsAny(c, names) {
+				return true
+			}
+		}
+	case *parse.ActionNode:
+		return callsAny(n.Pipe, names)
+	case *parse.IfNode:
+		return callsAny(n.Pipe, names) || callsAny(n.List, names) || callsAny(n.ElseList, names)
+	case *parse.WithNode:
+		return callsAny(n.Pipe, names) || callsAny(n.List, names) || callsAny(n.ElseList, names)
+	case *parse.RangeNode:
+		return callsAny(n.Pipe, names) || callsAny(n.List, names) || callsAny(n.ElseList, names)
+	case *parse.TemplateNode:
+		return callsAny(n.Pipe, names)
+	case *parse.PipeNode:
+		if n == nil {
+			return false
+		}
+		for _, c := range n.Cmds {
+			for _, a := range c.Args {
+				if callsAny(a, names) {
+					return true
+				}
+			}
+		}
+	case *parse.ChainNode:
+		return callsAny(n.Node, names)
+	case *parse.IdentifierNode:
+		return names[n.Ident]
+	}
+	return false
+}
+
+func instrumentList(l *parse.ListNode, outs bool, call func(string)) {
 	if l == nil {
 		return
 	}
 	for _, n := range l.Nodes {
 		switch n := n.(type) {
 		case *parse.ActionNode:
-			if len(n.Pipe.Decl) == 0 && !n.Pipe.IsAssign && !endsBounded(n.Pipe) {
+			if outs && len(n.Pipe.Decl) == 0 && !n.Pipe.IsAssign && !endsBounded(n.Pipe) {
 				n.Pipe.Cmds = append(n.Pipe.Cmds, &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos,
 					Args: []parse.Node{parse.NewIdentifier(outFunc).SetPos(n.Pos)}})
 			}
 		case *parse.IfNode:
-			instrumentList(n.List, call)
-			instrumentList(n.ElseList, call)
+			instrumentList(n.List, outs, call)
+			instrumentList(n.ElseList, outs, call)
 		case *parse.WithNode:
-			instrumentList(n.List, call)
-			instrumentList(n.ElseList, call)
+			instrumentList(n.List, outs, call)
+			instrumentList(n.ElseList, outs, call)
 		case *parse.RangeNode:
-			instrumentList(n.List, call)
-			instrumentList(n.ElseList, call)
+			instrumentList(n.List, outs, call)
+			instrumentList(n.ElseList, outs, call)
 			if n.List != nil {
 				n.List.Nodes = slices.Insert(n.List.Nodes, 0, stepNode(n.List.Position()))
 			}

@@ -122,7 +122,9 @@ func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data 
 		return &RenderError{Template: t.name, Err: err}
 	}
 	u.st.reset(ctx, time.Now())
-	err = u.tmpl.Execute(limitedWriter{st: u.st, buf: buf}, data)
+	u.w.buf = buf
+	err = u.tmpl.Execute(&u.w, data)
+	u.w.buf = nil
 	u.st.ctx = nil // the pool must not keep a request alive
 	t.units.Put(u)
 	if err != nil {
@@ -135,6 +137,7 @@ func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data 
 type execUnit struct {
 	tmpl *template.Template
 	st   *renderState
+	w    limitedWriter // reused: an interface conversion per render would allocate
 }
 
 // unit takes a clone from the pool or makes one (a pool miss costs a
@@ -149,7 +152,7 @@ func (t *compiledTemplate) unit() (*execUnit, error) {
 	}
 	st := &renderState{}
 	tm.Funcs(funcMap(st))
-	return &execUnit{tmpl: tm, st: st}, nil
+	return &execUnit{tmpl: tm, st: st, w: limitedWriter{st: st}}, nil
 }
 
 func prepare(j []byte) (*preparedPart, error) {
