@@ -2,11 +2,14 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
@@ -195,5 +198,41 @@ func TestMeasure(t *testing.T) {
 	}
 	if n, ok := measure(map[string]any{"a": []any{"bc", 1}}, 1000); !ok || n == 0 || n > 200 {
 		t.Errorf("small map measured %d %t", n, ok)
+	}
+}
+
+// A pod annotation that drives an amplifier (here the repeat count) is
+// denied by the injector with the template and the limit named; a normal
+// value still injects. The trial render passed, with the default.
+func TestPodAnnotationBombDenied(t *testing.T) {
+	cr := bombCR(`{{ repeat (annotation .ObjectMeta "n" "1" | atoi) "x" }}`)
+	cr.Name = "bombs"
+	cfg, err := Compile(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHandler(t, cfg)
+	for _, tc := range []struct {
+		n       string
+		allowed bool
+	}{{"3", true}, {"100000000", false}} {
+		pod := `{"metadata":{"name":"p","annotations":{"n":"` + tc.n + `"}},"spec":{"containers":[{"name":"a","image":"a"}]}}`
+		rec := serve(h, reviewFor(t, []byte(pod), "shop", false), "application/json")
+		var out admissionv1.AdmissionReview
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+			t.Fatalf("n=%s: %v %s", tc.n, err, rec.Body.Bytes())
+		}
+		if out.Response.Allowed != tc.allowed {
+			t.Fatalf("n=%s: allowed %t: %+v", tc.n, out.Response.Allowed, out.Response.Result)
+		}
+		if tc.allowed {
+			continue
+		}
+		msg := out.Response.Result.Message
+		for _, want := range []string{"bombs", `template "bomb"`, "MaxValueBytes", "1048576"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("denial %q lacks %q", msg, want)
+			}
+		}
 	}
 }
