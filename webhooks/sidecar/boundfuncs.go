@@ -349,12 +349,13 @@ func boundSprint(f func(...any) string, args []any) (string, error) {
 
 // boundPrintf checks what fmt can make of the format before it runs: fmt
 // caps each width and precision at 1e6 (BADWIDTH beyond), but applies them
-// to every element of a list and allows one per verb.
-func boundPrintf(format string, args ...any) (string, error) {
+// to every element of a list and allows one per verb. Like boundQuote it
+// has one result and panics on a limit.
+func boundPrintf(format string, args ...any) string {
 	n := 0
 	for _, a := range args {
 		if !measureInto(a, 0, &n, MaxValueBytes) {
-			return "", valueLimitError("printf's arguments")
+			panic(valueLimitError("printf's arguments"))
 		}
 	}
 	widths, maxWidth := int64(0), int64(0)
@@ -393,23 +394,26 @@ func boundPrintf(format string, args ...any) (string, error) {
 		}
 	}
 	if err := checkSize("printf", int64(len(format))+widths+int64(n)*(maxWidth+1)); err != nil {
-		return "", err
+		panic(err)
 	}
-	return fmt.Sprintf(format, args...), nil
+	return fmt.Sprintf(format, args...)
 }
 
-func boundQuote(args ...any) (string, error) {
+// boundQuote returns one result, as quoteAll does: a second (error) result
+// costs text/template an allocation per call. A limit panics, which
+// text/template reports as the call's error.
+func boundQuote(args ...any) string {
 	n := 0
 	for _, a := range args {
 		if !measureInto(a, 0, &n, MaxValueBytes) {
-			return "", valueLimitError("quote's arguments")
+			panic(valueLimitError("quote's arguments"))
 		}
 	}
 	s := quoteAll(args...)
 	if len(s) > MaxValueBytes {
-		return "", valueLimitError("quote's result")
+		panic(valueLimitError("quote's result"))
 	}
-	return s, nil
+	return s
 }
 
 func boundToJSON(v any) (string, error) {
