@@ -178,7 +178,7 @@ func TestRenderCacheBytes(t *testing.T) {
 	if _, ok := c.get(big); ok {
 		t.Error("an entry above renderCacheMaxEntry was cached")
 	}
-	k := make([]byte, 100<<10)
+	k := make([]byte, 30<<10)
 	for i := 0; i < 1000; i++ {
 		k[0], k[1] = byte(i), byte(i>>8)
 		c.put(k, nil)

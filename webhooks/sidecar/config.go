@@ -108,11 +108,12 @@ type renderCache struct {
 
 const (
 	renderCacheMax = 512
-	// renderCacheMaxBytes bounds one template's cache: the rendered text
-	// plus its prepared JSON, counted three times (document, list
-	// entries, native variants).
-	renderCacheMaxBytes = 8 << 20
-	renderCacheMaxEntry = 256 << 10
+	// renderCacheMaxBytes bounds one template's cache (a SidecarInjector
+	// has at most 32 templates, so 64 MiB a server at worst): the rendered
+	// text plus its prepared JSON, counted three times (document, list
+	// entries, native variants). A sidecar's prepared part is a few KiB.
+	renderCacheMaxBytes = 2 << 20
+	renderCacheMaxEntry = 64 << 10
 )
 
 func cacheCost(k []byte, v *preparedPart) int {
