@@ -53,7 +53,7 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%s exceeds the render limit %s (%d %s)", e.What, e.Limit, e.Max, e.Unit)
+	return fmt.Sprintf("%s: over the render limit %s (%d %s)", e.What, e.Limit, e.Max, e.Unit)
 }
 
 func outputLimitError() error {
