@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -85,20 +86,43 @@ type Config struct {
 
 type compiledTemplate struct {
 	name string
-	tmpl *template.Template
+	// tmpl is parsed and instrumented (see instrument) but never executed:
+	// renders take a clone from units, whose functions are bound to the
+	// clone's own budget.
+	tmpl  *template.Template
+	units sync.Pool
 	// cache maps rendered YAML text to its prepared form: most pods render
 	// the same text, and YAML parsing and re-encoding dominate render cost.
 	cache renderCache
 }
 
-// renderCache is a bounded map, emptied when full (a config's templates
-// render few distinct outputs; a pod-specific one just misses).
+// renderCache is a map bounded in entries and bytes, emptied when full (a
+// config's templates render few distinct outputs; a pod-specific one just
+// misses). An output larger than renderCacheMaxEntry is never kept, so a
+// pod annotation copied into the output cannot fill the cache alone.
 type renderCache struct {
-	mu sync.RWMutex
-	m  map[string]*preparedPart
+	mu    sync.RWMutex
+	m     map[string]*preparedPart
+	bytes int
 }
 
-const renderCacheMax = 512
+const (
+	renderCacheMax = 512
+	// renderCacheMaxBytes bounds one template's cache (a SidecarInjector
+	// has at most 32 templates, so 64 MiB a server at worst): the rendered
+	// text plus its prepared JSON, counted three times (document, list
+	// entries, native variants). A sidecar's prepared part is a few KiB.
+	renderCacheMaxBytes = 2 << 20
+	renderCacheMaxEntry = 64 << 10
+)
+
+func cacheCost(k []byte, v *preparedPart) int {
+	n := len(k)
+	if v != nil {
+		n += 3 * len(v.json)
+	}
+	return n
+}
 
 func (c *renderCache) get(k []byte) (*preparedPart, bool) {
 	c.mu.RLock()
@@ -108,11 +132,19 @@ func (c *renderCache) get(k []byte) (*preparedPart, bool) {
 }
 
 func (c *renderCache) put(k []byte, v *preparedPart) {
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= renderCacheMax {
-		c.m = make(map[string]*preparedPart, 16)
+	cost := cacheCost(k, v)
+	if cost > renderCacheMaxEntry {
+		return
 	}
-	c.m[string(k)] = v
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= renderCacheMax || c.bytes+cost > renderCacheMaxBytes {
+		c.m = make(map[string]*preparedPart, 16)
+		c.bytes = 0
+	}
+	if _, dup := c.m[string(k)]; !dup {
+		c.m[string(k)] = v
+		c.bytes += cost
+	}
 	c.mu.Unlock()
 }
 
@@ -120,8 +152,16 @@ func (c *renderCache) put(k []byte, v *preparedPart) {
 // not parse or does not render for a minimal pod, a defaultTemplates entry
 // names no template or repeats one, a selector is invalid (such as a
 // matchExpressions operator other than In, NotIn, Exists, DoesNotExist), or
-// values is not a JSON object.
+// values is not a JSON object. The trial render is bounded like every render
+// (MaxRenderBytes, MaxValueBytes, MaxRenderSteps, MaxRenderTime); a template
+// calling itself is rejected.
 func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
+	return CompileContext(context.Background(), cr)
+}
+
+// CompileContext is Compile whose trial renders stop once ctx is done (the
+// validating webhook's request was abandoned).
+func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config, error) {
 	s := &cr.Spec
 	c := &Config{
 		Name:              cr.Name,
@@ -180,6 +220,9 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("template %q: %w", t.Name, err)
 		}
+		if err := instrument(tm); err != nil {
+			return nil, fmt.Errorf("template %q: %w", t.Name, err)
+		}
 		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
 		c.needsSpec = c.needsSpec || readsSpec(tm)
 	}
@@ -197,7 +240,7 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	// emit invalid YAML, before this config can replace a working one.
 	for _, t := range s.Templates {
 		for _, native := range []bool{false, true} {
-			if _, err := c.renderOne(c.templates[t.Name], trialData(c, native)); err != nil {
+			if _, err := c.renderOne(ctx, c.templates[t.Name], trialData(c, native)); err != nil {
 				return nil, fmt.Errorf("trial render (nativeSidecars=%t): %w", native, err)
 			}
 		}

@@ -8,17 +8,21 @@ import (
 	"text/template"
 	"unicode/utf8"
 
-	"github.com/Masterminds/sprig/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
 // FuncMap returns the functions available to templates: sprig's TxtFuncMap
-// plus the helpers below. Sprig's env/expandenv (would leak the server's
-// environment into pods) and getHostByName (DNS at admission time) are
-// removed. quote and squote are replaced by a YAML-safe quote: sprig's
-// versions emit Go-quoted or unescaped single-quoted strings, which a value
-// containing a quote or a line break can break out of.
+// plus the helpers below, every one bounded (see MaxValueBytes). Removed:
+// sprig's env/expandenv (would leak the server's environment into pods),
+// getHostByName (DNS at admission time), and the functions that cost up to
+// seconds of CPU per call by design and would put fresh key material into a
+// pod spec stored in etcd: genPrivateKey, genCA, genCAWithKey,
+// genSelfSignedCert, genSelfSignedCertWithKey, genSignedCert,
+// genSignedCertWithKey, buildCustomCert, derivePassword (scrypt, 32 MiB a
+// call), bcrypt and htpasswd. quote and squote are replaced by a YAML-safe
+// quote: sprig's versions emit Go-quoted or unescaped single-quoted strings,
+// which a value containing a quote or a line break can break out of.
 //
 // Helpers:
 //
@@ -34,24 +38,11 @@ import (
 // Values that come from the pod (annotations, labels, names) are pod-author
 // controlled: pass them through quote or toJSON so they can only ever be a
 // string value, never YAML structure.
-func FuncMap() template.FuncMap {
-	f := sprig.TxtFuncMap()
-	delete(f, "env")
-	delete(f, "expandenv")
-	delete(f, "getHostByName")
-	f["quote"] = quoteAll
-	f["squote"] = quoteAll
-	f["toJSON"] = toJSON
-	f["toJson"] = toJSON
-	f["toYAML"] = toYAML
-	f["toYaml"] = toYAML
-	f["annotation"] = annotation
-	f["label"] = label
-	f["valueOrDefault"] = valueOrDefault
-	f["podName"] = podName
-	f["isset"] = isset
-	return f
-}
+//
+// The functions returned here are bound to no render: they enforce the
+// size limits but count no steps. The engine binds its own copy to each
+// render's budget.
+func FuncMap() template.FuncMap { return funcMap(&renderState{}) }
 
 // Quote returns s as a double-quoted scalar that YAML 1.1/1.2 and JSON parse
 // back to exactly s. Besides `"` and `\`, it escapes every rune YAML does not

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -59,11 +60,11 @@ func FuzzSampleTemplates(f *testing.F) {
 		for _, native := range []bool{false, true} {
 			for _, name := range []string{"proxy", "logging"} {
 				tm := cfg.templates[name]
-				wantPart, err := cfg.renderOne(tm, fuzzData(cfg, fuzzMarker, native))
+				wantPart, err := cfg.renderOne(context.Background(), tm, fuzzData(cfg, fuzzMarker, native))
 				if err != nil {
 					t.Fatal(err)
 				}
-				gotPart, err := cfg.renderOne(tm, fuzzData(cfg, s, native))
+				gotPart, err := cfg.renderOne(context.Background(), tm, fuzzData(cfg, s, native))
 				if err != nil {
 					t.Fatalf("template %s with %q: %v", name, s, err)
 				}

@@ -241,7 +241,7 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 				return nil, err
 			}
 		}
-		j, err := cfg.renderOne(t, data)
+		j, err := cfg.renderOne(in.Context, t, data)
 		if err != nil {
 			return nil, err
 		}

@@ -2,10 +2,13 @@ package sidecar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
+	"text/template"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,17 +81,19 @@ type preparedEntry struct {
 }
 
 // renderOne executes t and returns the prepared partial pod, nil when the
-// template rendered nothing. The result is validated: top-level keys are only
-// metadata and spec, metadata only labels and annotations with string values,
-// spec decodes as a PodSpec, list elements have names, and duplicate keys are
-// rejected (YAMLToJSONStrict) so a value cannot shadow a key written by the
-// template.
-func (c *Config) renderOne(t *compiledTemplate, data *TemplateData) (*preparedPart, error) {
+// template rendered nothing. The execution is bounded (see MaxRenderBytes
+// and the limits beside it) and stops once ctx (nil: never) is done; a
+// limit yields a *RenderError wrapping a *LimitError. The result is
+// validated: top-level keys are only metadata and spec, metadata only
+// labels and annotations with string values, spec decodes as a PodSpec,
+// list elements have names, and duplicate keys are rejected
+// (YAMLToJSONStrict) so a value cannot shadow a key written by the template.
+func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *TemplateData) (*preparedPart, error) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bufPool.Put(buf)
-	if err := t.tmpl.Execute(buf, data); err != nil {
-		return nil, &RenderError{Template: t.name, Err: err}
+	if err := t.execute(ctx, buf, data); err != nil {
+		return nil, err
 	}
 	if p, ok := t.cache.get(buf.Bytes()); ok {
 		return p, nil
@@ -108,6 +113,46 @@ func (c *Config) renderOne(t *compiledTemplate, data *TemplateData) (*preparedPa
 	}
 	t.cache.put(buf.Bytes(), p)
 	return p, nil
+}
+
+// execute runs t into buf within the render limits; errors are *RenderError.
+func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *TemplateData) error {
+	u, err := t.unit()
+	if err != nil {
+		return &RenderError{Template: t.name, Err: err}
+	}
+	u.st.reset(ctx, time.Now())
+	u.w.buf = buf
+	err = u.tmpl.Execute(&u.w, data)
+	u.w.buf = nil
+	u.st.ctx = nil // the pool must not keep a request alive
+	t.units.Put(u)
+	if err != nil {
+		return &RenderError{Template: t.name, Err: err}
+	}
+	return nil
+}
+
+// execUnit is a clone of a compiled template with its functions bound to st.
+type execUnit struct {
+	tmpl *template.Template
+	st   *renderState
+	w    limitedWriter // reused: an interface conversion per render would allocate
+}
+
+// unit takes a clone from the pool or makes one (a pool miss costs a
+// Clone and a FuncMap, about what a few renders cost).
+func (t *compiledTemplate) unit() (*execUnit, error) {
+	if u, ok := t.units.Get().(*execUnit); ok {
+		return u, nil
+	}
+	tm, err := t.tmpl.Clone()
+	if err != nil {
+		return nil, err
+	}
+	st := &renderState{}
+	tm.Funcs(funcMap(st))
+	return &execUnit{tmpl: tm, st: st, w: limitedWriter{st: st}}, nil
 }
 
 func prepare(j []byte) (*preparedPart, error) {

@@ -37,7 +37,7 @@ var _ admission.Handler = Handler{}
 
 // Handle implements admission.Handler. A body that does not decode is the
 // client's mistake (400), never a 500.
-func (Handler) Handle(_ context.Context, req admission.Request) admission.Response {
+func (Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -60,7 +60,9 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		if si.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
-		if _, err := sidecar.Compile(si); err != nil {
+		// The trial render is bounded (sidecar.MaxRenderBytes and the
+		// limits beside it) and stops when the API server gives up.
+		if _, err := sidecar.CompileContext(ctx, si); err != nil {
 			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
 		}
 		warnings = SidecarInjectorWarnings(si)
