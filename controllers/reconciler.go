@@ -47,12 +47,22 @@ import (
 // records events. No wildcards: every resource and verb is listed. Writes
 // are server-side apply (patch; create when the object is new) and delete.
 // The leader election Lease is granted by config/rbac/leader_election_role.yaml.
-// +kubebuilder:rbac:groups="",resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch;delete
+//
+// Namespaced objects only in server namespaces: the markers with
+// namespace=system make the Role manager-role of the operator's namespace
+// (kustomize renames "system"); config/rbac/server_namespace_role.yaml is
+// the same rules as a ClusterRole to bind with a RoleBinding in each other
+// --allowed-server-namespaces entry (TestServerNamespaceRoleMatches keeps
+// them equal). Cluster-scoped owned objects (the servers' ClusterRoles and
+// bindings, webhook configurations) are created and patched but never
+// deleted: their names never change while the CR lives, and the garbage
+// collector deletes them with the CR through their ownerReferences.
+// +kubebuilder:rbac:groups="",namespace=system,resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,namespace=system,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,namespace=system,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 
@@ -205,7 +215,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		}
 		sh.caDir = d
 	}
-	us, err := newUserSecretCache(mgr)
+	us, err := newUserSecretCache(mgr, append([]string{s.Namespace}, s.ServerPolicy().Namespaces...))
 	if err != nil {
 		return err
 	}
@@ -254,8 +264,12 @@ func ownedTypes() []client.Object {
 // Secrets) to objects labelled app.kubernetes.io/managed-by=hookwright, so
 // the operator does not hold every Deployment, Service or Secret of the
 // cluster in memory. Objects it does not label (a user's serving Secret) are
-// read with the API reader.
-func CacheOptions() cache.Options {
+// read with the API reader. With namespaces (the operator's and the allowed
+// server namespaces) every namespaced type, cert-manager's included, is
+// listed and watched only there: the operator's RBAC for namespaced objects
+// is namespaced too (a cluster-wide watch would be forbidden). None: every
+// namespace.
+func CacheOptions(namespaces ...string) cache.Options {
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
 	by := map[client.Object]cache.ByObject{}
 	for _, o := range ownedTypes() {
@@ -266,7 +280,19 @@ func CacheOptions() cache.Options {
 	// cert-manager's Certificates and Issuers are not listed: a ByObject
 	// entry needs their CRDs at start. Their informers start (unfiltered)
 	// only when a CertManager-mode CR is reconciled with cert-manager present.
-	return cache.Options{ByObject: by}
+	return cache.Options{ByObject: by, DefaultNamespaces: namespaceConfigs(namespaces)}
+}
+
+// namespaceConfigs is a cache's DefaultNamespaces for namespaces (nil: all).
+func namespaceConfigs(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	m := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		m[ns] = cache.Config{}
+	}
+	return m
 }
 
 // slimNode keeps what the NodeOversell reconciler reads of a node (name,
@@ -401,6 +427,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonPaused,
 			"reconciliation paused by the "+PauseReconcileAnnotation+" annotation; owned objects are not repaired")
 		return ctrl.Result{}, r.writeStatus(ctx, orig, obj)
+	}
+	if errs := r.Settings.ServerPolicy().Check(op.Server, op.Certificate); len(errs) > 0 {
+		// No requeue: only a CR edit (an event) or a restart with other
+		// flags changes the verdict.
+		rerr := r.refuse(ctx, op, errs)
+		return ctrl.Result{}, errors.Join(rerr, r.writeStatus(ctx, orig, obj))
 	}
 	result, rerr := r.reconcileOperand(ctx, op)
 	if rerr == nil && r.afterApply != nil {
@@ -923,12 +955,14 @@ func (r *Reconciler) remembered() int {
 // prunable are the owned types whose objects may stop being desired: a PDB
 // when replicas drop to 1, namespaced objects when spec.server.namespace
 // changes, the operator's serving Secret when the mode leaves SelfSigned.
+// The ClusterRole and ClusterRoleBinding are named after the CR alone, so
+// they stay desired until the CR is deleted (the garbage collector's job).
 // The webhook configuration is never pruned here: without a certificate it
 // is left as it was rather than removed.
 func prunable() []client.ObjectList {
 	return []client.ObjectList{
 		&corev1.ServiceAccountList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{},
-		&corev1.ServiceList{}, &corev1.SecretList{}, &rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{},
+		&corev1.ServiceList{}, &corev1.SecretList{},
 	}
 }
 

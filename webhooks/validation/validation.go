@@ -6,6 +6,12 @@
 // 1..10, at least one ratio, a valid nodeSelector). A CR the servers would
 // ignore is rejected at apply time, with the template name and line
 // (text/template reports "template: NAME:LINE: ...").
+//
+// With a server policy (Handler.Servers, the operator's
+// --allowed-server-namespaces and --allowed-server-images flags) a CR whose
+// server would run outside the allowed namespaces, with an image not
+// allowed, or with one of the operator's own Secrets mounted is denied,
+// naming the field and the flag (package internal/serverpolicy).
 package validation
 
 import (
@@ -20,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
@@ -31,13 +38,18 @@ const Path = "/validate-hookwright"
 // Everything else is allowed; so is an UPDATE that leaves spec unchanged and
 // an object being deleted (its finalizer must be removable whatever its
 // spec says).
-type Handler struct{}
+type Handler struct {
+	// Servers, when set, is the operator's server policy: where a CR's
+	// server may run and with which image. Nil checks none (unit tests of
+	// the compile checks); the manager always sets it.
+	Servers *serverpolicy.Policy
+}
 
 var _ admission.Handler = Handler{}
 
 // Handle implements admission.Handler. A body that does not decode is the
 // client's mistake (400), never a 500.
-func (Handler) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h Handler) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -50,6 +62,7 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		// before this webhook existed.
 		return admission.Allowed("spec unchanged")
 	}
+	var denial string
 	switch req.Kind.Kind {
 	case "SidecarInjector":
 		si := &v1alpha1.SidecarInjector{}
@@ -59,8 +72,11 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		if si.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
+		if msg := h.checkServer("SidecarInjector", si.Name, si.Spec.Server, si.Spec.Certificate); msg != "" {
+			return admission.Denied(msg)
+		}
 		if _, err := sidecar.Compile(si); err != nil {
-			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
+			denial = fmt.Sprintf("SidecarInjector %s: %v", si.Name, err)
 		}
 	case "NodeOversell":
 		no := &v1alpha1.NodeOversell{}
@@ -70,13 +86,36 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 		if no.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
+		if msg := h.checkServer("NodeOversell", no.Name, no.Spec.Server, no.Spec.Certificate); msg != "" {
+			return admission.Denied(msg)
+		}
 		if _, err := oversell.CompilePolicy(no); err != nil {
-			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
+			denial = fmt.Sprintf("NodeOversell %s: %v", no.Name, err)
 		}
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}
-	return admission.Allowed("")
+	if denial != "" {
+		return invalid(denial)
+	}
+	// Admitted: further non-blocking findings (admission warnings) are
+	// added to this response.
+	resp := admission.Allowed("")
+	return resp
+}
+
+// checkServer is the server policy's verdict on a CR ("" when allowed, or
+// no policy is set): every broken rule, each naming its field and flag. A
+// policy denial is 403 Forbidden (kubectl: "Error from server
+// (Forbidden)"): the object is valid, the operator may not act on it.
+func (h Handler) checkServer(kind, name string, server v1alpha1.ServerSpec, cert v1alpha1.CertificateSpec) string {
+	if h.Servers == nil {
+		return ""
+	}
+	if errs := h.Servers.Check(server, cert); len(errs) > 0 {
+		return fmt.Sprintf("%s %s: %v", kind, name, errs.ToAggregate())
+	}
+	return ""
 }
 
 // sameSpec reports whether two objects' spec fields are equal JSON values.
