@@ -93,7 +93,7 @@ func init() {
 			"image of the webhook server Deployments (spec.server.image overrides it per CR); default: $RELATED_IMAGE_SERVER, else the release image of this build")
 		fs.StringSliceVar(&o.allowedNS, serverpolicy.NamespacesFlag[2:], nil,
 			"namespaces (exact names, comma-separated) a CR's spec.server.namespace may name; the operator needs the namespaced RBAC of "+
-				"ClusterRole hookwright-server-namespace-role in each (a RoleBinding), caches only them, and excludes all of them from every "+
+				"ClusterRole hookwright-server-namespace-role (config/server-namespace) in each other one (a RoleBinding), caches only them, and excludes all of them from every "+
 				"SidecarInjector; default: --namespace only")
 		fs.StringSliceVar(&o.allowedImages, serverpolicy.ImagesFlag[2:], nil,
 			"images a CR's spec.server.image may name besides --server-image (always allowed), comma-separated: exact references, "+

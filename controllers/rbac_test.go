@@ -10,10 +10,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// readRBAC decodes the documents of a config/rbac file.
+// readRBAC decodes the documents of a file under config/.
 func readRBAC(t *testing.T, file string) []map[string]any {
 	t.Helper()
-	b, err := os.ReadFile("../config/rbac/" + file)
+	b, err := os.ReadFile("../config/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +45,11 @@ func rulesOf(t *testing.T, doc map[string]any) []rbacv1.PolicyRule {
 
 // The ClusterRole bound in further server namespaces grants exactly the
 // generated Role of the operator's namespace (make manifests regenerates
-// role.yaml from the markers; server_namespace_role.yaml is kept by hand).
+// config/rbac/role.yaml from the markers; config/server-namespace/role.yaml
+// is kept by hand).
 func TestServerNamespaceRoleMatches(t *testing.T) {
 	var role []rbacv1.PolicyRule
-	for _, d := range readRBAC(t, "role.yaml") {
+	for _, d := range readRBAC(t, "rbac/role.yaml") {
 		if d["kind"] == "Role" {
 			role = rulesOf(t, d)
 		}
@@ -56,19 +57,19 @@ func TestServerNamespaceRoleMatches(t *testing.T) {
 	if len(role) == 0 {
 		t.Fatal("config/rbac/role.yaml has no namespaced Role (markers with namespace=system)")
 	}
-	docs := readRBAC(t, "server_namespace_role.yaml")
+	docs := readRBAC(t, "server-namespace/role.yaml")
 	if len(docs) != 1 || docs[0]["kind"] != "ClusterRole" {
-		t.Fatalf("server_namespace_role.yaml: want one ClusterRole, got %v", docs)
+		t.Fatalf("config/server-namespace/role.yaml: want one ClusterRole, got %v", docs)
 	}
 	if got := rulesOf(t, docs[0]); !equality.Semantic.DeepEqual(got, role) {
-		t.Fatalf("config/rbac/server_namespace_role.yaml rules differ from role.yaml's Role: copy the Role's rules\n got %+v\nwant %+v", got, role)
+		t.Fatalf("config/server-namespace/role.yaml rules differ from config/rbac/role.yaml's Role: copy the Role's rules\n got %+v\nwant %+v", got, role)
 	}
 }
 
 // No namespaced object is granted cluster-wide, and nothing deletes a
 // cluster-scoped object: the generated ClusterRole's rules.
 func TestClusterRoleHasNoNamespacedWritesOrDeletes(t *testing.T) {
-	for _, d := range readRBAC(t, "role.yaml") {
+	for _, d := range readRBAC(t, "rbac/role.yaml") {
 		if d["kind"] != "ClusterRole" {
 			continue
 		}

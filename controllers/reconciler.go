@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -50,8 +51,8 @@ import (
 //
 // Namespaced objects only in server namespaces: the markers with
 // namespace=system make the Role manager-role of the operator's namespace
-// (kustomize renames "system"); config/rbac/server_namespace_role.yaml is
-// the same rules as a ClusterRole to bind with a RoleBinding in each other
+// (kustomize renames "system"); config/server-namespace/role.yaml is the
+// same rules as a ClusterRole to bind with a RoleBinding in each other
 // --allowed-server-namespaces entry (TestServerNamespaceRoleMatches keeps
 // them equal). Cluster-scoped owned objects (the servers' ClusterRoles and
 // bindings, webhook configurations) are created and patched but never
@@ -277,6 +278,9 @@ func CacheOptions(namespaces ...string) cache.Options {
 	}
 	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	by[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Label: sel}
+	// The servers' EndpointSlices carry their Service's labels (the
+	// EndpointSlice controller copies them): watched for foreign endpoints.
+	by[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: sel}
 	// cert-manager's Certificates and Issuers are not listed: a ByObject
 	// entry needs their CRDs at start. Their informers start (unfiltered)
 	// only when a CertManager-mode CR is reconciled with cert-manager present.
@@ -326,6 +330,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		}
 		return r.allRequests(ctx)
+	}))
+	// A pod joining or leaving a server's Service (endpoints.go).
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		inst := o.GetLabels()[LabelInstance]
+		if inst == "" {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, req := range r.allRequests(ctx) {
+			if r.Kind.BaseName(req.Name) == inst {
+				out = append(out, req)
+			}
+		}
+		return out
 	}))
 	if r.shared != nil && r.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -626,6 +644,9 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	}
 
 	r.serverAvailable(ctx, op, d.Deployment)
+	if err := r.checkEndpoints(ctx, op, d.Service, d.Deployment); err != nil {
+		return r.applyFailed(ctx, op, err)
+	}
 	if poll := r.configLoaded(ctx, op); poll > 0 {
 		result.RequeueAfter = minPositive(result.RequeueAfter, poll)
 	}

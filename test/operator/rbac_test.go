@@ -19,7 +19,7 @@ import (
 )
 
 // applyConfigRBAC creates config/rbac's ServiceAccount, Roles and bindings
-// as config/default would, but with prefix instead of "hookwright-" and
+// (and config/server-namespace's ClusterRole) as config/default would, but with prefix instead of "hookwright-" and
 // namespace ns instead of "system", and removes them when the test ends.
 // It returns the ServiceAccount's user name.
 func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) string {
@@ -28,15 +28,16 @@ func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "leader_election_role.yaml", "leader_election_role_binding.yaml", "server_namespace_role.yaml"} {
-		b, err := os.ReadFile(filepath.Join(root, "config", "rbac", f))
+	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml", "rbac/leader_election_role.yaml",
+		"rbac/leader_election_role_binding.yaml", "server-namespace/role.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, "config", f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, doc := range strings.Split(string(b), "\n---") {
 			u := &unstructured.Unstructured{}
 			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-				t.Fatalf("config/rbac/%s: %v", f, err)
+				t.Fatalf("config/%s: %v", f, err)
 			}
 			if len(u.Object) == 0 {
 				continue
@@ -57,7 +58,7 @@ func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) strin
 				_ = unstructured.SetNestedSlice(u.Object, subs, "subjects")
 			}
 			if err := env.Client.Create(ctx, u); err != nil {
-				t.Fatalf("config/rbac/%s %s: %v", f, u.GetName(), err)
+				t.Fatalf("config/%s %s: %v", f, u.GetName(), err)
 			}
 			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
 		}
