@@ -8,6 +8,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,5 +138,53 @@ func TestServerPolicy(t *testing.T) {
 	waitConditions(t, ctx, turned, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 60*time.Second)
 	if err := c.Get(ctx, client.ObjectKeyFromObject(mwc), mwc); err != nil || len(mwc.Webhooks) != 1 {
 		t.Fatalf("webhook configuration once allowed again: err %v, %d webhooks", err, len(mwc.Webhooks))
+	}
+}
+
+// A pod that copies a server's labels joins its Service (the API server
+// would send it admission reviews): EndpointsOwned turns False naming it,
+// with a Warning Event, and True again once it is gone.
+func TestForeignEndpointsReported(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	si := sampleInjector(t, "deputy-copied")
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	base := controllers.SidecarKind.BaseName(si.Name)
+	defer deleteAndWait(t, ctx, si, ownedKeys(base, operatorNS))
+	conds := func() []metav1.Condition { return si.Status.Conditions }
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionServerAvailable: metav1.ConditionTrue, v1alpha1.ConditionEndpointsOwned: metav1.ConditionTrue,
+	}, 90*time.Second)
+
+	dep := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: base}, dep); err != nil {
+		t.Fatal(err)
+	}
+	copied := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "copied-server", Namespace: operatorNS, Labels: dep.Spec.Template.Labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "evil.example/listener:1"}}},
+	}
+	if err := c.Create(ctx, copied); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Delete(context.Background(), copied, client.GracePeriodSeconds(0)) }()
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionEndpointsOwned: metav1.ConditionFalse}, 90*time.Second)
+	cond := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionEndpointsOwned)
+	if cond.Reason != controllers.ReasonForeignEndpoints || !strings.Contains(cond.Message, operatorNS+"/copied-server") {
+		t.Fatalf("EndpointsOwned: %s: %s", cond.Reason, cond.Message)
+	}
+	t.Logf("reported: %s", cond.Message)
+	if err := c.Delete(ctx, copied, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionEndpointsOwned: metav1.ConditionTrue}, 90*time.Second)
+	err := cluster.WaitFor(ctx, 30*time.Second, "a "+controllers.ReasonForeignEndpoints+" Warning Event", func(ctx context.Context) (bool, error) {
+		reasons, err := eventReasons(ctx, "SidecarInjector", si.Name)
+		return reasons[controllers.ReasonForeignEndpoints] > 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
