@@ -105,8 +105,9 @@ func (r *Reconciler) checkEndpoints(ctx context.Context, op Operand, svc *corev1
 	}
 	pods := map[string]*corev1.Pod{}
 	if len(eps.Items) > 0 {
+		// A pod behind the Service matches its selector, so only those.
 		var pl corev1.PodList
-		if err := r.APIReader.List(ctx, &pl, client.InNamespace(ns)); err != nil {
+		if err := r.APIReader.List(ctx, &pl, client.InNamespace(ns), client.MatchingLabels(svc.Spec.Selector)); err != nil {
 			return fmt.Errorf("list pods in %s: %w", ns, err)
 		}
 		for i := range pl.Items {

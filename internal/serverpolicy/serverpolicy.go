@@ -130,7 +130,7 @@ func (p Policy) Check(server v1alpha1.ServerSpec, cert v1alpha1.CertificateSpec)
 	}
 	if img := server.Image; img != "" && img != p.DefaultImage && !slices.ContainsFunc(p.Images, func(pat string) bool { return MatchImage(pat, img) }) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "server", "image"), fmt.Sprintf(
-			"%q is not an allowed server image (operator flag %s: %s)", img, ImagesFlag, strings.Join(p.Images, ","))))
+			"%q is not an allowed server image (operator flags --server-image: %s, %s: %s)", img, p.DefaultImage, ImagesFlag, strings.Join(p.Images, ","))))
 	}
 	if cert.Mode == v1alpha1.CertificateSecret && reservedSecret(cert.SecretName) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "certificate", "secretName"), fmt.Sprintf(
