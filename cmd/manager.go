@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
@@ -91,14 +92,16 @@ func init() {
 			"operator namespace: holds the CA Secret, is the default server namespace and is never injected")
 		fs.StringVar(&o.serverImage, "server-image", defaultServerImage(),
 			"image of the webhook server Deployments (spec.server.image overrides it per CR); default: $RELATED_IMAGE_SERVER, else the release image of this build")
-		fs.StringSliceVar(&o.allowedNS, serverpolicy.NamespacesFlag[2:], nil,
+		// Also from the environment: OLM's Subscription spec.config sets
+		// env, not arguments.
+		fs.StringSliceVar(&o.allowedNS, serverpolicy.NamespacesFlag[2:], envList("ALLOWED_SERVER_NAMESPACES"),
 			"namespaces (exact names, comma-separated) a CR's spec.server.namespace may name; the operator needs the namespaced RBAC of "+
 				"ClusterRole hookwright-server-namespace-role (config/server-namespace) in each other one (a RoleBinding), caches only them, and excludes all of them from every "+
-				"SidecarInjector; default: --namespace only")
-		fs.StringSliceVar(&o.allowedImages, serverpolicy.ImagesFlag[2:], nil,
+				"SidecarInjector; default: $ALLOWED_SERVER_NAMESPACES, else --namespace only")
+		fs.StringSliceVar(&o.allowedImages, serverpolicy.ImagesFlag[2:], envList("ALLOWED_SERVER_IMAGES"),
 			"images a CR's spec.server.image may name besides --server-image (always allowed), comma-separated: exact references, "+
 				"or prefixes ending in \"*\" right after \"/\", \":\" or \"@\" (e.g. registry.example.com/mesh/*, ghcr.io/hookwright/hookwright:*; "+
-				"\"*\" alone allows any image); default: --server-image only")
+				"\"*\" alone allows any image); default: $ALLOWED_SERVER_IMAGES, else --server-image only")
 		fs.StringVar(&o.caDir, "ca-dir", "",
 			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
@@ -111,6 +114,14 @@ func init() {
 				"where no Service reaches this process) serves none")
 		return cmd
 	})
+}
+
+// envList splits the comma-separated environment variable key (nil when unset).
+func envList(key string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }
 
 // metricsOptions is the metrics server of the flags: with --metrics-secure
