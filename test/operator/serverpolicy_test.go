@@ -164,7 +164,9 @@ func TestForeignEndpointsReported(t *testing.T) {
 	}
 	copied := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "copied-server", Namespace: operatorNS, Labels: dep.Spec.Template.Labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "evil.example/listener:1"}}},
+		// On a kwok node, which gives it an IP (the scheduler might pick
+		// a node another test left without kwok).
+		Spec: corev1.PodSpec{NodeName: "kwok-node-0", Containers: []corev1.Container{{Name: "server", Image: "evil.example/listener:1"}}},
 	}
 	if err := c.Create(ctx, copied); err != nil {
 		t.Fatal(err)
