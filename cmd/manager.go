@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/operator-framework/operator-lib/proxy"
@@ -25,6 +26,7 @@ import (
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
 	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/validation"
@@ -56,6 +58,8 @@ type managerOptions struct {
 	leaderElectionNS string
 	namespace        string
 	serverImage      string
+	allowedNS        []string
+	allowedImages    []string
 	caDir            string
 	webhookPort      int
 	webhookService   string
@@ -93,6 +97,16 @@ func init() {
 			"operator namespace: holds the CA Secret, is the default server namespace and is never injected")
 		fs.StringVar(&o.serverImage, "server-image", defaultServerImage(),
 			"image of the webhook server Deployments (spec.server.image overrides it per CR); default: $RELATED_IMAGE_SERVER, else the release image of this build")
+		// Also from the environment: OLM's Subscription spec.config sets
+		// env, not arguments.
+		fs.StringSliceVar(&o.allowedNS, serverpolicy.NamespacesFlag[2:], envList("ALLOWED_SERVER_NAMESPACES"),
+			"namespaces (exact names, comma-separated) a CR's spec.server.namespace may name; the operator needs the namespaced RBAC of "+
+				"ClusterRole hookwright-server-namespace-role (config/server-namespace) in each other one (a RoleBinding), caches only them, and excludes all of them from every "+
+				"SidecarInjector; default: $ALLOWED_SERVER_NAMESPACES, else --namespace only")
+		fs.StringSliceVar(&o.allowedImages, serverpolicy.ImagesFlag[2:], envList("ALLOWED_SERVER_IMAGES"),
+			"images a CR's spec.server.image may name besides --server-image (always allowed), comma-separated: exact references, "+
+				"or prefixes ending in \"*\" right after \"/\", \":\" or \"@\" (e.g. registry.example.com/mesh/*, ghcr.io/hookwright/hookwright:*; "+
+				"\"*\" alone allows any image); default: $ALLOWED_SERVER_IMAGES, else --server-image only")
 		fs.StringVar(&o.caDir, "ca-dir", "",
 			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
@@ -105,6 +119,14 @@ func init() {
 				"where no Service reaches this process) serves none")
 		return cmd
 	})
+}
+
+// envList splits the comma-separated environment variable key (nil when unset).
+func envList(key string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }
 
 // metricsOptions is the metrics server of the flags: with --metrics-secure
@@ -156,6 +178,11 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if o.serverImage == "" {
 		return errors.New("--server-image must not be empty")
 	}
+	servers, err := serverpolicy.New(o.namespace, o.serverImage, o.allowedNS, o.allowedImages)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("server policy", "namespaces", servers.Namespaces, "images", servers.Images)
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -186,19 +213,20 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "hookwright.admission.hookwright.io",
 		LeaderElectionNamespace: leNS,
-		Cache:                   controllers.CacheOptions(),
+		Cache:                   controllers.CacheOptions(append([]string{o.namespace}, servers.Namespaces...)...),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	settings := controllers.Settings{
 		Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir,
+		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 		// OLM passes the cluster proxy to the operator; the servers get it too.
 		ProxyEnv: proxy.ReadProxyVarsFromEnv(),
 	}
 	if o.webhookService != "" {
 		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
-		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{}})
+		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{Servers: &servers}})
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)

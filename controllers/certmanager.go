@@ -26,7 +26,7 @@ import (
 
 // In mode CertManager the operator owns a cert-manager Certificate (and a
 // self-signed Issuer when the CR names none) in the server namespace.
-// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates;issuers,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=cert-manager.io,namespace=system,resources=certificates;issuers,verbs=get;list;watch;create;patch;delete
 
 // CertificateReady reasons of mode CertManager.
 const (

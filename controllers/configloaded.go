@@ -28,7 +28,7 @@ import (
 // or NetworkPolicy exception is needed, and RBAC is one verb on one
 // subresource.
 // (Listing pods is granted in overcommit.go.)
-// +kubebuilder:rbac:groups="",resources=pods/proxy,verbs=get
+// +kubebuilder:rbac:groups="",namespace=system,resources=pods/proxy,verbs=get
 
 // Condition reasons of ConfigLoaded.
 const (

@@ -146,8 +146,12 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []b
 	d := build(op, s, []string{"injector", "--injector=" + si.Name, "--operator-namespace=" + s.Namespace})
 
 	// The user's namespaceSelector, always narrowed to exclude the control
-	// plane's and the operator's namespaces. kubernetes.io/metadata.name is
-	// set on every namespace by the API server (KEP-2161).
+	// plane's, the operator's and every allowed server namespace, so no
+	// injector ever blocks (or mutates) a webhook server's pods, its own or
+	// another CR's. The allowed set, not the namespaces in use: a CR moving
+	// to another allowed namespace changes no other injector's webhook.
+	// kubernetes.io/metadata.name is set on every namespace by the API
+	// server (KEP-2161).
 	nsSel := &metav1.LabelSelector{}
 	if si.Spec.NamespaceSelector != nil {
 		nsSel = si.Spec.NamespaceSelector.DeepCopy()
@@ -155,7 +159,7 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []b
 	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
 		Key:      corev1.LabelMetadataName,
 		Operator: metav1.LabelSelectorOpNotIn,
-		Values:   excludedNamespaces(s.Namespace, ServerNamespace(op, s)),
+		Values:   excludedNamespaces(append([]string{s.Namespace, ServerNamespace(op, s)}, s.ServerPolicy().Namespaces...)...),
 	})
 	fp := admissionregistrationv1.FailurePolicyType(or(string(si.Spec.FailurePolicy), string(v1alpha1.FailurePolicyFail)))
 	rp := admissionregistrationv1.ReinvocationPolicyType(or(string(si.Spec.ReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)))
@@ -211,9 +215,9 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings, caBundle []byte) *
 	return d
 }
 
-func excludedNamespaces(operatorNS, serverNS string) []string {
+func excludedNamespaces(namespaces ...string) []string {
 	out := slices.Clone(SystemNamespaces)
-	for _, ns := range []string{operatorNS, serverNS} {
+	for _, ns := range namespaces {
 		if ns != "" && !slices.Contains(out, ns) {
 			out = append(out, ns)
 		}

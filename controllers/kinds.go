@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/serverpolicy"
 )
 
 // Labels and names shared by every object the operator owns.
@@ -119,6 +120,14 @@ type Settings struct {
 	Namespace string
 	// Image is the default server image (--server-image).
 	Image string
+	// AllowedNamespaces are the namespaces servers may run in
+	// (--allowed-server-namespaces); empty means Namespace only. The cache
+	// of namespaced objects is restricted to them (CacheOptions) and every
+	// one is excluded from every SidecarInjector's namespaceSelector.
+	AllowedNamespaces []string
+	// AllowedImages are the server image patterns allowed besides Image
+	// (--allowed-server-images; serverpolicy.MatchImage); empty means Image only.
+	AllowedImages []string
 	// Repairs limits drift repairs per owned object; zero values mean
 	// DefaultRepairBudget.
 	Repairs RepairBudget
@@ -150,3 +159,15 @@ type RepairBudget struct {
 
 // DefaultRepairBudget allows 5 repairs of one object per minute.
 var DefaultRepairBudget = RepairBudget{Max: 5, Window: time.Minute}
+
+// ServerPolicy is where and what the operator may run for a CR (the same
+// policy the validating webhook enforces). Patterns are checked by the
+// manager's flag parsing (serverpolicy.New); an invalid one here denies
+// every image but the default.
+func (s Settings) ServerPolicy() serverpolicy.Policy {
+	p, err := serverpolicy.New(s.Namespace, s.Image, s.AllowedNamespaces, s.AllowedImages)
+	if err != nil {
+		p, _ = serverpolicy.New(s.Namespace, s.Image, s.AllowedNamespaces, nil)
+	}
+	return p
+}

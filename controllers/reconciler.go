@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -47,12 +48,22 @@ import (
 // records events. No wildcards: every resource and verb is listed. Writes
 // are server-side apply (patch; create when the object is new) and delete.
 // The leader election Lease is granted by config/rbac/leader_election_role.yaml.
-// +kubebuilder:rbac:groups="",resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch;delete
+//
+// Namespaced objects only in server namespaces: the markers with
+// namespace=system make the Role manager-role of the operator's namespace
+// (kustomize renames "system"); config/server-namespace/role.yaml is the
+// same rules as a ClusterRole to bind with a RoleBinding in each other
+// --allowed-server-namespaces entry (TestServerNamespaceRoleMatches keeps
+// them equal). Cluster-scoped owned objects (the servers' ClusterRoles and
+// bindings, webhook configurations) are created and patched but never
+// deleted: their names never change while the CR lives, and the garbage
+// collector deletes them with the CR through their ownerReferences.
+// +kubebuilder:rbac:groups="",namespace=system,resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,namespace=system,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,namespace=system,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 
@@ -205,7 +216,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		}
 		sh.caDir = d
 	}
-	us, err := newUserSecretCache(mgr)
+	us, err := newUserSecretCache(mgr, append([]string{s.Namespace}, s.ServerPolicy().Namespaces...))
 	if err != nil {
 		return err
 	}
@@ -254,8 +265,12 @@ func ownedTypes() []client.Object {
 // Secrets) to objects labelled app.kubernetes.io/managed-by=hookwright, so
 // the operator does not hold every Deployment, Service or Secret of the
 // cluster in memory. Objects it does not label (a user's serving Secret) are
-// read with the API reader.
-func CacheOptions() cache.Options {
+// read with the API reader. With namespaces (the operator's and the allowed
+// server namespaces) every namespaced type, cert-manager's included, is
+// listed and watched only there: the operator's RBAC for namespaced objects
+// is namespaced too (a cluster-wide watch would be forbidden). None: every
+// namespace.
+func CacheOptions(namespaces ...string) cache.Options {
 	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
 	by := map[client.Object]cache.ByObject{}
 	for _, o := range ownedTypes() {
@@ -263,10 +278,25 @@ func CacheOptions() cache.Options {
 	}
 	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	by[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Label: sel}
+	// The servers' EndpointSlices carry their Service's labels (the
+	// EndpointSlice controller copies them): watched for foreign endpoints.
+	by[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: sel}
 	// cert-manager's Certificates and Issuers are not listed: a ByObject
 	// entry needs their CRDs at start. Their informers start (unfiltered)
 	// only when a CertManager-mode CR is reconciled with cert-manager present.
-	return cache.Options{ByObject: by}
+	return cache.Options{ByObject: by, DefaultNamespaces: namespaceConfigs(namespaces)}
+}
+
+// namespaceConfigs is a cache's DefaultNamespaces for namespaces (nil: all).
+func namespaceConfigs(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	m := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		m[ns] = cache.Config{}
+	}
+	return m
 }
 
 // slimNode keeps what the NodeOversell reconciler reads of a node (name,
@@ -300,6 +330,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		}
 		return r.allRequests(ctx)
+	}))
+	// A pod joining or leaving a server's Service (endpoints.go).
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		inst := o.GetLabels()[LabelInstance]
+		if inst == "" {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, req := range r.allRequests(ctx) {
+			if r.Kind.BaseName(req.Name) == inst {
+				out = append(out, req)
+			}
+		}
+		return out
 	}))
 	if r.shared != nil && r.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -401,6 +445,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonPaused,
 			"reconciliation paused by the "+PauseReconcileAnnotation+" annotation; owned objects are not repaired")
 		return ctrl.Result{}, r.writeStatus(ctx, orig, obj)
+	}
+	if errs := r.Settings.ServerPolicy().Check(op.Server, op.Certificate); len(errs) > 0 {
+		// No requeue: only a CR edit (an event) or a restart with other
+		// flags changes the verdict.
+		rerr := r.refuse(ctx, op, errs)
+		return ctrl.Result{}, errors.Join(rerr, r.writeStatus(ctx, orig, obj))
 	}
 	result, rerr := r.reconcileOperand(ctx, op)
 	if rerr == nil && r.afterApply != nil {
@@ -605,6 +655,9 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	}
 
 	r.serverAvailable(ctx, op, d.Deployment)
+	if err := r.checkEndpoints(ctx, op, d.Service, d.Deployment); err != nil {
+		return r.applyFailed(ctx, op, err)
+	}
 	if poll := r.configLoaded(ctx, op); poll > 0 {
 		result.RequeueAfter = minPositive(result.RequeueAfter, poll)
 	}
@@ -934,12 +987,14 @@ func (r *Reconciler) remembered() int {
 // prunable are the owned types whose objects may stop being desired: a PDB
 // when replicas drop to 1, namespaced objects when spec.server.namespace
 // changes, the operator's serving Secret when the mode leaves SelfSigned.
+// The ClusterRole and ClusterRoleBinding are named after the CR alone, so
+// they stay desired until the CR is deleted (the garbage collector's job).
 // The webhook configuration is never pruned here: without a certificate it
 // is left as it was rather than removed.
 func prunable() []client.ObjectList {
 	return []client.ObjectList{
 		&corev1.ServiceAccountList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{},
-		&corev1.ServiceList{}, &corev1.SecretList{}, &rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{},
+		&corev1.ServiceList{}, &corev1.SecretList{},
 	}
 }
 

@@ -148,7 +148,9 @@ func writeCASecret(ctx context.Context, c client.Client, key client.ObjectKey, c
 }
 
 // selfSignedOperands lists the CRs of both kinds (from the cache) whose
-// certificates the operator issues, except those being deleted.
+// certificates the operator issues, except those being deleted and those
+// the server policy refuses (their server is not the operator's, and their
+// namespace may be outside its cache and RBAC).
 func (r *Reconciler) selfSignedOperands(ctx context.Context) ([]Operand, error) {
 	var ops []Operand
 	var sis v1alpha1.SidecarInjectorList
@@ -166,8 +168,9 @@ func (r *Reconciler) selfSignedOperands(ctx context.Context) ([]Operand, error) 
 		ops = append(ops, OversellOperand(&nos.Items[i]))
 	}
 	out := ops[:0]
+	pol := r.Settings.ServerPolicy()
 	for _, o := range ops {
-		if CertificateMode(o) == v1alpha1.CertificateSelfSigned && o.Object.GetDeletionTimestamp().IsZero() {
+		if CertificateMode(o) == v1alpha1.CertificateSelfSigned && o.Object.GetDeletionTimestamp().IsZero() && len(pol.Check(o.Server, o.Certificate)) == 0 {
 			out = append(out, o)
 		}
 	}

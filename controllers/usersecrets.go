@@ -36,11 +36,13 @@ func secretMeta() client.Object {
 	return m
 }
 
-// newUserSecretCache builds the Secret metadata cache; the manager starts it.
-func newUserSecretCache(mgr ctrl.Manager) (cache.Cache, error) {
+// newUserSecretCache builds the Secret metadata cache of namespaces (the
+// server namespaces: a user's serving Secret is in its server's); the
+// manager starts it.
+func newUserSecretCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
 	return cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
-		DefaultTransform: slimSecretMeta,
+		DefaultTransform: slimSecretMeta, DefaultNamespaces: namespaceConfigs(namespaces),
 	})
 }
 

@@ -42,7 +42,10 @@ import (
 // being deleted is never matched, so finalizers can always be removed.
 // failurePolicy is Fail: an invalid CR must not slip in while the manager
 // restarts; the operator itself does not need its webhook to start.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;create;patch;delete
+// Patch (server-side apply) only of its own configuration (resourceNames;
+// create, list and watch cannot be limited by name).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch;create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;patch,resourceNames=hookwright-validation
 
 // Names of the manager's validating webhook.
 const (

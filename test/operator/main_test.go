@@ -24,9 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/webhooks/validation"
 )
@@ -34,6 +36,15 @@ import (
 const (
 	operatorNS  = "hookwright-system"
 	serverImage = "ghcr.io/hookwright/hookwright:v0.0.0-test"
+	// serverNS is the second allowed server namespace (TestRenewalAndNamespaceMove).
+	serverNS = "mesh-servers"
+)
+
+// The operator's --allowed-server-namespaces and --allowed-server-images.
+var (
+	allowedServerNamespaces = []string{operatorNS, serverNS}
+	allowedServerImages     = []string{"registry.example.com/allowed/*"}
+	webhookBypass           atomic.Bool
 )
 
 // testRepairBudget is the default count with a shorter window, so the
@@ -166,6 +177,10 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	webhookCerts := controllers.NewServingCertSource(operatorNS)
+	servers, err := serverpolicy.New(operatorNS, serverImage, allowedServerNamespaces, allowedServerImages)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: "127.0.0.1", Port: webhookPort,
@@ -175,7 +190,7 @@ func startOperator(ctx context.Context) error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
-		Cache:                  controllers.CacheOptions(),
+		Cache:                  controllers.CacheOptions(allowedServerNamespaces...),
 	})
 	if err != nil {
 		return err
@@ -186,10 +201,19 @@ func startOperator(ctx context.Context) error {
 	}
 	settings := controllers.Settings{
 		Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget, CADir: caDir,
+		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 		Certificates: controllers.CertificateSettings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
 		Webhook:      controllers.WebhookSettings{Service: controllers.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
 	}
-	mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{}})
+	// webhookBypass stands for a CR admitted before the webhook existed or
+	// while it was down: the reconciler must refuse it on its own.
+	h := validation.Handler{Servers: &servers}
+	mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		if webhookBypass.Load() {
+			return admission.Allowed("test: webhook bypassed")
+		}
+		return h.Handle(ctx, req)
+	})})
 	if _, err := env.ExposeLocal(ctx, operatorNS, controllers.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
 		return err
 	}

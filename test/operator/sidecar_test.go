@@ -104,7 +104,8 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	}
 	sel := wh.NamespaceSelector
 	if sel.MatchLabels["sidecar-injection"] != "enabled" || len(sel.MatchExpressions) != 1 ||
-		!slices.Equal(sel.MatchExpressions[0].Values, []string{"kube-system", "kube-public", "kube-node-lease", operatorNS}) {
+		// Every allowed server namespace is excluded, not only this CR's.
+		!slices.Equal(sel.MatchExpressions[0].Values, []string{"kube-system", "kube-public", "kube-node-lease", operatorNS, serverNS}) {
 		t.Fatalf("namespaceSelector %+v", sel)
 	}
 

@@ -6,6 +6,12 @@
 // 1..10, at least one ratio, a valid nodeSelector). A CR the servers would
 // ignore is rejected at apply time, with the template name and line
 // (text/template reports "template: NAME:LINE: ...").
+//
+// With a server policy (Handler.Servers, the operator's
+// --allowed-server-namespaces and --allowed-server-images flags) a CR whose
+// server would run outside the allowed namespaces, with an image not
+// allowed, or with one of the operator's own Secrets mounted is denied,
+// naming the field and the flag (package internal/serverpolicy).
 package validation
 
 import (
@@ -20,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
@@ -31,13 +38,18 @@ const Path = "/validate-hookwright"
 // Everything else is allowed; so is an UPDATE that leaves spec unchanged and
 // an object being deleted (its finalizer must be removable whatever its
 // spec says).
-type Handler struct{}
+type Handler struct {
+	// Servers, when set, is the operator's server policy: where a CR's
+	// server may run and with which image. Nil checks none (unit tests of
+	// the compile checks); the manager always sets it.
+	Servers *serverpolicy.Policy
+}
 
 var _ admission.Handler = Handler{}
 
 // Handle implements admission.Handler. A body that does not decode is the
 // client's mistake (400), never a 500.
-func (Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -60,6 +72,9 @@ func (Handler) Handle(ctx context.Context, req admission.Request) admission.Resp
 		if si.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
+		if msg := h.checkServer("SidecarInjector", si.Name, si.Spec.Server, si.Spec.Certificate); msg != "" {
+			return admission.Denied(msg)
+		}
 		// The trial render is bounded (sidecar.MaxRenderBytes and the
 		// limits beside it) and stops when the API server gives up.
 		if _, err := sidecar.CompileContext(ctx, si); err != nil {
@@ -74,6 +89,9 @@ func (Handler) Handle(ctx context.Context, req admission.Request) admission.Resp
 		if no.DeletionTimestamp != nil {
 			return admission.Allowed("being deleted")
 		}
+		if msg := h.checkServer("NodeOversell", no.Name, no.Spec.Server, no.Spec.Certificate); msg != "" {
+			return admission.Denied(msg)
+		}
 		p, err := oversell.CompilePolicy(no)
 		if err != nil {
 			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
@@ -84,6 +102,20 @@ func (Handler) Handle(ctx context.Context, req admission.Request) admission.Resp
 	}
 	// Risky but valid: admitted, and kubectl prints each warning.
 	return admission.Allowed("").WithWarnings(warnings...)
+}
+
+// checkServer is the server policy's verdict on a CR ("" when allowed, or
+// no policy is set): every broken rule, each naming its field and flag. A
+// policy denial is 403 Forbidden (kubectl: "Error from server
+// (Forbidden)"): the object is valid, the operator may not act on it.
+func (h Handler) checkServer(kind, name string, server v1alpha1.ServerSpec, cert v1alpha1.CertificateSpec) string {
+	if h.Servers == nil {
+		return ""
+	}
+	if errs := h.Servers.Check(server, cert); len(errs) > 0 {
+		return fmt.Sprintf("%s %s: %v", kind, name, errs.ToAggregate())
+	}
+	return ""
 }
 
 // sameSpec reports whether two objects' spec fields are equal JSON values.

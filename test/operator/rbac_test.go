@@ -1,0 +1,164 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// applyConfigRBAC creates config/rbac's ServiceAccount, Roles and bindings
+// (and config/server-namespace's ClusterRole) as config/default would, but with prefix instead of "hookwright-" and
+// namespace ns instead of "system", and removes them when the test ends.
+// It returns the ServiceAccount's user name.
+func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) string {
+	t.Helper()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml", "rbac/leader_election_role.yaml",
+		"rbac/leader_election_role_binding.yaml", "server-namespace/role.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, "config", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				t.Fatalf("config/%s: %v", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			u.SetName(prefix + u.GetName())
+			if u.GetNamespace() != "" {
+				u.SetNamespace(ns)
+			}
+			if ref, ok, _ := unstructured.NestedString(u.Object, "roleRef", "name"); ok {
+				_ = unstructured.SetNestedField(u.Object, prefix+ref, "roleRef", "name")
+			}
+			if subs, ok, _ := unstructured.NestedSlice(u.Object, "subjects"); ok {
+				for _, s := range subs {
+					m := s.(map[string]any)
+					m["name"] = prefix + m["name"].(string)
+					m["namespace"] = ns
+				}
+				_ = unstructured.SetNestedSlice(u.Object, subs, "subjects")
+			}
+			if err := env.Client.Create(ctx, u); err != nil {
+				t.Fatalf("config/%s %s: %v", f, u.GetName(), err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
+		}
+	}
+	return "system:serviceaccount:" + ns + ":" + prefix + "controller-manager"
+}
+
+// The operator's shipped RBAC (config/rbac), asked of the real API server
+// with SubjectAccessReviews as its ServiceAccount: it cannot read Secrets
+// outside its namespaces, create Deployments in default, or delete any
+// webhook configuration, ClusterRole or ClusterRoleBinding (nothing it
+// owns needs deleting by it: the garbage collector does, through
+// ownerReferences), nor patch a ValidatingWebhookConfiguration other than
+// its own. It can do what it needs in its namespace, and in a further
+// server namespace exactly once that namespace binds
+// server-namespace-role.
+func TestOperatorRBACLeastPrivilege(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	const prefix, opNS, extraNS = "rbactest-", "rbactest-op", "rbactest-servers"
+	for _, ns := range []string{opNS, extraNS} {
+		if _, err := env.CreateNamespace(ctx, ns, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user := applyConfigRBAC(t, ctx, prefix, opNS)
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + opNS, "system:authenticated"}
+	type q struct{ verb, group, resource, ns, name string }
+	can := func(x q) bool {
+		t.Helper()
+		res, sub, _ := strings.Cut(x.resource, "/")
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: x.verb, Group: x.group, Resource: res, Subresource: sub, Namespace: x.ns, Name: x.name},
+		}}
+		r, err := env.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.Allowed
+	}
+	str := func(x q) string {
+		return fmt.Sprintf("%s %s (group %q) ns=%q name=%q", x.verb, x.resource, x.group, x.ns, x.name)
+	}
+	for _, x := range []q{
+		{"get", "", "secrets", "kube-system", "bootstrap-token-abcdef"},
+		{"list", "", "secrets", "kube-system", ""},
+		{"list", "", "secrets", "", ""},
+		{"create", "apps", "deployments", "default", ""},
+		{"create", "apps", "deployments", extraNS, ""},
+		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "someone-elses"},
+		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", controllers.SidecarKind.BaseName("mesh")},
+		{"delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-elses"},
+		{"delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", controllers.ValidatingConfigName},
+		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-elses"},
+		{"delete", "rbac.authorization.k8s.io", "clusterroles", "", "cluster-admin"},
+		{"delete", "rbac.authorization.k8s.io", "clusterrolebindings", "", "cluster-admin"},
+		{"create", "rbac.authorization.k8s.io", "rolebindings", opNS, ""},
+		{"create", "", "pods", opNS, ""},
+		{"patch", "", "nodes", "", "kwok-node-0"},
+	} {
+		if can(x) {
+			t.Errorf("the operator's ServiceAccount may %s", str(x))
+		}
+	}
+	// What it needs (so the denials above are not those of a broken binding).
+	for _, x := range []q{
+		{"create", "apps", "deployments", opNS, ""},
+		{"get", "", "secrets", opNS, controllers.CASecretName},
+		{"watch", "", "secrets", opNS, ""},
+		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
+		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", controllers.ValidatingConfigName},
+		{"patch", "", "nodes/status", "", "kwok-node-0"},
+	} {
+		if !can(x) {
+			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
+		}
+	}
+
+	// A further allowed server namespace, bound as the README says.
+	rb := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+		"metadata": map[string]any{"name": prefix + "servers", "namespace": extraNS},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": prefix + "server-namespace-role"},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": prefix + "controller-manager", "namespace": opNS}},
+	}}
+	if err := env.Client.Create(ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+	for _, x := range []q{
+		{"create", "apps", "deployments", extraNS, ""},
+		{"list", "", "secrets", extraNS, ""},
+		{"create", "policy", "poddisruptionbudgets", extraNS, ""},
+		{"create", "cert-manager.io", "certificates", extraNS, ""},
+	} {
+		if !can(x) {
+			t.Errorf("with server-namespace-role bound, the operator may not %s", str(x))
+		}
+	}
+	if can(q{"get", "", "secrets", "kube-system", ""}) || can(q{"create", "apps", "deployments", "default", ""}) {
+		t.Error("binding server-namespace-role in one namespace granted more than that namespace")
+	}
+}
