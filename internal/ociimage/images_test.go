@@ -112,7 +112,11 @@ func unpack(t *testing.T, files map[string]entry, dir string) {
 	}
 	for p, e := range files {
 		dst := filepath.Join(dir, p)
-		_ = os.Chmod(dst, fs.FileMode(e.hdr.Mode).Perm()|map[bool]fs.FileMode{true: fs.ModeSticky}[e.hdr.Mode&0o1000 != 0])
+		mode := fs.FileMode(e.hdr.Mode).Perm()
+		if e.hdr.Mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		_ = os.Chmod(dst, mode)
 		if os.Geteuid() == 0 {
 			_ = os.Lchown(dst, e.hdr.Uid, e.hdr.Gid)
 		}

@@ -136,3 +136,23 @@ func checkLoopback(addr string) error {
 	}
 	return nil
 }
+
+// Serve builds the sets (see Build), starts a registry on a free
+// 127.0.0.1 port and pushes them: what a test harness needs before a node
+// pulls. Pair it with WriteContainerdHosts(dir, r.Addr, MirroredRegistries)
+// for containerd. The caller closes the registry.
+func Serve(ctx context.Context, o Options, sets ...string) (*Registry, []Named, error) {
+	imgs, err := Build(ctx, o, sets...)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := StartRegistry("", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Push(ctx, imgs...); err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, imgs, nil
+}

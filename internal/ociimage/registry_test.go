@@ -355,3 +355,26 @@ func TestOperatorBinaryDoesNotLinkImages(t *testing.T) {
 		}
 	}
 }
+
+// Serve is Build, StartRegistry and Push: every image of the sets is there.
+func TestServe(t *testing.T) {
+	r, imgs, err := Serve(context.Background(), Options{Root: root, BinDir: t.TempDir()}, SetPause, SetStandins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if len(imgs) != 5 {
+		t.Fatalf("%d images, want pause and 4 stand-ins", len(imgs))
+	}
+	for _, n := range imgs {
+		ref, err := LocalReference(r.Addr, n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := n.Image.Digest()
+		desc, err := remote.Head(ref)
+		if err != nil || desc.Digest != want {
+			t.Errorf("%s: %v %v, want %s", ref, desc, err, want)
+		}
+	}
+}
