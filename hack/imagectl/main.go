@@ -137,7 +137,7 @@ func output(ctx context.Context, imgs []ociimage.Named, layoutDir, archive, push
 		if err := ociimage.WriteArchive(archive, imgs...); err != nil {
 			return err
 		}
-		fmt.Printf("OCI archive: %s (ctr -n k8s.io images import %s)\n", archive, archive)
+		fmt.Printf("OCI archive: %s (ctr -n k8s.io images import --local --snapshotter native %s)\n", archive, archive)
 	}
 	if push != "" {
 		if err := ociimage.Push(ctx, push, imgs...); err != nil {

@@ -378,3 +378,24 @@ func TestServe(t *testing.T) {
 		}
 	}
 }
+
+// The same inputs give the same digests (fixed timestamps, sorted
+// entries), so a rebuild does not re-push or re-pull anything.
+func TestReproducible(t *testing.T) {
+	a, b := small(t, "same"), small(t, "same")
+	da, _ := a.Digest()
+	db, _ := b.Digest()
+	if da != db {
+		t.Errorf("digests %s and %s from the same inputs", da, db)
+	}
+	bundle1, err := Bundle("amd64", root+"/bundle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle2, _ := Bundle("amd64", root+"/bundle")
+	d1, _ := bundle1.Digest()
+	d2, _ := bundle2.Digest()
+	if d1 != d2 {
+		t.Errorf("bundle digests %s and %s", d1, d2)
+	}
+}
