@@ -24,10 +24,16 @@ const (
 	AnnotationRefName = "org.opencontainers.image.ref.name"
 )
 
-// WriteLayout writes imgs as an OCI image layout in dir (created or
-// replaced), each index entry annotated with its normalized name and tag
-// and its platform.
+// WriteLayout writes imgs as an OCI image layout in dir, each index entry
+// annotated with its normalized name and tag and its platform. dir is
+// created, or replaced if it holds a layout already; any other non-empty
+// directory is an error, never deleted.
 func WriteLayout(dir string, imgs ...Named) error {
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err != nil {
+			return fmt.Errorf("ociimage: layout %s: not empty and not an OCI layout, refusing to replace it", dir)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}

@@ -251,6 +251,24 @@ func TestWriteArchive(t *testing.T) {
 	if _, err := name.ParseReference(names[0]); err != nil {
 		t.Error(err)
 	}
+
+	// A layout is replaced; another non-empty directory is left alone.
+	if err := WriteLayout(out, imgs[:1]...); err != nil {
+		t.Errorf("rewriting a layout: %v", err)
+	}
+	other := filepath.Join(dir, "other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteLayout(other, imgs...); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Errorf("WriteLayout over a non-layout directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "keep")); err != nil {
+		t.Errorf("the directory's file is gone: %v", err)
+	}
 }
 
 func untar(t *testing.T, archive, dir string) {
