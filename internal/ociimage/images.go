@@ -34,7 +34,8 @@ const DefaultCACertificates = "/etc/ssl/certs/ca-certificates.crt"
 // OperatorConfig is the config of the Dockerfile's final stage
 // (FROM gcr.io/distroless/static:nonroot; WORKDIR /; USER 65532:65532;
 // ENTRYPOINT ["/hookwright"]; CMD ["manager"]) with distroless' Env. The
-// Dockerfile sets no LABEL and distroless sets none, so Labels stays nil;
+// Dockerfile sets no LABEL, so Labels stays nil (whatever labels the
+// distroless base may carry are not ours to copy);
 // TestOperatorImageMatchesDockerfile keeps the two in step.
 var OperatorConfig = Config{
 	User:       "65532:65532",
