@@ -99,6 +99,27 @@ docker-build: ## Build the container image (needs a Docker engine).
 docker-push: ## Push the container image.
 	$(CONTAINER_TOOL) push $(IMG)
 
+# Images without a Docker engine (hack/imagectl, internal/ociimage): OCI
+# layouts under _images/ (gitignored); IMAGE_REGISTRY=127.0.0.1:PORT also
+# pushes them to a local registry (`make image-registry` runs one).
+IMAGES_DIR ?= $(ROOT)/_images
+IMAGE_REGISTRY ?=
+IMAGE_SETS ?= operator pause standins
+IMAGECTL_FLAGS = --version v$(VERSION) --commit $(GIT_COMMIT) --name $(IMG) $(if $(IMAGE_REGISTRY),--push $(IMAGE_REGISTRY))
+
+.PHONY: image
+image: ## Build the operator image without Docker into _images/operator (OCI layout); IMAGE_REGISTRY=host:port pushes it too.
+	go run ./hack/imagectl build $(IMAGECTL_FLAGS) --layout $(IMAGES_DIR)/operator operator
+
+.PHONY: images
+images: ## Build IMAGE_SETS (operator pause standins; olm too needs busybox-static) into _images/all and _images/images.tar (ctr images import).
+	go run ./hack/imagectl build $(IMAGECTL_FLAGS) --layout $(IMAGES_DIR)/all --archive $(IMAGES_DIR)/images.tar $(IMAGE_SETS)
+
+.PHONY: image-registry
+image-registry: ## Serve every image from a registry on 127.0.0.1 (IMAGE_LISTEN, default a free port) with containerd hosts config in _images/certs.d; runs until interrupted.
+	go run ./hack/imagectl registry --version v$(VERSION) --commit $(GIT_COMMIT) --name $(IMG) \
+		--listen $(or $(IMAGE_LISTEN),127.0.0.1:0) --hosts-dir $(IMAGES_DIR)/certs.d --addr-file $(IMAGES_DIR)/registry.addr $(IMAGE_SETS)
+
 ##@ Local control plane
 
 .PHONY: demo

@@ -1,0 +1,224 @@
+// Command standin plays the workload images our scenarios name, since no
+// public registry is reachable here (internal/ociimage builds one image per
+// role, installing this binary under the role's name). The role comes from
+// the name it runs as (argv[0]'s base name) or, run as "standin", from its
+// first argument:
+//
+//	nginx        HTTP on :80 (nginx:1.23-alpine; its args are nginx's -g ...)
+//	proxy        run [--log-level=L] [--service-cluster=S]: the sample
+//	             SidecarInjector's sidecar; admin HTTP on :15000 (/ready,
+//	             /stats/prometheus) and a TCP listener on :15001
+//	proxy-init   redirect --proxy-port P --proxy-uid U [--exclude-inbound-ports L]:
+//	             checks its arguments, changes nothing, exits 0
+//	log-shipper  --endpoint URL [--format F]: waits for SIGTERM
+//
+// Every server exits 0 on SIGTERM or SIGINT; bad arguments exit 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	role, args := roleOf(os.Args)
+	if err := runRole(ctx, role, args, listenAll, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
+		os.Exit(2)
+	}
+}
+
+// roleOf returns the role and its arguments from argv.
+func roleOf(argv []string) (string, []string) {
+	if len(argv) == 0 {
+		return "", nil
+	}
+	role := filepath.Base(argv[0])
+	if role == "standin" && len(argv) > 1 {
+		return argv[1], argv[2:]
+	}
+	return role, argv[1:]
+}
+
+// listenFunc opens the listener for a role's TCP port; tests swap in
+// loopback listeners on free ports.
+type listenFunc func(port int) (net.Listener, error)
+
+// listenAll listens on every address of the pod, as the real servers do.
+func listenAll(port int) (net.Listener, error) {
+	return net.Listen("tcp", ":"+strconv.Itoa(port))
+}
+
+// runRole runs one role until ctx ends (servers) or its work is done.
+// Bad arguments are an error (exit 2), as the real programs would refuse them.
+func runRole(ctx context.Context, role string, args []string, listen listenFunc, out io.Writer) error {
+	switch role {
+	case "nginx":
+		fs := newFlags("nginx")
+		fs.String("g", "", "global directives (accepted and ignored)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return serve(ctx, out, listen, map[int]http.Handler{80: nginxHandler()})
+	case "proxy":
+		if len(args) == 0 || args[0] != "run" {
+			return fmt.Errorf("want the subcommand run, got %q", args)
+		}
+		fs := newFlags("proxy run")
+		fs.String("log-level", "info", "log level")
+		cluster := fs.String("service-cluster", "", "service cluster name")
+		admin := fs.Int("admin-port", 15000, "admin HTTP port (/ready)")
+		proxy := fs.Int("proxy-port", 15001, "proxy port")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "proxy: service cluster %q, admin :%d, proxy :%d\n", *cluster, *admin, *proxy)
+		if *admin == *proxy {
+			return fmt.Errorf("--admin-port and --proxy-port are both %d", *admin)
+		}
+		return serve(ctx, out, listen, map[int]http.Handler{
+			*admin: proxyAdminHandler(*cluster),
+			*proxy: proxyHandler(),
+		})
+	case "proxy-init":
+		if len(args) == 0 || args[0] != "redirect" {
+			return fmt.Errorf("want the subcommand redirect, got %q", args)
+		}
+		fs := newFlags("proxy-init redirect")
+		port := fs.Int("proxy-port", 0, "port the proxy listens on")
+		uid := fs.Int("proxy-uid", -1, "uid the proxy runs as")
+		exclude := fs.String("exclude-inbound-ports", "", "comma-separated ports")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *port < 1 || *port > 65535 {
+			return fmt.Errorf("--proxy-port %d: want 1-65535", *port)
+		}
+		if *uid < 0 {
+			return errors.New("--proxy-uid is required")
+		}
+		if _, err := ports(*exclude); err != nil {
+			return err
+		}
+		// A stand-in: traffic is not redirected, so the app's own port keeps
+		// answering and the proxy needs to forward nothing.
+		fmt.Fprintf(out, "proxy-init: would redirect inbound traffic to :%d for all but uid %d (excluded ports %q)\n", *port, *uid, *exclude)
+		return nil
+	case "log-shipper":
+		fs := newFlags("log-shipper")
+		endpoint := fs.String("endpoint", "", "where logs go")
+		format := fs.String("format", "json", "json or text")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *endpoint == "" {
+			return errors.New("--endpoint is required")
+		}
+		if *format != "json" && *format != "text" {
+			return fmt.Errorf("--format %q: want json or text", *format)
+		}
+		fmt.Fprintf(out, "log-shipper: would ship %s logs to %s\n", *format, *endpoint)
+		<-ctx.Done()
+		return nil
+	default:
+		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init or log-shipper)", role)
+	}
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func ports(list string) ([]int, error) {
+	var ps []int
+	for p := range strings.SplitSeq(list, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %q: want 1-65535", p)
+		}
+		ps = append(ps, n)
+	}
+	return ps, nil
+}
+
+func nginxHandler() http.Handler {
+	host, _ := os.Hostname()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "hookwright stand-in nginx on %s\n", host)
+	})
+	return mux
+}
+
+func proxyAdminHandler(cluster string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "LIVE")
+	})
+	mux.HandleFunc("GET /stats/prometheus", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintf(w, "# TYPE standin_up gauge\nstandin_up{service_cluster=%q} 1\n", cluster)
+	})
+	return mux
+}
+
+func proxyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "hookwright stand-in proxy")
+	})
+}
+
+// serve listens on every port first (so a bind error fails the start, as
+// it would for the real server), reports them on out, and serves until ctx
+// ends.
+func serve(ctx context.Context, out io.Writer, listen listenFunc, handlers map[int]http.Handler) error {
+	var servers []*http.Server
+	errs := make(chan error, len(handlers))
+	for port, h := range handlers {
+		ln, err := listen(port)
+		if err != nil {
+			for _, s := range servers {
+				_ = s.Close()
+			}
+			return err
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, s)
+		fmt.Fprintf(out, "port %d listening on %s\n", port, ln.Addr())
+		go func() { errs <- s.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		return err
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdown)
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package ociimage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// The image sets Build knows.
+const (
+	SetOperator = "operator" // OperatorName
+	SetPause    = "pause"    // PauseName
+	SetStandins = "standins" // NginxName, ProxyName, ProxyInitName, LogShipperName
+	SetOLM      = "olm"      // BundleName, OPMName, OLMUtilName, DecompressionName
+)
+
+// Sets lists every set, in build order.
+var Sets = []string{SetOperator, SetPause, SetStandins, SetOLM}
+
+// DefaultSets are what Build builds when given none: everything but the
+// olm set, which needs a static busybox and bin/opm.
+var DefaultSets = []string{SetOperator, SetPause, SetStandins}
+
+// Options say what Build builds from.
+type Options struct {
+	// Root is the repository root (go.mod, hack/build.sh). Required.
+	Root string
+	// BinDir receives the compiled binaries. Required.
+	BinDir string
+	// Arch is the images' GOARCH; runtime.GOARCH when empty.
+	Arch string
+	// Version and GitCommit are stamped into the operator binary
+	// (hack/build.sh's arguments); v0.1.0 and "unknown" when empty.
+	Version, GitCommit string
+	// OperatorName overrides OperatorName (the Makefile's IMG).
+	OperatorName string
+	// CACertificates overrides DefaultCACertificates.
+	CACertificates string
+	// BundleName overrides BundleName, e.g. with the local registry's
+	// address for `operator-sdk run bundle`.
+	BundleName string
+	// Busybox overrides DefaultBusybox (a static busybox for the olm set).
+	Busybox string
+	// OPM is the static opm binary for the olm set; Root/bin/opm (built
+	// by hack/tools.sh) when empty.
+	OPM string
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Root == "" || o.BinDir == "" {
+		return o, fmt.Errorf("ociimage: Options.Root and Options.BinDir are required")
+	}
+	var err error
+	if o.Root, err = filepath.Abs(o.Root); err != nil {
+		return o, err
+	}
+	if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
+		return o, err
+	}
+	if o.Arch == "" {
+		o.Arch = runtime.GOARCH
+	}
+	if o.Version == "" {
+		o.Version = "v0.1.0"
+	}
+	if o.GitCommit == "" {
+		o.GitCommit = "unknown"
+	}
+	if o.OperatorName == "" {
+		o.OperatorName = OperatorName
+	}
+	if o.CACertificates == "" {
+		o.CACertificates = DefaultCACertificates
+	}
+	if o.BundleName == "" {
+		o.BundleName = BundleName
+	}
+	if o.Busybox == "" {
+		o.Busybox = DefaultBusybox
+	}
+	if o.OPM == "" {
+		o.OPM = filepath.Join(o.Root, "bin", "opm")
+	}
+	return o, nil
+}
+
+// Build compiles what the given sets need (DefaultSets when none is given)
+// and returns their images in set order. Binaries are static linux/Arch
+// builds (CGO_ENABLED=0); the operator's comes from hack/build.sh, the one
+// build command the Dockerfile runs too.
+func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(sets) == 0 {
+		sets = DefaultSets
+	}
+	for _, s := range sets {
+		if !slices.Contains(Sets, s) {
+			return nil, fmt.Errorf("ociimage: unknown image set %q (want one of %s)", s, strings.Join(Sets, ", "))
+		}
+	}
+	if err := os.MkdirAll(o.BinDir, 0o755); err != nil {
+		return nil, err
+	}
+	var out []Named
+	for _, s := range Sets {
+		if !slices.Contains(sets, s) {
+			continue
+		}
+		switch s {
+		case SetOperator:
+			bin := filepath.Join(o.BinDir, "hookwright-linux-"+o.Arch)
+			if err := run(ctx, o.Root, []string{"GOOS=linux", "GOARCH=" + o.Arch},
+				filepath.Join(o.Root, "hack", "build.sh"), bin, o.Version, o.GitCommit); err != nil {
+				return nil, err
+			}
+			img, err := Operator(o.Arch, bin, o.CACertificates)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Named{Name: o.OperatorName, Image: img})
+		case SetPause:
+			bin, err := GoBuild(ctx, o.Root, "./hack/images/pause", o.BinDir, o.Arch)
+			if err != nil {
+				return nil, err
+			}
+			img, err := Pause(o.Arch, bin)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Named{Name: PauseName, Image: img})
+		case SetStandins:
+			bin, err := GoBuild(ctx, o.Root, "./hack/images/standin", o.BinDir, o.Arch)
+			if err != nil {
+				return nil, err
+			}
+			imgs, err := Standins(o.Arch, bin)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, imgs...)
+		case SetOLM:
+			imgs, err := buildOLM(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, imgs...)
+		}
+	}
+	return out, nil
+}
+
+// buildOLM builds the olm set. cpb comes from OLM's module at the version
+// hack/tools/olm pins, the OLM the tests run.
+func buildOLM(ctx context.Context, o Options) ([]Named, error) {
+	bundle, err := Bundle(o.Arch, filepath.Join(o.Root, "bundle"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(o.OPM); err != nil {
+		return nil, fmt.Errorf("ociimage: opm for the opm image: %w (run make tools)", err)
+	}
+	opm, err := OPM(o.Arch, o.OPM, o.Busybox)
+	if err != nil {
+		return nil, err
+	}
+	cpb := filepath.Join(o.BinDir, "cpb-linux-"+o.Arch)
+	if err := run(ctx, filepath.Join(o.Root, "hack", "tools", "olm"), []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + o.Arch},
+		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", cpb, "github.com/operator-framework/operator-lifecycle-manager/util/cpb"); err != nil {
+		return nil, err
+	}
+	util, err := OLMUtil(o.Arch, cpb, o.Busybox)
+	if err != nil {
+		return nil, err
+	}
+	dec, err := Decompression(o.Arch, o.Busybox)
+	if err != nil {
+		return nil, err
+	}
+	return []Named{
+		{Name: o.BundleName, Image: bundle},
+		{Name: OPMName, Image: opm},
+		{Name: OLMUtilName, Image: util},
+		{Name: DecompressionName, Image: dec},
+	}, nil
+}
+
+// GoBuild compiles the main package pkg (relative to root, "./hack/...")
+// into binDir as a static, stripped linux/arch binary named after the
+// package, and returns its path.
+func GoBuild(ctx context.Context, root, pkg, binDir, arch string) (string, error) {
+	out := filepath.Join(binDir, filepath.Base(pkg)+"-linux-"+arch)
+	err := run(ctx, root, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch},
+		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	return out, err
+}
+
+func run(ctx context.Context, dir string, env []string, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ociimage: %s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
