@@ -417,7 +417,10 @@ func Decide(in Input) Decision {
 // needs only a parsed raw, not a plausible one: the record came from this
 // writer's own reports.
 func staleReport(st stored, capacity *resource.Quantity, r Resource, incoming resource.Quantity) bool {
-	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() {
+	// A ratio above 1 publishes more than a raw within capacity, so a value
+	// at most the raw (the kubelet's usual report) is a report; this also
+	// keeps Decide's steady state free of the multiplication.
+	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() || incoming.Cmp(st.raw[r]) <= 0 {
 		return false
 	}
 	published := Amplify(r, st.raw[r], capacity, st.ratio[r])
