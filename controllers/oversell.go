@@ -44,10 +44,10 @@ const (
 )
 
 // restoreDeadline bounds how long a deleting NodeOversell waits for its
-// nodes to stay restored. Another NodeOversell's webhook server still serves
-// this object's policy until the object is gone, and may re-amplify a node
-// after the restore; past the deadline the finalizer is released and the
-// nodes' next kubelet report (no policy any more) restores them.
+// nodes to stay restored. A webhook server that has not yet seen the
+// deletion (or one run without --node-oversell) may re-amplify a node after
+// the restore; past the deadline the finalizer is released and the nodes'
+// next kubelet report (no policy any more) restores them.
 const restoreDeadline = 30 * time.Second
 
 // resyncWorkers bounds the concurrent nodes/status writes of one resync.
