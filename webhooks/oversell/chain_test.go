@@ -239,9 +239,11 @@ func (m *chainModel) check(exact bool) {
 // without bookkeeping, when none selects the node). With views lagging, the
 // recorded raw is still always exactly real and published never exceeds
 // capacity × ratio; once the views catch up, the next heartbeat settles on
-// real × the winner's ratio. Without the chain rules (Route, and Decide
-// reading a reporting writer's record from the admitted object) the second
-// webhook takes the first's output as the kubelet's report (issue 11).
+// real × the winner's ratio. With the engine before issue 11's fix (a
+// reporting writer's record read from the old object) the second acting
+// webhook takes the first's output as the kubelet's report: with every
+// server acting, as before, most runs compound; with Route alone, only runs
+// where lagging views let two servers act.
 func TestOverlappingWebhooksInSeries(t *testing.T) {
 	for _, crs := range []int{2, 3} {
 		for _, lag := range []bool{false, true} {
