@@ -49,6 +49,11 @@ func TestOversellOverlappingNodeOversells(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, n := range []string{"ovl-1", "ovl-2", "ovl-plain"} {
+			_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+	})
 	hb.Period = time.Hour // beats are sent by hand
 	if err := hb.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -64,11 +69,13 @@ func TestOversellOverlappingNodeOversells(t *testing.T) {
 	for _, n := range names {
 		svc := "oversell-" + n
 		s := startWebhookServer(t, false, "oversell", oversellNS, svc, "--node-oversell="+n)
-		if _, err := env.ExposeLocal(ctx, oversellNS, svc, 443, s.Addr()); err != nil {
+		exposed, err := env.ExposeLocal(ctx, oversellNS, svc, 443, s.Addr())
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			_ = env.Client.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: oversellNS, Name: svc}})
+			env.UnrouteService(exposed)
+			_ = env.Client.Delete(context.Background(), exposed)
 		})
 		servers[n] = s
 	}
