@@ -28,6 +28,8 @@ import (
 // write reaches the other's webhook, which amplifies it from the recorded
 // raw; when it moves out of both, the operator restores the real value and
 // removes the bookkeeping (no webhook is called for such a node any more).
+// Back in both, priority changes and the winner's deletion hand the node
+// from one to the other, the raw always exact.
 func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 	ctx := ctxT(t, 6*time.Minute)
 	c := env.Client
@@ -142,4 +144,47 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 	if r, err := eventReasons(ctx, "NodeOversell", "ovd-b"); err != nil || r[controllers.EventNodesRestored] == 0 {
 		t.Fatalf("ovd-b events %v (%v)", r, err)
 	}
+
+	// Back in both selectors: a kubelet report is amplified once, by ovd-a.
+	relabel("a")
+	err = cluster.WaitFor(ctx, 30*time.Second, "kubelet report amplified by ovd-a again", func(ctx context.Context) (bool, error) {
+		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
+		if err != nil {
+			return false, err
+		}
+		return n.Annotations[v1alpha1.OversellAppliedByKey] == "ovd-a", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("ovd-a amplifies again", "7600m", "10752Mi", "ovd-a")
+	// Priority changes reach the node through the operator's resync touch.
+	setPriority := func(name string, p int32) {
+		no := &v1alpha1.NodeOversell{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, no); err != nil {
+			t.Fatal(err)
+		}
+		if err := update(ctx, no, func() { no.Spec.Priority = p }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setPriority("ovd-a", -1)
+	expect("ovd-a priority -1: ovd-b wins", "5700m", "8960Mi", "ovd-b")
+	setPriority("ovd-a", 20)
+	expect("ovd-a priority 20: ovd-a wins again", "7600m", "10752Mi", "ovd-a")
+	// Deleting the winner: its finalizer's restore write reaches ovd-b's
+	// webhook, which amplifies it from the recorded raw.
+	if err := c.Delete(ctx, &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: "ovd-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	expect("ovd-a deleted: ovd-b takes the node over", "5700m", "8960Mi", "ovd-b")
+	err = cluster.WaitFor(ctx, 60*time.Second, "ovd-a gone", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: "ovd-a"}, &v1alpha1.NodeOversell{})
+		return err != nil && client.IgnoreNotFound(err) == nil, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relabel("none")
+	expect("out of ovd-b's selector: restored", "3800m", "7Gi", "")
 }
