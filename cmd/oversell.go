@@ -26,6 +26,7 @@ type oversellOptions struct {
 	metricsAddr      string
 	probeAddr        string
 	trustedReporters []string
+	nodeOversell     string
 	serving          serving.Options
 	zap              zap.Options
 }
@@ -34,7 +35,7 @@ func newOversellCommand() *cobra.Command {
 	o := &oversellOptions{}
 	cmd := &cobra.Command{
 		Use:   "oversell",
-		Short: "Serve the node allocatable oversell webhook (/oversell) for all NodeOversell objects",
+		Short: "Serve the node allocatable oversell webhook (/oversell) for one or all NodeOversell objects",
 		Long: `Serve AdmissionReview v1 for UPDATE of nodes/status at /oversell on the
 webhook HTTPS listener. The server watches every NodeOversell; each add,
 update or delete swaps in a new configuration snapshot that applies to the
@@ -51,6 +52,9 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringArrayVar(&o.trustedReporters, "trusted-reporter", nil,
 		"user name whose nodes/status writes carry the real allocatable for every node, like the node's own kubelet (repeatable)")
+	fs.StringVar(&o.nodeOversell, "node-oversell", "",
+		"name of the NodeOversell this server acts for: it changes only nodes that NodeOversell wins and passes other writes through, "+
+			"so overlapping NodeOversells (one webhook each) never both amplify; empty acts for whichever NodeOversell wins (one server behind one webhook)")
 	o.serving.AddFlags(fs)
 	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(gfs)
@@ -86,7 +90,7 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 	}
 
 	ws := mgr.GetWebhookServer()
-	h := oversell.NewHandler(store, m, log.WithName("handler"))
+	h := oversell.NewHandler(store, m, log.WithName("handler")).ForNodeOversell(o.nodeOversell)
 	h.Envelope = o.serving.Envelope()
 	ws.Register("/oversell", h)
 	ws.Register("/configz", oversell.ConfigzHandler(store))
@@ -105,7 +109,7 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 		return err
 	}
 
-	log.Info("starting", "webhook-port", o.serving.Port, "trustedReporters", o.trustedReporters)
+	log.Info("starting", "webhook-port", o.serving.Port, "trustedReporters", o.trustedReporters, "nodeOversell", o.nodeOversell)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("oversell: %w", err)
 	}

@@ -200,17 +200,26 @@ func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
 
 // BuildNodeOversell returns the objects a NodeOversell owns.
 //
-// The webhook has no objectSelector even though the CR has a nodeSelector: a
-// node that stops matching must still pass through the server, which then
-// restores its raw allocatable ("off means off").
+// The server acts only for this NodeOversell (--node-oversell): it changes
+// the nodes this one wins and passes other writes through, so overlapping
+// NodeOversells never both amplify a write (webhooks/oversell/chain.go).
+// The webhook's objectSelector is the nodeSelector, so a node's heartbeats
+// reach only the servers of the NodeOversells selecting it, and unselected
+// nodes none. The API server matches it against the node's labels before
+// and after the write, so the write that removes a label through
+// nodes/status still reaches the server, which restores the node; a label
+// removed through nodes, a narrowed selector or a deletion is restored by
+// the operator (syncNodes, restoreNodes).
 func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings, caBundle []byte) *Desired {
 	op := OversellOperand(no)
-	d := build(op, s, []string{"oversell"})
+	d := build(op, s, []string{"oversell", "--node-oversell=" + no.Name})
 	fp := admissionregistrationv1.FailurePolicyType(or(string(no.Spec.FailurePolicy), string(v1alpha1.FailurePolicyIgnore)))
 	wh := webhook(op, s, caBundle, fp, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
 	})
+	// An absent nodeSelector selects every node, as an absent objectSelector does.
+	wh.ObjectSelector = no.Spec.NodeSelector.DeepCopy()
 	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
 	return d
 }

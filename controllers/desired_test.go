@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -190,9 +191,22 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	no := testOversell()
 	d = BuildNodeOversell(no, testSettings, nil)
 	wh = d.Webhook.Webhooks[0]
-	if *wh.FailurePolicy != "Ignore" || *wh.TimeoutSeconds != 2 || wh.ReinvocationPolicy != nil || wh.ObjectSelector != nil || wh.NamespaceSelector != nil {
+	if *wh.FailurePolicy != "Ignore" || *wh.TimeoutSeconds != 2 || wh.ReinvocationPolicy != nil || wh.NamespaceSelector != nil {
 		t.Fatalf("oversell defaults: %+v", wh)
 	}
+	// Heartbeats reach only the servers of the NodeOversells selecting the
+	// node, each acting for its own CR (issue 11: overlapping CRs compounded).
+	if !reflect.DeepEqual(wh.ObjectSelector, no.Spec.NodeSelector) || wh.ObjectSelector == no.Spec.NodeSelector {
+		t.Fatalf("oversell objectSelector %+v, want a copy of the nodeSelector %+v", wh.ObjectSelector, no.Spec.NodeSelector)
+	}
+	if args := d.Deployment.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--node-oversell="+no.Name) {
+		t.Fatalf("oversell server args %v lack --node-oversell=%s", args, no.Name)
+	}
+	no.Spec.NodeSelector = nil
+	if wh := BuildNodeOversell(no, testSettings, nil).Webhook.Webhooks[0]; wh.ObjectSelector != nil {
+		t.Fatalf("an absent nodeSelector (every node) must give no objectSelector, got %+v", wh.ObjectSelector)
+	}
+	no = testOversell()
 	if d.PodDisruptionBudget != nil {
 		t.Fatal("replicas 1 must have no PDB (minAvailable 1 would block every drain)")
 	}

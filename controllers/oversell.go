@@ -44,10 +44,10 @@ const (
 )
 
 // restoreDeadline bounds how long a deleting NodeOversell waits for its
-// nodes to stay restored. Another NodeOversell's webhook server still serves
-// this object's policy until the object is gone, and may re-amplify a node
-// after the restore; past the deadline the finalizer is released and the
-// nodes' next kubelet report (no policy any more) restores them.
+// nodes to stay restored. A webhook server that has not yet seen the
+// deletion (or one run without --node-oversell) may re-amplify a node after
+// the restore; past the deadline the finalizer is released and the nodes'
+// next kubelet report (no policy any more) restores them.
 const restoreDeadline = 30 * time.Second
 
 // resyncWorkers bounds the concurrent nodes/status writes of one resync.
@@ -112,7 +112,7 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 		return 0, err
 	}
 	var matched int32
-	var touch, selected []string
+	var touch, selected, deselected []string
 	byName := map[string]*corev1.Node{}
 	for i := range nodes {
 		n := &nodes[i]
@@ -125,6 +125,17 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 		if m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
 			touch = append(touch, n.Name)
 		}
+		if !m && n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
+			deselected = append(deselected, n.Name)
+		}
+	}
+	// The webhook's objectSelector is the nodeSelector: a node that left it
+	// (label changed through nodes, selector narrowed) reaches this server
+	// no more, so the operator gives it back. A restore write that another
+	// NodeOversell's webhook receives is amplified by that one instead.
+	pendingRestore, err := r.restoreDeselected(ctx, no, sel, deselected)
+	if err != nil {
+		return 0, err
 	}
 	t := AmplifiedTotals(nodes, no.Name)
 	no.Status.NodesMatched, no.Status.NodesAmplified = matched, t.Nodes
@@ -134,7 +145,7 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	}
 
 	if no.Status.ResyncedGeneration == no.Generation {
-		return 0, nil
+		return pendingRestore, nil
 	}
 	ready := func(t string) bool {
 		for _, c := range no.Status.Conditions {
@@ -145,7 +156,7 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 		return false
 	}
 	if !ready(v1alpha1.ConditionWebhookConfigured) || !ready(v1alpha1.ConditionServerAvailable) {
-		return 0, nil // the Deployment becoming available re-triggers us
+		return pendingRestore, nil // the Deployment becoming available re-triggers us
 	}
 	// Before the new ratios apply: would any node end up with more
 	// requested than allocatable?
@@ -184,6 +195,56 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 		log.FromContext(ctx).Info("nodes resynced", "generation", no.Generation, "nodes", len(touch))
 		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesResynced, "Resync",
 			"generation %d: %d nodes re-evaluated through nodes/status: %s", no.Generation, len(touch), summarize(touch, 10))
+	}
+	return pendingRestore, nil
+}
+
+// restoreDeselected writes RestorePatch to each named node that still
+// carries applied-by=<no> and that no's selector no longer matches (both
+// re-read from the API server). It returns a requeue delay while a node
+// still carries applied-by=<no> after the write (a webhook server with a
+// stale snapshot amplified it again).
+func (r *Reconciler) restoreDeselected(ctx context.Context, no *v1alpha1.NodeOversell, sel labels.Selector, names []string) (time.Duration, error) {
+	var restored, untrusted []string
+	pending := false
+	for _, name := range names {
+		node := &corev1.Node{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return 0, err
+		}
+		if node.Annotations[v1alpha1.OversellAppliedByKey] != no.Name || sel.Matches(labels.Set(node.Labels)) {
+			continue // the cache was behind
+		}
+		patch, notes := RestorePatch(node)
+		if len(notes) > 0 {
+			untrusted = append(untrusted, node.Name+": "+strings.Join(notes, ", "))
+		}
+		if err := r.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return 0, fmt.Errorf("restore deselected node %s: %w", node.Name, err)
+		}
+		if node.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
+			pending = true
+			continue
+		}
+		restored = append(restored, node.Name)
+	}
+	if len(restored) > 0 {
+		log.FromContext(ctx).Info("deselected nodes restored", "nodes", restored)
+		r.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
+			"raw allocatable restored on %d nodes the selector no longer matches: %s", len(restored), summarize(restored, 10))
+	}
+	if len(untrusted) > 0 {
+		r.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreUntrusted, "Restore",
+			"recorded raw allocatable not trusted on %d deselected nodes: %s", len(untrusted), summarize(untrusted, 5))
+	}
+	if pending {
+		return time.Second, nil
 	}
 	return 0, nil
 }

@@ -67,6 +67,8 @@ func startOversell(t *testing.T) *webhookServer {
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},
 			TimeoutSeconds:          ptr.To[int32](2),
+			// TestOversellOverlappingNodeOversells' nodes have their own webhooks.
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: overlapLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
 		}},
 	}
 	if err := env.Client.Create(ctx, mwc); err != nil {

@@ -177,7 +177,8 @@ func (r *resourceJSON) set(res Resource, v string) {
 type stored struct {
 	present bool // any engine annotation exists: the node was amplified
 	raw     [numResources]resource.Quantity
-	rawOK   [numResources]bool
+	rawOK   [numResources]bool // parsed and plausible for the capacity
+	parsed  [numResources]bool // parsed
 	ratio   [numResources]Ratio
 }
 
@@ -206,7 +207,7 @@ func readStored(ann map[string]string) stored {
 		}
 		for r := Resource(0); r < numResources; r++ {
 			if q, err := parseQuantity(raw.get(r)); err == nil && raw.get(r) != "" {
-				s.raw[r], s.rawOK[r] = q, true
+				s.raw[r], s.rawOK[r], s.parsed[r] = q, true, true
 			}
 		}
 	}
@@ -268,26 +269,50 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 // annotation recorded on the stored object, and only if plausible for the
 // node's capacity (see plausibleRaw); it is never above capacity × ratio.
 //
-// The one exception for reporting writers: when the published value is
-// unchanged by the write and equals the amplification of the recorded raw,
-// the kubelet's patch (computed from its possibly stale informer copy) did
-// not carry allocatable at all, so the recorded raw is kept. Misreading a
-// real value that happens to equal the amplified one errs on the safe side
-// (the node is under- rather than over-committed).
+// The one exception for reporting writers: when the incoming value equals
+// the amplification of the raw recorded on the admitted object, it is no
+// report: the kubelet's patch (computed from its possibly stale informer
+// copy) did not carry allocatable, or an earlier hookwright webhook of the
+// same request already amplified the report. The recorded raw is kept.
+// Misreading a real value that happens to equal the amplified one errs on
+// the safe side (the node is under- rather than over-committed).
+//
+// Decide is idempotent under chaining: feeding its output (the object with
+// the patch applied) to Decide again, with the same writer and old object,
+// with this or any other policy, keeps the same raw. So N webhook servers
+// called in series, whatever snapshot each holds, record the writer's raw
+// exactly and publish raw × the last acting server's ratio.
 func Decide(in Input) Decision {
 	var d Decision
 	obj := in.Object
-	// Engine annotations are read from the stored object, so a writer cannot
-	// replace a recorded raw value. Only when the stored object has none are
-	// the written ones used: a full write from an old copy may bring back an
-	// amplified value together with its bookkeeping, and adopting that value
-	// as raw would compound. Injecting them grants nothing adoption does not.
+	// Several NodeOversells may select one node, and the API server then
+	// calls one hookwright webhook after another, each seeing the object as
+	// the previous one left it (mutating webhooks run in series, see
+	// chain.go). Where the annotations are read from decides whether a later
+	// webhook takes an earlier one's output for the writer's.
 	var st stored
-	if in.Old != nil {
-		st = readStored(in.Old.Annotations)
-	}
-	if !st.present {
+	if in.Writer.reportsRaw() {
+		// A reporting writer does not write the engine annotations (the
+		// kubelet's patch is a diff of status and labels only), so those on
+		// the admitted object are the stored ones, or the ones an earlier
+		// hookwright webhook of this request recorded with the report it
+		// took as raw. Their amplification is then not a report (staleReport).
+		// A reporting writer that forges them gains nothing: its allocatable
+		// is taken as raw anyway.
 		st = readStored(in.Object.Annotations)
+	} else {
+		// Read from the stored object, so a writer cannot replace a recorded
+		// raw value. Only when the stored object has none are the written
+		// ones used: an earlier webhook of this request recorded them while
+		// adopting a value, or a full write from an old copy brings back an
+		// amplified value with its bookkeeping, and adopting that value as
+		// raw would compound. Injecting them grants nothing adoption does not.
+		if in.Old != nil {
+			st = readStored(in.Old.Annotations)
+		}
+		if !st.present {
+			st = readStored(in.Object.Annotations)
+		}
 	}
 	var caps [numResources]*resource.Quantity
 	for r := Resource(0); r < numResources; r++ {
@@ -335,7 +360,7 @@ func Decide(in Input) Decision {
 					d.Reason = ReasonTrustedReport
 				}
 			}
-			if staleReport(in, st, r, incoming[r]) {
+			if staleReport(st, caps[r], r, incoming[r]) {
 				d.Raw[r] = st.raw[r]
 				d.Reason = ReasonStaleReport
 			}
@@ -385,17 +410,21 @@ func Decide(in Input) Decision {
 }
 
 // staleReport reports whether a reporting writer's value for r is the
-// published amplification left untouched by its patch (see Decide).
-func staleReport(in Input, st stored, r Resource, incoming resource.Quantity) bool {
-	if in.Old == nil || !st.rawOK[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() {
+// amplification of the raw recorded on the admitted object rather than a
+// report: the published value the kubelet's patch (from its possibly stale
+// informer copy) did not touch, or the output of an earlier hookwright
+// webhook in the same admission chain. The recorded raw is then kept. It
+// needs only a parsed raw, not a plausible one: the record came from this
+// writer's own reports.
+func staleReport(st stored, capacity *resource.Quantity, r Resource, incoming resource.Quantity) bool {
+	// A ratio above 1 publishes more than a raw within capacity, so a value
+	// at most the raw (the kubelet's usual report) is a report; this also
+	// keeps Decide's steady state free of the multiplication.
+	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() || incoming.Cmp(st.raw[r]) <= 0 {
 		return false
 	}
-	old, ok := optQuantity(in.Old.Allocatable, resourceNames[r])
-	if !ok || old.Cmp(incoming) != 0 {
-		return false
-	}
-	published := Amplify(r, st.raw[r], capacityOf(in.Old.Capacity, r), st.ratio[r])
-	return published.Cmp(old) == 0 && published.Cmp(st.raw[r]) != 0
+	published := Amplify(r, st.raw[r], capacity, st.ratio[r])
+	return published.Cmp(incoming) == 0 && published.Cmp(st.raw[r]) != 0
 }
 
 // mustJSON encodes the two-field struct; it cannot fail.

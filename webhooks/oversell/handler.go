@@ -73,6 +73,8 @@ type Handler struct {
 	src     SnapshotSource
 	metrics *Metrics
 	log     logr.Logger
+	// owner is the NodeOversell this server acts for ("" acts for all).
+	owner string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
 	// serving.DefaultEnvelope().
 	Envelope *serving.Envelope
@@ -89,6 +91,14 @@ func (h *Handler) envelope() *serving.Envelope {
 // recording into m (required; see NewMetrics).
 func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
 	return &Handler{src: src, metrics: m, log: log}
+}
+
+// ForNodeOversell makes h the server of NodeOversell name: it changes only
+// nodes that name wins and passes other writes through (Snapshot.Route).
+// Without it h acts for whichever NodeOversell wins. It returns h.
+func (h *Handler) ForNodeOversell(name string) *Handler {
+	h.owner = name
+	return h
 }
 
 // requestJSON is the subset of an admission.k8s.io/v1 AdmissionRequest the
@@ -220,6 +230,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		writer  WriterClass
 		patch   []byte
 		patched bool
+		act     bool
 	)
 	if perr := func() (err error) {
 		defer func() {
@@ -228,8 +239,12 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 			}
 		}()
 		obj := req.Object.state()
-		policy := snap.Select(obj.Labels)
+		var policy *Policy
+		policy, act = snap.Route(obj.Labels, h.owner)
 		writer = ClassifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.TrustedFunc(policy))
+		if !act {
+			return nil
+		}
 		in := Input{Writer: writer, Object: obj, Policy: policy}
 		if req.OldObject != nil {
 			old := req.OldObject.state()
@@ -242,6 +257,14 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		return h.problem(dst, req, writer, reasonPanic, perr)
 	}
 
+	if !act {
+		if !req.DryRun {
+			// The node's gauges are the winner's server's now.
+			h.metrics.observeNode(name, &Decision{Restore: true})
+		}
+		h.metrics.Mutations.WithLabelValues(OutcomeUnchanged, writer.String(), string(ReasonOtherWinner)).Inc()
+		return appendResponse(dst, req.UID, nil, "")
+	}
 	if d.UntrustedAllocatableWrite {
 		h.metrics.untrustedWrite(req.UserInfo.Username)
 		h.log.V(1).Info("untrusted allocatable write repaired", "node", name, "user", req.UserInfo.Username)

@@ -237,6 +237,41 @@ func TestHandlerOverlapOneApplies(t *testing.T) {
 	}
 }
 
+// TestHandlerOverlapChainedServers sends one kubelet report through the
+// servers of two overlapping NodeOversells in API-server order (issue 11):
+// the losing one passes it through, and the winner's output, sent again to
+// the winner's server (a second hookwright webhook before it, or
+// reinvocation), keeps the raw.
+func TestHandlerOverlapChainedServers(t *testing.T) {
+	objs := append(nodeOversells(t, "low", "3", "3", 0, testTime(1)), nodeOversells(t, "high", "1.5", "1.25", 10, testTime(5))...)
+	snap := BuildSnapshot(objs, nil, true)
+	low, _ := testHandler(t, snap)
+	low.ForNodeOversell("low")
+	high, m := testHandler(t, snap)
+	high.ForNodeOversell("high")
+	old := realisticNode("n1", "7600m", "30Gi", nil)
+	obj := old.DeepCopy()
+	if resp := decodeResponse(t, post(low, reviewFor(t, "system:node:n1", kubeletGroups, obj, old), "application/json")); len(resp.Patch) != 0 || len(resp.Warnings) != 0 {
+		t.Fatalf("the losing server must pass the write through, got patch %s warnings %v", resp.Patch, resp.Warnings)
+	}
+	obj = patchedNode(t, obj, decodeResponse(t, post(high, reviewFor(t, "system:node:n1", kubeletGroups, obj, old), "application/json")))
+	if resp := decodeResponse(t, post(high, reviewFor(t, "system:node:n1", kubeletGroups, obj, old), "application/json")); len(resp.Patch) != 0 {
+		obj = patchedNode(t, obj, resp)
+	}
+	if resp := decodeResponse(t, post(low, reviewFor(t, "system:node:n1", kubeletGroups, obj, old), "application/json")); len(resp.Patch) != 0 {
+		t.Fatalf("the losing server must pass the winner's output through, got %s", resp.Patch)
+	}
+	if obj.Annotations[annApplied] != "high" || obj.Annotations[annRaw] != `{"cpu":"7600m","memory":"30Gi"}` {
+		t.Fatalf("annotations %v", obj.Annotations)
+	}
+	if q := obj.Status.Allocatable["cpu"]; q.String() != "11400m" {
+		t.Fatalf("cpu %s, want 7600m × 1.5", q.String())
+	}
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeUnchanged, "kubelet", string(ReasonStaleReport))); v != 1 {
+		t.Errorf("the winner's own output sent again counted %v times as stale-report, want 1", v)
+	}
+}
+
 func TestHandlerDryRunLeavesGauges(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
 	obj := realisticNode("n1", "7600m", "30Gi", nil)
