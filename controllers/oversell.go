@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
@@ -418,14 +417,14 @@ func RestorePatch(node *corev1.Node) (patch []byte, notes []string) {
 	return patch, notes
 }
 
-// restoreNodes runs while a NodeOversell is being deleted. It deletes the
+// restoreNodes runs while a NodeOversell is being deleted. It empties the
 // CR's webhook configuration first (so its server no longer rewrites node
-// status), then restores every node the CR amplified, and reports done once
-// no node carries applied-by=<name> any more (or the deadline passed).
+// status; the garbage collector deletes the configuration with the CR),
+// then restores every node the CR amplified, and reports done once no node
+// carries applied-by=<name> any more (or the deadline passed).
 func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell) (bool, time.Duration, error) {
 	op := OversellOperand(no)
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: op.Kind.BaseName(no.Name)}}
-	if err := r.deleteOwned(ctx, op, mwc); err != nil {
+	if _, _, err := r.disarm(ctx, op, op.Kind.BaseName(no.Name)); err != nil {
 		return false, 0, err
 	}
 	nodes, err := r.listNodes(ctx)

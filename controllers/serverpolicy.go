@@ -37,11 +37,15 @@ func (r *Reconciler) refuse(ctx context.Context, op Operand, errs field.ErrorLis
 	}
 	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonServerNotAllowed, msg)
 	name := op.Kind.BaseName(op.Object.GetName())
-	disarmed, err := r.disarm(ctx, op, name)
+	exists, removed, err := r.disarm(ctx, op, name)
 	if err != nil {
 		return err
 	}
-	if disarmed {
+	if removed {
+		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, ReasonServerNotAllowed, "Disarm",
+			"removed the webhooks of MutatingWebhookConfiguration %s: the server policy does not allow this server", name)
+	}
+	if exists {
 		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonServerNotAllowed,
 			"MutatingWebhookConfiguration "+name+" has no webhooks: the server policy does not allow this server")
 	}
@@ -49,29 +53,32 @@ func (r *Reconciler) refuse(ctx context.Context, op Operand, errs field.ErrorLis
 }
 
 // disarm removes the webhooks of the CR's configuration name when the CR
-// controls it (a merge patch: the operator holds no delete permission on
-// webhook configurations). It reports whether the configuration exists.
-func (r *Reconciler) disarm(ctx context.Context, op Operand, name string) (bool, error) {
+// controls it, so the API server calls its server no more (a merge patch:
+// the operator holds no delete permission on webhook configurations; the
+// garbage collector deletes the configuration with the CR). It reports
+// whether the configuration exists and whether this call removed webhooks.
+func (r *Reconciler) disarm(ctx context.Context, op Operand, name string) (exists, removed bool, err error) {
 	live := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return false, false, nil
 		}
-		return false, err
+		return false, false, err
 	}
 	if !metav1.IsControlledBy(live, op.Object) {
-		return false, nil
+		return false, false, nil
 	}
 	if len(live.Webhooks) == 0 {
-		return true, nil
+		return true, false, nil
 	}
 	if err := r.Client.Patch(ctx, live, client.RawPatch(types.MergePatchType, []byte(`{"webhooks":null}`))); err != nil {
-		return false, fmt.Errorf("remove the webhooks of MutatingWebhookConfiguration %s: %w", name, err)
+		if apierrors.IsNotFound(err) {
+			return false, false, nil
+		}
+		return false, false, fmt.Errorf("remove the webhooks of MutatingWebhookConfiguration %s: %w", name, err)
 	}
 	// The next apply of this configuration (once the CR is allowed) is a
 	// change of the desired state, not drift.
 	r.forgetObject(ownedKey(op.Object, "MutatingWebhookConfiguration", live))
-	r.Recorder.Eventf(op.Object, live, corev1.EventTypeWarning, ReasonServerNotAllowed, "Disarm",
-		"removed the webhooks of MutatingWebhookConfiguration %s: the server policy does not allow this server", name)
-	return true, nil
+	return true, true, nil
 }
