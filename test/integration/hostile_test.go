@@ -51,7 +51,7 @@ func TestInjectorProcessUnderSlowClients(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(srv.ca.CertPEM)
 	tlsCfg := &tls.Config{RootCAs: pool, ServerName: cluster.ServiceDNSNames(hostileNS, si.Name)[0], MinVersion: tls.VersionTLS12}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	review := hostileReview(t)
 
 	pid := srv.proc.Pid()

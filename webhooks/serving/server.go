@@ -56,9 +56,10 @@ func (s *Server) Addr() string {
 
 // httpServer is the http.Server for handler: every phase of a request is
 // bounded by the request timeout (the webhook timeout's upper bound), idle
-// keep-alive connections are closed after it too, headers are capped at
-// 64 KiB (an AdmissionReview call carries a handful), and HTTP/2 is off
-// unless enabled (CVE-2023-44487).
+// keep-alive connections are closed after the idle timeout (longer than the
+// API server's, see DefaultIdleTimeout), headers are capped at 64 KiB (an
+// AdmissionReview call carries a handful), and HTTP/2 is off unless enabled
+// (CVE-2023-44487).
 func (o *Options) httpServer(ctx context.Context, handler http.Handler) *http.Server {
 	t := o.timeout()
 	srv := &http.Server{
@@ -69,7 +70,7 @@ func (o *Options) httpServer(ctx context.Context, handler http.Handler) *http.Se
 		// The response follows the body within the same timeout; the
 		// extra second lets a 408 for a body cut at ReadTimeout go out.
 		WriteTimeout:   t + time.Second,
-		IdleTimeout:    t,
+		IdleTimeout:    o.idleTimeout(),
 		MaxHeaderBytes: 64 << 10,
 	}
 	if !o.EnableHTTP2 {

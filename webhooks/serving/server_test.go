@@ -131,7 +131,7 @@ func TestSlowHeadersTimeOut(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Second})
+	s := start(t, serving.Options{RequestTimeout: time.Second, IdleTimeout: time.Second})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
 		t.Fatal(err)
