@@ -14,17 +14,20 @@ import (
 
 // Render limits. text/template has no context and no budget, so a template
 // is bounded four ways: what it writes passes through a writer that fails
-// past MaxRenderBytes; every range iteration, template call and function
-// call is a step, capped at MaxRenderSteps, that also checks the deadline
-// (MaxRenderTime) and the request's context; every value a function takes
-// or returns is measured against MaxValueBytes (so until, repeat, a doubling
-// cat loop or a list holding itself fail before they grow); and functions
-// that cost seconds of CPU by design (key and certificate generation,
-// password hashing) are not available.
+// past MaxRenderBytes; every range iteration, call of a defined template
+// and call of a sprig function is a step, capped at MaxRenderSteps, that
+// also checks the deadline (MaxRenderTime) and the request's context; every
+// value a function takes or returns is measured against MaxValueBytes (so
+// until, repeat, a doubling cat loop or a list holding itself fail before
+// they grow); and functions that cost seconds of CPU by design (key and
+// certificate generation, password hashing) are not available. Templates
+// that call themselves are rejected at compile time (see instrument).
 const (
 	// MaxRenderBytes caps one template's output. A pod's annotations may
-	// total 256 KiB and an object in etcd 1.5 MiB, so a larger partial
-	// pod can never be admitted.
+	// total 256 KiB (TotalAnnotationSizeLimitB in
+	// k8s.io/apimachinery/pkg/api/validation) and an object in etcd
+	// 1.5 MiB (etcd's --max-request-bytes default), so a larger partial pod
+	// can never be admitted.
 	MaxRenderBytes = 1 << 20
 	// MaxValueBytes caps the approximate size (string bytes, 8 per scalar,
 	// 16 plus twice its depth per element, 8 per struct field) of the
