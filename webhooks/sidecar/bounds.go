@@ -14,17 +14,20 @@ import (
 
 // Render limits. text/template has no context and no budget, so a template
 // is bounded four ways: what it writes passes through a writer that fails
-// past MaxRenderBytes; every range iteration, template call and function
-// call is a step, capped at MaxRenderSteps, that also checks the deadline
-// (MaxRenderTime) and the request's context; every value a function takes
-// or returns is measured against MaxValueBytes (so until, repeat, a doubling
-// cat loop or a list holding itself fail before they grow); and functions
-// that cost seconds of CPU by design (key and certificate generation,
-// password hashing) are not available.
+// past MaxRenderBytes; every range iteration, call of a defined template
+// and call of a sprig function is a step, capped at MaxRenderSteps, that
+// also checks the deadline (MaxRenderTime) and the request's context; every
+// value a function takes or returns is measured against MaxValueBytes (so
+// until, repeat, a doubling cat loop or a list holding itself fail before
+// they grow); and functions that cost seconds of CPU by design (key and
+// certificate generation, password hashing) are not available. Templates
+// that call themselves are rejected at compile time (see instrument).
 const (
 	// MaxRenderBytes caps one template's output. A pod's annotations may
-	// total 256 KiB and an object in etcd 1.5 MiB, so a larger partial
-	// pod can never be admitted.
+	// total 256 KiB (TotalAnnotationSizeLimitB in
+	// k8s.io/apimachinery/pkg/api/validation) and an object in etcd
+	// 1.5 MiB (etcd's --max-request-bytes default), so a larger partial pod
+	// can never be admitted.
 	MaxRenderBytes = 1 << 20
 	// MaxValueBytes caps the approximate size (string bytes, 8 per scalar,
 	// 16 plus twice its depth per element, 8 per struct field) of the
@@ -38,6 +41,10 @@ const (
 	// well under a millisecond.
 	MaxRenderTime = 500 * time.Millisecond
 )
+
+// renderTimeout is MaxRenderTime; tests of the other limits raise it so a
+// slow machine (the race detector) cannot hit the clock first.
+var renderTimeout = MaxRenderTime
 
 // LimitError is a render stopped by one of the render limits. It names the
 // limit (as the constant's name) and its value, so the denial says what to
@@ -76,15 +83,19 @@ type renderState struct {
 
 func (s *renderState) reset(ctx context.Context, now time.Time) {
 	s.ctx = ctx
-	s.deadline = now.Add(MaxRenderTime)
+	s.deadline = now.Add(renderTimeout)
 	s.steps = 0
 	s.written = 0
 }
 
 // step counts one unit of work. The clock and the context are read every
 // 64 steps: often enough to stop within microseconds of the deadline,
-// rarely enough to cost nothing in a normal render.
+// rarely enough to cost nothing in a normal render. A nil state (FuncMap's
+// functions) counts nothing.
 func (s *renderState) step() error {
+	if s == nil {
+		return nil
+	}
 	s.steps++
 	if s.steps > MaxRenderSteps {
 		return &LimitError{Limit: "MaxRenderSteps", Max: MaxRenderSteps, Unit: "steps", What: "the render's steps (range iterations, template and function calls)"}
@@ -102,7 +113,7 @@ func (s *renderState) checkTime() error {
 		}
 	}
 	if !s.deadline.IsZero() && time.Now().After(s.deadline) {
-		return &LimitError{Limit: "MaxRenderTime", Max: MaxRenderTime.Milliseconds(), Unit: "ms", What: "render time"}
+		return &LimitError{Limit: "MaxRenderTime", Max: renderTimeout.Milliseconds(), Unit: "ms", What: "render time"}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"text/template"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -28,6 +29,7 @@ func bombCR(body string) *v1alpha1.SidecarInjector {
 // beyond the limits, fails with a *LimitError naming the limit; with a
 // normal argument it renders what sprig renders.
 func TestBoundedFunctions(t *testing.T) {
+	longTimeout(t)
 	for _, tc := range []struct {
 		name, body string
 		// want is the rendered annotation; limit the limit's name when the
@@ -75,7 +77,7 @@ func TestBoundedFunctions(t *testing.T) {
 		{"shared then grown", `{{ $a := dict }}{{ $b := list }}{{ range until 1000 }}{{ $b = append $b $a }}{{ end }}{{ $_ := set $a "k" (repeat 2000 "x") }}{{ $b }}`, "", "MaxRenderBytes"},
 		{"shared then grown toJson", `{{ $a := dict }}{{ $b := list }}{{ range until 1000 }}{{ $b = append $b $a }}{{ end }}{{ $_ := set $a "k" (repeat 2000 "x") }}{{ toJson $b }}`, "", "MaxValueBytes"},
 		{"print of shared", `{{ $a := dict }}{{ $b := list }}{{ range until 1000 }}{{ $b = append $b $a }}{{ end }}{{ $_ := set $a "k" (repeat 2000 "x") }}{{ print $b | len }}`, "", "MaxValueBytes"},
-		{"output", `{{ range until 60000 }}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{{ end }}`, "", "MaxRenderBytes"},
+		{"output", `{{ range until 2000 }}{{ repeat 1000 "x" }}{{ end }}`, "", "MaxRenderBytes"},
 		{"nested empty loops", `{{ $l := until 10000 }}{{ range $l }}{{ range $l }}{{ end }}{{ end }}`, "", "MaxRenderSteps"},
 		{"template fan-out", `{{ define "a" }}{{ end }}{{ define "b" }}{{ template "a" }}{{ template "a" }}{{ template "a" }}{{ template "a" }}{{ end }}{{ define "c" }}{{ range until 30000 }}{{ template "b" }}{{ end }}{{ end }}{{ template "c" }}`, "", "MaxRenderSteps"},
 	} {
@@ -111,6 +113,41 @@ func TestBoundedFunctions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// longTimeout lifts MaxRenderTime for a test of the other limits.
+func longTimeout(t *testing.T) {
+	renderTimeout = time.Minute
+	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+}
+
+// A render that makes no progress towards another limit ends at
+// MaxRenderTime (shortened here).
+func TestRenderTimeout(t *testing.T) {
+	renderTimeout = time.Millisecond
+	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+	cfg, err := Compile(bombCR(`x`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.templates["bomb"] = mustBomb(t, `{{ $l := until 50000 }}{{ range $l }}{{ range $l }}{{ end }}{{ end }}`)
+	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func mustBomb(t *testing.T, text string) *compiledTemplate {
+	t.Helper()
+	tm, err := template.New("bomb").Funcs(FuncMap()).Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := instrument(tm); err != nil {
+		t.Fatal(err)
+	}
+	return &compiledTemplate{name: "bomb", tmpl: tm}
 }
 
 // Functions that cost seconds of CPU a call are not defined: a template

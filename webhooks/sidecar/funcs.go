@@ -42,7 +42,7 @@ import (
 // The functions returned here are bound to no render: they enforce the
 // size limits but count no steps. The engine binds its own copy to each
 // render's budget.
-func FuncMap() template.FuncMap { return funcMap(&renderState{}) }
+func FuncMap() template.FuncMap { return funcMap(nil) }
 
 // Quote returns s as a double-quoted scalar that YAML 1.1/1.2 and JSON parse
 // back to exactly s. Besides `"` and `\`, it escapes every rune YAML does not
