@@ -78,7 +78,7 @@ type NodeOversellSpec struct {
 	// +optional
 	// +kubebuilder:default=Ignore
 	// +kubebuilder:validation:XValidation:rule="self == 'Ignore'",message="must be Ignore: with Fail a webhook server outage blocks every node's status writes (nodes cannot report Ready)"
-	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
 
 	// TimeoutSeconds of the webhook configuration, in seconds. The kubelet's

@@ -191,11 +191,13 @@ func startMetricsManager(t *testing.T, kubeconfig string, extra []string) int {
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
 	ctx := ctxT(t, 90*time.Second)
-	err = cluster.WaitFor(ctx, 90*time.Second, "manager /readyz", func(ctx context.Context) (bool, error) {
+	// /healthz, not /readyz: with no read access its caches never sync, so
+	// it is (rightly) never ready; its metrics server runs regardless.
+	err = cluster.WaitFor(ctx, 90*time.Second, "manager /healthz", func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
 			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
 		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", probe))
 		if err != nil {
 			return false, err
 		}

@@ -5,7 +5,8 @@
 // a NodeOversell exactly as the oversell server compiles it (ratios within
 // 1..10, at least one ratio, a valid nodeSelector). A CR the servers would
 // ignore is rejected at apply time, with the template name and line
-// (text/template reports "template: NAME:LINE: ...").
+// (text/template reports "template: NAME:LINE: ..."); one that is valid but
+// risky is admitted with warnings (warnings.go), which kubectl prints.
 //
 // With a server policy (Handler.Servers, the operator's
 // --allowed-server-namespaces and --allowed-server-images flags) a CR whose
