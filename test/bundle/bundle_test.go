@@ -32,6 +32,31 @@ const root = "../.."
 // regenerate is the command that brings bundle/ up to date.
 const regenerate = "run `make bundle` (it builds bin/operator-sdk on first use) and commit bundle/ and bundle.Dockerfile"
 
+// sortedRules orders RBAC rules by their JSON text. A rule list means the
+// union of its rules, so order carries nothing, and operator-sdk merges the
+// Roles bound to one ServiceAccount in an order of its own.
+func sortedRules(t *testing.T, rules []any) []any {
+	t.Helper()
+	type keyed struct {
+		key  string
+		rule any
+	}
+	ks := make([]keyed, 0, len(rules))
+	for _, r := range rules {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks = append(ks, keyed{string(b), r})
+	}
+	sort.SliceStable(ks, func(i, j int) bool { return ks[i].key < ks[j].key })
+	out := make([]any, len(ks))
+	for i, k := range ks {
+		out[i] = k.rule
+	}
+	return out
+}
+
 // obj is a Kubernetes object as generic JSON (numbers as float64), so two
 // objects compare equal when their YAML means the same.
 type obj = map[string]any
@@ -442,7 +467,7 @@ func TestBundleUpToDate(t *testing.T) {
 			rules, _ := get(e, "rules").([]any)
 			got = append(got, rules...)
 		}
-		stale(t, "the CSV's "+field+" (config/rbac)", wantPerms[field], got)
+		stale(t, "the CSV's "+field+" (config/rbac)", sortedRules(t, wantPerms[field]), sortedRules(t, got))
 	}
 
 	// Base fields: everything in config/manifests/bases except what
