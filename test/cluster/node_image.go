@@ -51,11 +51,30 @@ func singleBinaryImage(bin []byte, args ...string) (v1.Image, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mod := time.Unix(0, 0)
+	if err := tw.WriteHeader(&tar.Header{Name: "etc/", Mode: 0o755, ModTime: mod, Typeflag: tar.TypeDir}); err != nil {
+		return nil, err
+	}
 	if err := tw.WriteHeader(&tar.Header{Name: "nodeagent", Mode: 0o755, Size: int64(len(bin)), ModTime: mod, Typeflag: tar.TypeReg}); err != nil {
 		return nil, err
 	}
 	if _, err := tw.Write(bin); err != nil {
 		return nil, err
+	}
+	// The kubelet passes only the image's uid to the runtime (RunAsUser from
+	// the image config, pkg/kubelet/kuberuntime/security_context.go), and
+	// runc takes the group from /etc/passwd: without these files a pod that
+	// sets no runAsGroup runs with gid 0. Distroless nonroot ships the same.
+	for _, f := range [][2]string{
+		{"etc/passwd", "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"},
+		{"etc/group", "root:x:0:\nnonroot:x:65532:\n"},
+	} {
+		name, body := f[0], f[1]
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), ModTime: mod, Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			return nil, err
+		}
 	}
 	// /tmp is where a read-only root file system still lets a volume mount.
 	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, ModTime: mod, Typeflag: tar.TypeDir}); err != nil {
