@@ -73,6 +73,7 @@ func TestMain(m *testing.M) {
 			node.StartedToReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		code = m.Run()
 	}
+	cluster.RemoveHookwrightBinary()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
 		code = 1

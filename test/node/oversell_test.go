@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,6 +223,48 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 	}
 	if got := allocatableCPU(ctx, t); got != 2*raw {
 		t.Errorf("allocatable cpu after the kubelet's reports: %dm, want %dm", got, 2*raw)
+	}
+
+	// Restart the kubelet while the node is oversold (kubernetes #52902,
+	// #105523): a restarted kubelet re-admits the pods it finds. It waits
+	// for its Node informer before it watches pods
+	// (pkg/kubelet/config/apiserver.go, NewSourceApiserver), so it admits
+	// them against the amplified allocatable, not its own raw one: every
+	// pod keeps its container, none is rejected with OutOfcpu.
+	before := map[string]string{}
+	for name, p := range over {
+		before[name] = p.Status.ContainerStatuses[0].ContainerID
+	}
+	if err := node.RestartKubelet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The new kubelet has taken the pods from the API server once it logs
+	// their SyncLoop ADD; a rejection would follow at once.
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "restarted kubelet adding the oversold pods", func(context.Context) (bool, error) {
+		b, err := os.ReadFile(node.Log("kubelet"))
+		return err == nil && strings.Contains(string(b), `"SyncLoop ADD" source="api"`) && strings.Contains(string(b), "oversell-on/cpu-2"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "node Ready after the kubelet restart", func(ctx context.Context) (bool, error) {
+		return env.NodeReady(ctx, nodeName)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(15 * time.Second)
+	for name := range over {
+		p, err := env.Clientset.CoreV1().Pods("oversell-on").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := p.Status.ContainerStatuses
+		if p.Status.Phase != corev1.PodRunning || len(cs) == 0 || cs[0].ContainerID != before[name] || cs[0].RestartCount != 0 {
+			t.Errorf("after the kubelet restart, %s: phase %s reason %q, containers %+v; want Running with container %s",
+				name, p.Status.Phase, p.Status.Reason, cs, before[name])
+		}
+	}
+	if b, err := os.ReadFile(node.Log("kubelet")); err == nil && strings.Contains(string(b), "OutOfcpu") {
+		t.Errorf("restarted kubelet logged OutOfcpu:\n%s", tail(node.Log("kubelet"), 3000))
 	}
 	deletePods("oversell-on")
 }
