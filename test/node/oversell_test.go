@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -27,7 +28,7 @@ const oversellNS = "hookwright-oversell"
 // hookwright-oversell/oversell (reached by the API server through the
 // harness's egress proxy) with a MutatingWebhookConfiguration on
 // nodes/status UPDATE, failurePolicy Ignore, as the operator deploys it.
-func startOversellServer(t *testing.T, ctx context.Context) {
+func startOversellServer(t *testing.T, ctx context.Context) *cluster.Process {
 	t.Helper()
 	bin := cluster.MustHookwrightBinary(t)
 	dir := t.TempDir()
@@ -88,6 +89,33 @@ func startOversellServer(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	return p
+}
+
+// nodeWrites counts the writes of the Node object (each is an etcd write:
+// a patch that changes nothing is not stored) during d.
+func nodeWrites(ctx context.Context, t *testing.T, d time.Duration) int {
+	t.Helper()
+	n, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	w, err := env.Clientset.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + nodeName, ResourceVersion: n.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	count := 0
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Modified {
+			count++
+		}
+	}
+	return count
 }
 
 func allocatableCPU(ctx context.Context, t *testing.T) int64 {
@@ -185,7 +213,7 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 
 	// Ratio 2: the webhook doubles the Node's allocatable, the kubelet
 	// admits all three.
-	startOversellServer(t, ctx)
+	server := startOversellServer(t, ctx)
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "real-node"},
 		Spec: v1alpha1.NodeOversellSpec{
@@ -267,4 +295,39 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 		t.Errorf("restarted kubelet logged OutOfcpu:\n%s", tail(node.Log("kubelet"), 3000))
 	}
 	deletePods("oversell-on")
+
+	// The kubelet's real status loop while amplified: every
+	// nodeStatusUpdateFrequency (10 s) it finds its raw allocatable differs
+	// from the Node's and patches, and the webhook amplifies again
+	// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus).
+	amplified := nodeWrites(ctx, t, time.Minute)
+	t.Logf("figure: Node writes in 60 s while amplified: %d", amplified)
+
+	// The server stops; under failurePolicy Ignore the kubelet's next
+	// patch is stored as it is: the node stays Ready, allocatable is raw.
+	if err := server.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("allocatable cpu back to %dm with the server down", raw), func(ctx context.Context) (bool, error) {
+		ready, err := env.NodeReady(ctx, nodeName)
+		if err != nil || !ready {
+			return false, cluster.Permanent(fmt.Errorf("node not Ready with the server down (err %v)", err))
+		}
+		return allocatableCPU(ctx, t) == raw, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figure: oversell server down -> allocatable raw in %s", time.Since(down).Round(time.Second))
+
+	// Raw again, the kubelet has nothing to correct: it writes only at its
+	// report period (nodeStatusReportFrequency, 5 min).
+	rawWrites := nodeWrites(ctx, t, time.Minute)
+	t.Logf("figure: Node writes in 60 s with raw allocatable: %d", rawWrites)
+	if amplified <= rawWrites {
+		t.Errorf("Node writes per minute: amplified %d, raw %d; want more while amplified", amplified, rawWrites)
+	}
+	if ready, err := env.NodeReady(ctx, nodeName); err != nil || !ready {
+		t.Errorf("node Ready = %v (%v) with the server down, want true", ready, err)
+	}
 }
