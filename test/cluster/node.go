@@ -30,6 +30,12 @@ type RealNodeSpec struct {
 	Labels map[string]string
 	// Taints are registered with the node (registerWithTaints).
 	Taints []corev1.Taint
+	// Registries maps a registry host name as images name it (e.g.
+	// "registry.hookwright.local") to the port of a plain-HTTP registry on
+	// the host's 127.0.0.1. containerd resolves those names there (its
+	// registry host configuration) through a relay into the node's
+	// namespace; every other registry stays unreachable.
+	Registries map[string]int
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the
@@ -163,6 +169,11 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 	}
 	if err := nn.relayLoopback(apiPort); err != nil {
 		return n, err
+	}
+	for host, port := range spec.Registries {
+		if err := n.addRegistry(host, port); err != nil {
+			return n, err
+		}
 	}
 	if err := n.makeCgroupRoot(); err != nil {
 		return n, err

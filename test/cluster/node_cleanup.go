@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -233,6 +234,15 @@ func (n *RealNode) removeHostFiles() {
 
 func (n *RealNode) hostFiles() []string {
 	var out []string
+	// Sandbox IDs from containerd's CRI state too: a run that was killed
+	// never listed them (killTasks).
+	if es, err := os.ReadDir(filepath.Join(n.Dir, "containerd", "root", "io.containerd.grpc.v1.cri", "sandboxes")); err == nil {
+		for _, e := range es {
+			if !slices.Contains(n.containerIDs, e.Name()) {
+				n.containerIDs = append(n.containerIDs, e.Name())
+			}
+		}
+	}
 	if es, err := os.ReadDir(cniResultsDir); err == nil {
 		for _, e := range es {
 			mine := strings.HasPrefix(e.Name(), n.net.netns()+"-")

@@ -170,6 +170,21 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	return nil
 }
 
+// addRegistry makes containerd pull images named host/... from the plain
+// HTTP registry on the host's 127.0.0.1:port (hosts.toml under certs.d).
+func (n *RealNode) addRegistry(host string, port int) error {
+	if host == "" || strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("registry host %q: want a host name, optionally with :port", host)
+	}
+	if err := n.net.relayLoopback(port); err != nil {
+		return err
+	}
+	server := fmt.Sprintf("http://127.0.0.1:%d", port)
+	return writeFiles(map[string]string{
+		filepath.Join(n.Dir, "containerd", "certs.d", host, "hosts.toml"): "server = " + fmt.Sprintf("%q", server) + "\n\n[host." + fmt.Sprintf("%q", server) + "]\n  capabilities = [\"pull\", \"resolve\"]\n",
+	})
+}
+
 func writeFiles(files map[string]string) error {
 	for path, content := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -174,6 +174,30 @@ func writeOCIArchive(path string, images map[string]v1.Image) error {
 	return err
 }
 
+// NodeAgentImage builds test/cluster/nodeagent into a one-layer OCI image
+// run as NodeImageUser whose entrypoint is /nodeagent followed by args
+// (e.g. "serve"), for a test to push to a registry.
+func NodeAgentImage(args ...string) (v1.Image, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "hw-agent-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "nodeagent")
+	if err := buildNodeAgent(root, bin); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	return singleBinaryImage(data, args...)
+}
+
 // writeNodeImages builds nodeagent and writes PauseImage and AgentImage
 // into one OCI archive at path.
 func writeNodeImages(root, path string) error {

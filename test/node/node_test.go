@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,9 +42,15 @@ import (
 var (
 	env  *cluster.Cluster
 	node *cluster.RealNode
+	// registryAddr is the host:port (on 127.0.0.1) of the test's registry,
+	// which the node knows as registryHost.
+	registryAddr string
 )
 
-const nodeName = "real-node-0"
+const (
+	nodeName     = "real-node-0"
+	registryHost = "registry.hookwright.local"
+)
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
@@ -54,6 +65,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A registry on 127.0.0.1 (go-containerregistry's), the only one the
+	// node can pull from.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	registryAddr = strings.TrimPrefix(reg.URL, "http://")
+	_, portStr, _ := net.SplitHostPort(registryAddr)
+	regPort, _ := strconv.Atoi(portStr)
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
 		ControllerManager: true,
@@ -65,7 +83,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := 1
-	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{Name: nodeName, Labels: map[string]string{"pool": "real"}})
+	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
+		Name: nodeName, Labels: map[string]string{"pool": "real"},
+		Registries: map[string]int{registryHost: regPort},
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)
 	} else {
@@ -88,6 +109,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "leak: %s still exists after Stop (%v)\n", env.Dir, err)
 		code = 1
 	}
+	reg.Close()
 	os.Exit(code)
 }
 
@@ -460,5 +482,50 @@ func TestNodeNetworkStaysOnTheMachine(t *testing.T) {
 		if strings.Contains(l, "MASQUERADE") && !strings.HasPrefix(l, "-A KUBE-POSTROUTING") {
 			t.Errorf("masquerade rule outside kube-proxy's marked traffic: %s", l)
 		}
+	}
+}
+
+// An image the node does not have is pulled from the registry its
+// containerd is configured for (hosts.toml, relayed to 127.0.0.1), with
+// imagePullPolicy IfNotPresent.
+func TestPodPullsFromTheLocalRegistry(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	// Not the imported image's config: a kubelet that pulled an image ID
+	// under one name refuses it under a name it never pulled when the pod
+	// says imagePullPolicy Never (KubeletEnsureSecretPulledImages, KEP-2535:
+	// pkg/kubelet/images/image_manager.go, MustAttemptImagePull), so the
+	// imported hookwright.local/nodeagent:v1 would turn ErrImageNeverPull.
+	img, err := cluster.NodeAgentImage("serve", ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(registryAddr+"/nodeagent:pulled", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	ns := "pull"
+	createNS(ctx, t, ns)
+	pod := hardenedPod(ns, "pulled", nil)
+	pod.Spec.Containers[0].Image = registryHost + "/nodeagent:pulled"
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(ctx, t, ns, "pulled", "Ready", func(p *corev1.Pod) bool {
+		return podReady(p) || p.Status.Phase == corev1.PodRunning
+	})
+	body := httpGet(ctx, t, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/")
+	if !strings.Contains(body, "hello from pulled") {
+		t.Errorf("pulled pod answered %q", body)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := p.Status.ContainerStatuses[0].ImageID; !strings.HasSuffix(id, digest.String()) {
+		t.Errorf("imageID %q, want the pushed digest %s", id, digest)
 	}
 }
