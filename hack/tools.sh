@@ -28,9 +28,18 @@ k8s_ldflags() {
 # tool name -> "module|output|env|tags|ldflags|packages..."
 spec() {
 	case $1 in
-	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kube-proxy)
 		echo "k8s|$BIN/k8s/$1|||$(k8s_ldflags)|k8s.io/kubernetes/cmd/$1" ;;
 	etcd) echo "etcd|$BIN/k8s/etcd|||-s -w|go.etcd.io/etcd/server/v3" ;;
+	# The real test node (test/cluster RealNode): containerd, its runc shim and
+	# ctr into bin/node/, the CNI plugins into bin/cni/. Static, without the
+	# snapshotters that need cgo or kernel features the node does not use.
+	containerd)
+		local p=github.com/containerd/containerd/v2
+		echo "containerd|$BIN/node/|CGO_ENABLED=0|no_btrfs no_devmapper no_zfs|-s -w -X $p/version.Version=2.4.2|$p/cmd/containerd $p/cmd/containerd-shim-runc-v2 $p/cmd/ctr" ;;
+	cni-plugins)
+		local p=github.com/containernetworking/plugins/plugins
+		echo "cni|$BIN/cni/|CGO_ENABLED=0||-s -w|$p/main/bridge $p/ipam/host-local $p/main/loopback $p/meta/portmap" ;;
 	kwok) echo "kwok|$BIN/kwok|||-s -w|sigs.k8s.io/kwok/cmd/kwok" ;;
 	controller-gen) echo "controller-gen|$BIN/controller-gen|||-s -w|sigs.k8s.io/controller-tools/cmd/controller-gen" ;;
 	kustomize) echo "kustomize|$BIN/kustomize|||-s -w|sigs.k8s.io/kustomize/kustomize/v5" ;;
@@ -51,7 +60,7 @@ spec() {
 	esac
 }
 
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen olm-crds olm catalog opm)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk scorecard-test)
 
 build() {

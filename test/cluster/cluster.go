@@ -81,6 +81,7 @@ type Cluster struct {
 	ownDir  bool
 	env     *envtest.Environment
 	procs   []*Process
+	nodes   []*RealNode
 	stopped bool
 }
 
@@ -245,6 +246,12 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	var errs []error
+	// Real nodes first: their pods are deleted through the API server.
+	for i := len(c.nodes) - 1; i >= 0; i-- {
+		if err := c.nodes[i].Stop(context.Background()); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", c.nodes[i].Name, err))
+		}
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		if err := c.procs[i].Stop(10 * time.Second); err != nil {
 			errs = append(errs, err)
@@ -268,6 +275,28 @@ func (c *Cluster) Stop() error {
 
 // Processes are the components New started besides etcd and kube-apiserver.
 func (c *Cluster) Processes() []*Process { return c.procs }
+
+// Leaks lists what the cluster left on the machine after Stop: component
+// processes still running and, for every real node, what RealNode.Leaks
+// names, plus kube-proxy or CNI chains in the host's packet filter. TestMain
+// of a package that starts real nodes fails when it is not empty.
+func (c *Cluster) Leaks() []string {
+	var out []string
+	for _, p := range c.procs {
+		if done, _ := p.Exited(); !done {
+			out = append(out, "process "+p.Name+" still running")
+		}
+	}
+	for _, n := range c.nodes {
+		for _, l := range n.Leaks() {
+			out = append(out, "node "+n.Name+": "+l)
+		}
+	}
+	if len(c.nodes) > 0 {
+		out = append(out, HostPacketFilterLeaks()...)
+	}
+	return out
+}
 
 // APIServerCertDir is where envtest keeps the API server's certificates and
 // the service-account signing key (sa-signer.key, sa-signer.crt).

@@ -1,0 +1,557 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// RealNodeSpec is a node run by a real kubelet.
+type RealNodeSpec struct {
+	// Name is the node's name (and the kubelet's --hostname-override).
+	Name string
+	// Labels are the kubelet's --node-labels (NodeRestriction refuses
+	// kubernetes.io and k8s.io labels other than its allowed ones).
+	Labels map[string]string
+	// Taints are registered with the node (registerWithTaints).
+	Taints []corev1.Taint
+	// Registries maps a registry host name as images name it (e.g.
+	// "registry.hookwright.local") to the port of a plain-HTTP registry on
+	// the host's 127.0.0.1. containerd resolves those names there (its
+	// registry host configuration) through a relay into the node's
+	// namespace; every other registry stays unreachable.
+	Registries map[string]int
+}
+
+// RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the
+// CNI bridge, in a network namespace of its own (see node_net.go), with
+// kube-proxy (iptables mode) for Services. The kubelet authenticates with a
+// client certificate for system:node:<name> in system:nodes from the API
+// server's client CA, so the Node authorizer and NodeRestriction apply as in
+// a cluster; kube-proxy is system:kube-proxy (RBAC's system:node-proxier).
+//
+// What it takes from the host: root, Debian's runc, iptables and iproute2,
+// nsenter, cgroup v1 hierarchies (the kubelet runs with failCgroupV1 false
+// and cgroupDriver cgroupfs) and bin/ from hack/tools.sh. Every pod cgroup is
+// under /<hierarchy>/hwnode-<slot>/ (the kubelet's cgroupRoot).
+//
+// Stop removes everything the node made; Leaks lists what is left.
+type RealNode struct {
+	// Name is the Node object's name.
+	Name string
+	// Dir holds the node's state (containerd, kubelet, CNI, logs).
+	Dir string
+	// IP is the node's InternalIP (its end of the host veth).
+	IP string
+	// PodSubnet is the node's pod range (a /24); pod IPs in it are routed
+	// from the host, so a test reaches them directly.
+	PodSubnet string
+	// StartedToReady is the time from starting containerd to the Node's
+	// Ready condition.
+	StartedToReady time.Duration
+
+	c     *Cluster
+	spec  RealNodeSpec
+	net   *nodeNet
+	procs map[string]*Process
+	// containerIDs are the containers killTasks found (their CNI cache
+	// entries are removed with the node's).
+	containerIDs []string
+	stopped      bool
+	leaks        []string
+}
+
+// RealNodePrerequisites checks what a real node needs and names every
+// missing piece. A test that wants a real node must fail with this error,
+// never run on the pod runner instead.
+func RealNodePrerequisites(bin string) error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (the kubelet, containerd and the node's network need it)")
+	}
+	for _, p := range []struct{ path, what string }{
+		{runcPath, "runc (Debian package runc)"},
+	} {
+		if _, err := os.Stat(p.path); err != nil {
+			missing = append(missing, p.what)
+		}
+	}
+	for _, t := range []struct{ name, what string }{
+		{"iptables", "iptables (Debian package iptables)"},
+		{"iptables-restore", "iptables-restore (Debian package iptables)"},
+		{"ip", "ip (Debian package iproute2)"},
+		{"nsenter", "nsenter (Debian package util-linux)"},
+	} {
+		if _, err := exec.LookPath(t.name); err != nil {
+			missing = append(missing, t.what)
+		}
+	}
+	for _, b := range []string{"k8s/kubelet", "k8s/kube-proxy", "node/containerd", "node/containerd-shim-runc-v2", "node/ctr", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			missing = append(missing, "bin/"+b+" (make tools)")
+		}
+	}
+	for _, h := range cgroupHierarchies() {
+		if h == "" {
+			missing = append(missing, "cgroup hierarchies under /sys/fs/cgroup")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("a real node needs: %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// StartRealNode starts a real node and waits until it is Ready and
+// kube-proxy has written its rules. The cluster needs ControllerManager
+// (EndpointSlices for kube-proxy, service accounts) and usually Scheduler.
+// Cluster.Stop stops the node first.
+func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *RealNode, err error) {
+	if err := RealNodePrerequisites(c.Bin); err != nil {
+		return nil, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	nn, err := allocNodeSlot(c.opts.Logf)
+	if err != nil {
+		return nil, err
+	}
+	n = &RealNode{
+		Name: spec.Name, c: c, spec: spec, net: nn, procs: map[string]*Process{},
+		Dir: filepath.Join(c.Dir, nn.netns()), IP: nn.nodeIP(), PodSubnet: nn.podSubnet(),
+	}
+	if err := nn.record(n.Dir, c.ServiceCIDR()); err != nil {
+		_ = nn.teardown()
+		return nil, err
+	}
+	c.nodes = append(c.nodes, n)
+	defer func() {
+		if err != nil {
+			if serr := n.Stop(context.Background()); serr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up the failed node: %w", serr))
+			}
+		}
+	}()
+	start := time.Now()
+	c.opts.Logf("cluster: starting real node %s (slot %d, pods %s)", spec.Name, nn.slot, nn.podSubnet())
+	for _, d := range []string{"logs", "containerd/certs.d", "cni/net.d", "kubelet", "pod-logs", "volume-plugins"} {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
+			return n, err
+		}
+	}
+	if err := nn.setup(c.ServiceCIDR()); err != nil {
+		return n, err
+	}
+	apiURL, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return n, err
+	}
+	apiPort, err := strconv.Atoi(apiURL.Port())
+	if err != nil {
+		return n, fmt.Errorf("API server port of %s: %w", c.Config.Host, err)
+	}
+	if err := nn.relayLoopback(apiPort); err != nil {
+		return n, err
+	}
+	for host, port := range spec.Registries {
+		if err := n.addRegistry(host, port); err != nil {
+			return n, err
+		}
+	}
+	if err := n.makeCgroupRoot(); err != nil {
+		return n, err
+	}
+	if err := n.startContainerd(ctx, root); err != nil {
+		return n, err
+	}
+	if err := saveNodeSysctls(); err != nil {
+		return n, err
+	}
+	if err := n.startKubelet(ctx); err != nil {
+		return n, err
+	}
+	if err := WaitFor(ctx, 3*time.Minute, "real node "+spec.Name+" Ready", func(ctx context.Context) (bool, error) {
+		if done, perr := n.procs["kubelet"].Exited(); done {
+			return false, Permanent(fmt.Errorf("kubelet exited (%v); log tail:\n%s", perr, n.procs["kubelet"].Tail(3000)))
+		}
+		ready, err := c.NodeReady(ctx, spec.Name)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return ready, err
+	}); err != nil {
+		return n, err
+	}
+	n.StartedToReady = time.Since(start)
+	if err := n.startKubeProxy(ctx); err != nil {
+		return n, err
+	}
+	c.opts.Logf("cluster: real node %s Ready in %s (kube-proxy up after %s)", spec.Name,
+		n.StartedToReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	return n, nil
+}
+
+// ServiceCIDR is the API server's --service-cluster-ip-range.
+func (c *Cluster) ServiceCIDR() string {
+	if v := c.opts.APIServerArgs["service-cluster-ip-range"]; len(v) > 0 {
+		return v[0]
+	}
+	return "10.0.0.0/24" // envtest's default
+}
+
+func (n *RealNode) containerdSocket() string {
+	return filepath.Join(n.Dir, "containerd", "containerd.sock")
+}
+func (n *RealNode) cgroupRoot() string { return "/" + n.net.netns() }
+
+// nsenter runs bin in the node's network namespace (only: the mount
+// namespace stays the host's, so the kubelet's volume mounts are
+// containerd's too).
+func (n *RealNode) start(name, bin string, args []string) (*Process, error) {
+	full := append([]string{"--net=" + n.net.netnsPath(), "--", bin}, args...)
+	env := []string{"PATH=" + filepath.Join(n.c.Bin, "node") + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	p, err := StartProcess(name, filepath.Join(n.Dir, "logs"), "nsenter", full, env)
+	if err != nil {
+		return nil, err
+	}
+	n.procs[name] = p
+	return p, nil
+}
+
+func (n *RealNode) startContainerd(ctx context.Context, root string) error {
+	dir := filepath.Join(n.Dir, "containerd")
+	cfg := filepath.Join(dir, "config.toml")
+	if err := writeFiles(map[string]string{
+		cfg: containerdConfig(dir, filepath.Join(n.Dir, "cni", "net.d"), n.c.Bin),
+		filepath.Join(n.Dir, "cni", "net.d", "10-hwnode.conflist"): cniConfig(n.net, n.Dir),
+	}); err != nil {
+		return err
+	}
+	p, err := n.start("containerd", filepath.Join(n.c.Bin, "node", "containerd"), []string{"--config", cfg, "--log-level", "info"})
+	if err != nil {
+		return err
+	}
+	if err := WaitFor(ctx, 60*time.Second, "containerd of "+n.Name, func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, Permanent(fmt.Errorf("containerd exited (%v); log tail:\n%s", perr, p.Tail(3000)))
+		}
+		_, err := n.ctr(ctx, "version")
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	archive := filepath.Join(n.Dir, "images", "node-images.tar")
+	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+		return err
+	}
+	if err := writeNodeImages(root, archive); err != nil {
+		return err
+	}
+	return n.ImportImages(ctx, archive)
+}
+
+func (n *RealNode) startKubelet(ctx context.Context) error {
+	kc, err := n.kubeconfig("kubelet", envtest.User{Name: "system:node:" + n.Name, Groups: []string{"system:nodes"}})
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(n.Dir, "kubelet-config.yaml")
+	if err := writeFiles(map[string]string{cfg: n.kubeletConfig()}); err != nil {
+		return err
+	}
+	args := []string{
+		"--config=" + cfg,
+		"--kubeconfig=" + kc,
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.IP,
+		"--root-dir=" + filepath.Join(n.Dir, "kubelet"),
+		"--v=2",
+	}
+	if len(n.spec.Labels) > 0 {
+		keys := make([]string, 0, len(n.spec.Labels))
+		for k := range n.spec.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		kv := make([]string, len(keys))
+		for i, k := range keys {
+			kv[i] = k + "=" + n.spec.Labels[k]
+		}
+		args = append(args, "--node-labels="+strings.Join(kv, ","))
+	}
+	_, err = n.start("kubelet", filepath.Join(n.c.Bin, "k8s", "kubelet"), args)
+	return err
+}
+
+// RestartKubelet stops the kubelet (SIGTERM, as a service manager would)
+// and starts it again with the same configuration; pods keep running in
+// containerd meanwhile.
+func (n *RealNode) RestartKubelet(ctx context.Context) error {
+	if p := n.procs["kubelet"]; p != nil {
+		_ = p.Stop(30 * time.Second)
+	}
+	old := filepath.Join(n.Dir, "logs", "kubelet.log")
+	_ = os.Rename(old, filepath.Join(n.Dir, "logs", fmt.Sprintf("kubelet-%d.log", time.Now().UnixNano())))
+	return n.startKubelet(ctx)
+}
+
+// kubeletConfig is the KubeletConfiguration. Beyond what the host needs
+// (cgroup v1, cgroupfs, no CAP_SYS_RESOURCE) it keeps every path under Dir,
+// gives pods no resolver (resolvConf ""; no cluster DNS runs), never
+// garbage-collects images (they cannot be pulled again) and sets eviction
+// thresholds low so a full CI disk does not taint the node.
+func (n *RealNode) kubeletConfig() string {
+	taints := ""
+	for _, t := range n.spec.Taints {
+		taints += fmt.Sprintf("- key: %q\n  value: %q\n  effect: %q\n", t.Key, t.Value, t.Effect)
+	}
+	if taints != "" {
+		taints = "registerWithTaints:\n" + taints
+	}
+	return `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: ` + n.cgroupRoot() + `
+cgroupsPerQOS: true
+containerRuntimeEndpoint: unix://` + n.containerdSocket() + `
+address: ` + n.IP + `
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+resolvConf: ""
+failSwapOn: false
+podLogsDir: ` + filepath.Join(n.Dir, "pod-logs") + `
+volumePluginDir: ` + filepath.Join(n.Dir, "volume-plugins") + `
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+runtimeRequestTimeout: 5m
+serializeImagePulls: false
+rotateCertificates: false
+serverTLSBootstrap: false
+` + taints
+}
+
+func (n *RealNode) startKubeProxy(ctx context.Context) error {
+	kc, err := n.kubeconfig("kube-proxy", envtest.User{Name: "system:kube-proxy"})
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(n.Dir, "kube-proxy-config.yaml")
+	// conntrack values of 0 leave the kernel's settings alone (the
+	// conntrack table size is not per namespace).
+	if err := writeFiles(map[string]string{cfg: `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: ` + kc + `
+hostnameOverride: ` + n.Name + `
+mode: iptables
+clusterCIDR: ` + nodePodRange + `
+bindAddress: ` + n.IP + `
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: ["` + n.IP + `/32"]
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+iptables:
+  localhostNodePorts: false
+  syncPeriod: 30s
+  minSyncPeriod: 1s
+`}); err != nil {
+		return err
+	}
+	p, err := n.start("kube-proxy", filepath.Join(n.c.Bin, "k8s", "kube-proxy"), []string{"--config=" + cfg, "--v=2"})
+	if err != nil {
+		return err
+	}
+	// Ready once its first sync wrote the KUBE-SERVICES chain.
+	return WaitFor(ctx, 2*time.Minute, "kube-proxy of "+n.Name+" synced", func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, Permanent(fmt.Errorf("kube-proxy exited (%v); log tail:\n%s", perr, p.Tail(3000)))
+		}
+		out, err := n.Exec(ctx, "iptables-save", "-t", "nat")
+		return err == nil && strings.Contains(out, "-A KUBE-SERVICES"), err
+	})
+}
+
+// Exec runs a command in the node's network namespace and returns its
+// combined output (e.g. iptables-save, ip route).
+func (n *RealNode) Exec(ctx context.Context, name string, args ...string) (string, error) {
+	full := append([]string{"--net=" + n.net.netnsPath(), "--", name}, args...)
+	out, err := exec.CommandContext(ctx, "nsenter", full...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s in %s: %v: %s", name, strings.Join(args, " "), n.net.netns(), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// kubeconfig writes a kubeconfig for user (a client certificate from the API
+// server's client CA) and returns its path.
+func (n *RealNode) kubeconfig(name string, user envtest.User) (string, error) {
+	u, err := n.c.env.AddUser(user, nil)
+	if err != nil {
+		return "", fmt.Errorf("user %s: %w", user.Name, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(n.Dir, name+".kubeconfig")
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+// Log returns the path of a component's log ("containerd", "kubelet",
+// "kube-proxy").
+func (n *RealNode) Log(component string) string {
+	return filepath.Join(n.Dir, "logs", component+".log")
+}
+
+// Stop removes the node, in this order: cordon and delete its pods (the
+// kubelet stops their containers and tears down their network), stop
+// kube-proxy and the kubelet, kill and delete what containerd still runs,
+// stop containerd, kill what is left in the node's cgroups, remove the
+// cgroups, unmount everything under Dir, delete the network, the CNI cache
+// entries and the kubelet's /var/log/containers links, restore the kernel
+// settings the kubelet changed, and delete the Node. It then records what is
+// still there (Leaks). It is safe to call twice.
+func (n *RealNode) Stop(ctx context.Context) error {
+	if n.stopped {
+		return nil
+	}
+	n.stopped = true
+	var errs []error
+	if k := n.procs["kubelet"]; k != nil && n.c.Clientset != nil {
+		if done, _ := k.Exited(); !done {
+			if err := n.drain(ctx); err != nil {
+				n.c.opts.Logf("cluster: node %s: %v (containers are killed through containerd)", n.Name, err)
+			}
+		}
+	}
+	for _, name := range []string{"kube-proxy", "kubelet"} {
+		if p := n.procs[name]; p != nil {
+			_ = p.Stop(15 * time.Second)
+		}
+	}
+	if p := n.procs["containerd"]; p != nil {
+		if done, _ := p.Exited(); !done {
+			kctx, cancel := context.WithTimeout(ctx, time.Minute)
+			if err := n.killTasks(kctx); err != nil {
+				errs = append(errs, fmt.Errorf("kill tasks: %w", err))
+			}
+			cancel()
+		}
+		_ = p.Stop(15 * time.Second)
+	}
+	errs = append(errs, n.removeMachineState())
+	if n.c.Clientset != nil {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := n.c.Clientset.CoreV1().Nodes().Delete(dctx, n.Name, metav1.DeleteOptions{})
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) {
+			n.c.opts.Logf("cluster: delete node %s: %v", n.Name, err)
+		}
+	}
+	n.leaks = n.findLeaks()
+	return errors.Join(errs...)
+}
+
+// removeMachineState kills what is left in the node's cgroups, removes
+// them, unmounts everything under Dir, deletes the network, the host files
+// and Dir, and restores the kernel settings when no other node runs.
+func (n *RealNode) removeMachineState() error {
+	var errs []error
+	if err := n.killLeftoverProcesses(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.removeCgroups(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(n.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	n.removeHostFiles()
+	// Never remove files through a mount that is still there (a hostPath
+	// volume would take host files with it).
+	if len(mountsUnder(n.Dir)) == 0 {
+		if err := os.RemoveAll(n.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := n.net.teardown(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := restoreNodeSysctls(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// drain cordons the node and deletes its pods gracefully, waiting until the
+// kubelet has confirmed every deletion.
+func (n *RealNode) drain(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cs := n.c.Clientset
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cordon: %w", err)
+	}
+	sel := metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name}
+	pods, err := cs.CoreV1().Pods("").List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return WaitFor(ctx, 80*time.Second, "pods of "+n.Name+" deleted by its kubelet", func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods("").List(ctx, sel)
+		if err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0, nil
+	})
+}
+
+// Leaks lists what of the node was still on the machine after Stop
+// (processes, cgroups, mounts, network namespace, links, routes, CNI and
+// log files); empty when Stop cleaned up everything or Stop was not called.
+func (n *RealNode) Leaks() []string { return n.leaks }

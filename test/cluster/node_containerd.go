@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// containerdConfig is containerd's config (version 3, containerd 2.x) for a
+// node rooted at dir: every path containerd, its shim and runc write is under
+// dir (except the shim sockets, which containerd keeps short under
+// /run/containerd/s and removes with each shim). What it sets and why:
+//
+//   - native snapshotter: works on any file system, no overlay mounts;
+//   - SystemdCgroup = false: the kubelet's cgroupDriver is cgroupfs;
+//   - restrict_oom_score_adj: this machine's processes lack
+//     CAP_SYS_RESOURCE, and a sandbox asking for a lower oom_score_adj fails
+//     with "can't get final child's PID from pipe: EOF";
+//   - the pinned sandbox image is PauseImage, imported before the kubelet
+//     starts; registry hosts come from dir/certs.d (only what a test adds), so
+//     nothing is ever pulled from a public registry;
+//   - netns_mounts_under_state_dir: pod network namespaces are pinned under
+//     dir, not /run/netns;
+//   - NRI and the tracing and metrics endpoints are off.
+func containerdConfig(dir, cniConfDir, bin string) string {
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	return `version = 3
+root = ` + q(filepath.Join(dir, "root")) + `
+state = ` + q(filepath.Join(dir, "state")) + `
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = ` + q(filepath.Join(dir, "containerd.sock")) + `
+
+[ttrpc]
+  address = ` + q(filepath.Join(dir, "containerd.sock.ttrpc")) + `
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = ` + q(filepath.Join(dir, "opt")) + `
+  [plugins.'io.containerd.transfer.v1.local']
+    [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+      platform = "linux/` + runtime.GOARCH + `"
+      snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "native"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = ` + q(PauseImage) + `
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = ` + q(filepath.Join(dir, "certs.d")) + `
+  [plugins.'io.containerd.cri.v1.runtime']
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = [` + q(filepath.Join(bin, "cni")) + `]
+      conf_dir = ` + q(cniConfDir) + `
+      max_conf_num = 1
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        runtime_path = ` + q(filepath.Join(bin, "node", "containerd-shim-runc-v2")) + `
+        snapshotter = "native"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          BinaryName = ` + q(runcPath) + `
+          Root = ` + q(filepath.Join(dir, "runc")) + `
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+`
+}
+
+// runcPath is Debian's runc (package runc).
+const runcPath = "/usr/sbin/runc"
+
+// cniConfig is the node's one CNI network: a bridge in the node's namespace
+// with the pods' /24, no masquerade (pods reach only this machine), hairpin
+// so a pod reaches itself through a Service, and portmap for hostPort. IPAM
+// state is under dir.
+func cniConfig(n *nodeNet, dir string) string {
+	return `{
+  "cniVersion": "1.0.0",
+  "name": "` + n.netns() + `",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "` + n.bridge() + `",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "` + n.podSubnet() + `", "gateway": "` + n.podGateway() + `"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "` + filepath.Join(dir, "cni", "ipam") + `"
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`
+}
+
+// ctr runs bin/node/ctr against the node's containerd in namespace k8s.io
+// (the CRI's).
+func (n *RealNode) ctr(ctx context.Context, args ...string) (string, error) {
+	full := append([]string{"--address", n.containerdSocket(), "--namespace", "k8s.io"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(n.c.Bin, "node", "ctr"), full...)
+	// Stdout only: ctr warns on stderr (cgroup v1 is deprecated), and a
+	// warning read as a list of IDs would be killed word by word.
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+// ImportImages imports an OCI image-layout (or docker save) archive into the
+// node's containerd, unpacked for the native snapshotter, as `ctr images
+// import` does. Pods use the images with imagePullPolicy Never or
+// IfNotPresent.
+func (n *RealNode) ImportImages(ctx context.Context, archive string) error {
+	_, err := n.ctr(ctx, "images", "import", "--snapshotter", "native", "--platform", "linux/amd64", archive)
+	return err
+}
+
+// killTasks kills and deletes every task and container containerd runs for
+// the node (what the kubelet left running), so their shims exit.
+func (n *RealNode) killTasks(ctx context.Context) error {
+	out, err := n.ctr(ctx, "tasks", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, id := range strings.Fields(out) {
+		_, _ = n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id)
+	}
+	for _, id := range strings.Fields(out) {
+		// Wait for the kill to land; delete fails while the task runs.
+		for i := 0; i < 50; i++ {
+			if _, err := n.ctr(ctx, "tasks", "delete", "--force", id); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	cs, err := n.ctr(ctx, "containers", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	// libcni caches each sandbox's results (both networks: ours and
+	// containerd's cni-loopback) under /var/lib/cni by container ID.
+	n.containerIDs = append(n.containerIDs, strings.Fields(cs)...)
+	for _, id := range strings.Fields(cs) {
+		if _, err := n.ctr(ctx, "containers", "delete", id); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// addRegistry makes containerd pull images named host/... from the plain
+// HTTP registry on the host's 127.0.0.1:port (hosts.toml under certs.d).
+func (n *RealNode) addRegistry(host string, port int) error {
+	if host == "" || strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("registry host %q: want a host name, optionally with :port", host)
+	}
+	if err := n.net.relayLoopback(port); err != nil {
+		return err
+	}
+	server := fmt.Sprintf("http://127.0.0.1:%d", port)
+	return writeFiles(map[string]string{
+		filepath.Join(n.Dir, "containerd", "certs.d", host, "hosts.toml"): "server = " + fmt.Sprintf("%q", server) + "\n\n[host." + fmt.Sprintf("%q", server) + "]\n  capabilities = [\"pull\", \"resolve\"]\n",
+	})
+}
+
+func writeFiles(files map[string]string) error {
+	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+const oversellNS = "hookwright-oversell"
+
+// startOversellServer runs `hookwright oversell` on the host behind Service
+// hookwright-oversell/oversell (reached by the API server through the
+// harness's egress proxy) with a MutatingWebhookConfiguration on
+// nodes/status UPDATE, failurePolicy Ignore, as the operator deploys it.
+func startOversellServer(t *testing.T, ctx context.Context) *cluster.Process {
+	t.Helper()
+	bin := cluster.MustHookwrightBinary(t)
+	dir := t.TempDir()
+	ca, err := cluster.NewTestCA("oversell-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := ca.WriteServing(certs, cluster.ServiceDNSNames(oversellNS, "oversell")...); err != nil {
+		t.Fatal(err)
+	}
+	port, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
+	p, err := cluster.StartProcess("oversell", dir, bin, []string{"oversell",
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", port), "--cert-dir=" + certs,
+		"--metrics-bind-address=0", fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+	}, []string{"KUBECONFIG=" + env.Kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	if err := cluster.WaitFor(ctx, time.Minute, "oversell /readyz", func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
+		}
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	createNS(ctx, t, oversellNS)
+	if _, err := env.ExposeLocal(ctx, oversellNS, "oversell", 443, fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Fatal(err)
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-node"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "oversell.hookwright.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				Service:  &admissionregistrationv1.ServiceReference{Namespace: oversellNS, Name: "oversell", Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
+				CABundle: ca.CertPEM,
+			},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
+			}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](2),
+		}},
+	}
+	if err := env.Client.Create(ctx, mwc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	return p
+}
+
+// nodeWrites counts the writes of the Node object (each is an etcd write:
+// a patch that changes nothing is not stored) during d.
+func nodeWrites(ctx context.Context, t *testing.T, d time.Duration) int {
+	t.Helper()
+	n, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	w, err := env.Clientset.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + nodeName, ResourceVersion: n.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	count := 0
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Modified {
+			count++
+		}
+	}
+	return count
+}
+
+func allocatableCPU(ctx context.Context, t *testing.T) int64 {
+	t.Helper()
+	n, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Status.Allocatable.Cpu().MilliValue()
+}
+
+// touchNode writes nodes/status as the operator does on a new NodeOversell
+// generation, so the webhook evaluates the node now rather than at the
+// kubelet's next report (nodeStatusReportFrequency, 5 min).
+func touchNode(ctx context.Context, t *testing.T) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.OversellResyncKey, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := env.Clientset.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// boundPod requests cpu and is bound to the node directly (spec.nodeName):
+// the kubelet's own admission decides, not the scheduler.
+func boundPod(ns, name string, cpu resource.Quantity) *corev1.Pod {
+	p := hardenedPod(ns, name, nil)
+	p.Spec.NodeSelector = nil
+	p.Spec.NodeName = nodeName
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: resource.MustParse("16Mi")},
+	}
+	return p
+}
+
+// A NodeOversell of cpu ratio 2 makes the real kubelet admit pods whose cpu
+// requests add up to more than its real allocatable: the kubelet checks a
+// new pod against the Node object's allocatable it reads from the API
+// (pkg/kubelet/lifecycle/predicate.go, Admit: getNodeAnyWayFunc), which the
+// webhook inflated. Without it, the same pods get OutOfcpu.
+func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
+	ctx := ctxT(t, 8*time.Minute)
+	raw := allocatableCPU(ctx, t)
+	if raw < 1000 {
+		t.Fatalf("node allocatable cpu %dm: this test wants at least 1 cpu", raw)
+	}
+	// Three pods of raw/2 each: two fit the real allocatable, three need
+	// 1.5 × raw.
+	per := *resource.NewMilliQuantity(raw/2, resource.DecimalSI)
+	runPods := func(ns string) map[string]*corev1.Pod {
+		createNS(ctx, t, ns)
+		for i := 0; i < 3; i++ {
+			if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, boundPod(ns, fmt.Sprintf("cpu-%d", i), per), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// The kubelet admits pods in the order it sees them; one at a
+			// time keeps the order (and so which one is rejected) fixed.
+			waitPod(ctx, t, ns, fmt.Sprintf("cpu-%d", i), "admitted or rejected", func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
+			})
+		}
+		out := map[string]*corev1.Pod{}
+		for i := 0; i < 3; i++ {
+			name := fmt.Sprintf("cpu-%d", i)
+			p, err := env.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = p
+		}
+		return out
+	}
+	deletePods := func(ns string) {
+		if err := env.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.WaitFor(ctx, 2*time.Minute, "pods of "+ns+" gone", func(ctx context.Context) (bool, error) {
+			l, err := env.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Ratio 1 (no NodeOversell): the third pod is rejected by the kubelet.
+	plain := runPods("oversell-off")
+	for _, name := range []string{"cpu-0", "cpu-1"} {
+		if p := plain[name]; p.Status.Phase != corev1.PodRunning {
+			t.Errorf("without oversell, %s: phase %s (%s), want Running", name, p.Status.Phase, p.Status.Reason)
+		}
+	}
+	if p := plain["cpu-2"]; p.Status.Phase != corev1.PodFailed || p.Status.Reason != "OutOfcpu" {
+		t.Errorf("without oversell, cpu-2: phase %s reason %q, want Failed OutOfcpu", p.Status.Phase, p.Status.Reason)
+	}
+	deletePods("oversell-off")
+
+	// Ratio 2: the webhook doubles the Node's allocatable, the kubelet
+	// admits all three.
+	server := startOversellServer(t, ctx)
+	no := &v1alpha1.NodeOversell{
+		ObjectMeta: metav1.ObjectMeta{Name: "real-node"},
+		Spec: v1alpha1.NodeOversellSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "real"}},
+			Ratios:       v1alpha1.OversellRatios{CPU: "2"},
+		},
+	}
+	if err := env.Client.Create(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
+	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("allocatable cpu %dm -> %dm", raw, 2*raw), func(ctx context.Context) (bool, error) {
+		touchNode(ctx, t)
+		return allocatableCPU(ctx, t) == 2*raw, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	over := runPods("oversell-on")
+	for name, p := range over {
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("with ratio 2, %s: phase %s reason %q (%s), want Running", name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+		}
+	}
+	// They keep running while the kubelet's status reports (raw) are
+	// amplified again by the webhook: at least two report periods.
+	time.Sleep(25 * time.Second)
+	for name := range over {
+		p, err := env.Clientset.CoreV1().Pods("oversell-on").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("with ratio 2, %s after 25 s: phase %s reason %q", name, p.Status.Phase, p.Status.Reason)
+		}
+	}
+	if got := allocatableCPU(ctx, t); got != 2*raw {
+		t.Errorf("allocatable cpu after the kubelet's reports: %dm, want %dm", got, 2*raw)
+	}
+
+	// Restart the kubelet while the node is oversold (kubernetes #52902,
+	// #105523): a restarted kubelet re-admits the pods it finds. It waits
+	// for its Node informer before it watches pods
+	// (pkg/kubelet/config/apiserver.go, NewSourceApiserver), so it admits
+	// them against the amplified allocatable, not its own raw one: every
+	// pod keeps its container, none is rejected with OutOfcpu.
+	before := map[string]string{}
+	for name, p := range over {
+		before[name] = p.Status.ContainerStatuses[0].ContainerID
+	}
+	if err := node.RestartKubelet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The new kubelet has taken the pods from the API server once it logs
+	// their SyncLoop ADD; a rejection would follow at once.
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "restarted kubelet adding the oversold pods", func(context.Context) (bool, error) {
+		b, err := os.ReadFile(node.Log("kubelet"))
+		return err == nil && strings.Contains(string(b), `"SyncLoop ADD" source="api"`) && strings.Contains(string(b), "oversell-on/cpu-2"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "node Ready after the kubelet restart", func(ctx context.Context) (bool, error) {
+		return env.NodeReady(ctx, nodeName)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(15 * time.Second)
+	for name := range over {
+		p, err := env.Clientset.CoreV1().Pods("oversell-on").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := p.Status.ContainerStatuses
+		if p.Status.Phase != corev1.PodRunning || len(cs) == 0 || cs[0].ContainerID != before[name] || cs[0].RestartCount != 0 {
+			t.Errorf("after the kubelet restart, %s: phase %s reason %q, containers %+v; want Running with container %s",
+				name, p.Status.Phase, p.Status.Reason, cs, before[name])
+		}
+	}
+	if b, err := os.ReadFile(node.Log("kubelet")); err == nil && strings.Contains(string(b), "OutOfcpu") {
+		t.Errorf("restarted kubelet logged OutOfcpu:\n%s", tail(node.Log("kubelet"), 3000))
+	}
+	deletePods("oversell-on")
+
+	// The kubelet's real status loop while amplified: every
+	// nodeStatusUpdateFrequency (10 s) it finds its raw allocatable differs
+	// from the Node's and patches, and the webhook amplifies again
+	// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus).
+	amplified := nodeWrites(ctx, t, time.Minute)
+	t.Logf("figure: Node writes in 60 s while amplified: %d", amplified)
+
+	// The server stops; under failurePolicy Ignore the kubelet's next
+	// patch is stored as it is: the node stays Ready, allocatable is raw.
+	if err := server.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("allocatable cpu back to %dm with the server down", raw), func(ctx context.Context) (bool, error) {
+		ready, err := env.NodeReady(ctx, nodeName)
+		if err != nil || !ready {
+			return false, cluster.Permanent(fmt.Errorf("node not Ready with the server down (err %v)", err))
+		}
+		return allocatableCPU(ctx, t) == raw, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figure: oversell server down -> allocatable raw in %s", time.Since(down).Round(time.Second))
+
+	// Raw again, the kubelet has nothing to correct: it writes only at its
+	// report period (nodeStatusReportFrequency, 5 min).
+	rawWrites := nodeWrites(ctx, t, time.Minute)
+	t.Logf("figure: Node writes in 60 s with raw allocatable: %d", rawWrites)
+	if amplified <= rawWrites {
+		t.Errorf("Node writes per minute: amplified %d, raw %d; want more while amplified", amplified, rawWrites)
+	}
+	if ready, err := env.NodeReady(ctx, nodeName); err != nil || !ready {
+		t.Errorf("node Ready = %v (%v) with the server down, want true", ready, err)
+	}
+}
