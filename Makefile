@@ -70,8 +70,12 @@ verify-tidy: ## Fail if go.mod/go.sum are not tidy.
 verify: verify-fmt vet verify-tidy verify-generated ## gofmt, go vet, go mod tidy and the stale-generated check.
 
 .PHONY: test
-test: tools verify ## Run every test (builds the tools it needs first).
+test: tools node-prereqs verify ## Run every test (builds the tools it needs first).
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: node-prereqs
+node-prereqs: ## Install the Debian packages the real test node needs, if missing (root).
+	@hack/node-prereqs.sh
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no control plane.
