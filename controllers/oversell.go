@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
