@@ -213,8 +213,10 @@ func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
 func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings, caBundle []byte) *Desired {
 	op := OversellOperand(no)
 	d := build(op, s, []string{"oversell", "--node-oversell=" + no.Name})
-	fp := admissionregistrationv1.FailurePolicyType(or(string(no.Spec.FailurePolicy), string(v1alpha1.FailurePolicyIgnore)))
-	wh := webhook(op, s, caBundle, fp, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
+	// Always Ignore: the CRD accepts only Ignore, and an object stored with
+	// Fail before that rule (kept through updates by validation ratcheting)
+	// must not let a server outage block every node's status writes.
+	wh := webhook(op, s, caBundle, admissionregistrationv1.Ignore, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
 	})

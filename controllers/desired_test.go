@@ -228,6 +228,18 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	}
 }
 
+// A NodeOversell stored with failurePolicy Fail before the CRD forbade it
+// stays updatable (validation ratcheting), but its webhook is Ignore: with
+// Fail a server outage would block every selected node's status writes.
+func TestNodeOversellWebhookIsAlwaysIgnore(t *testing.T) {
+	no := testOversell()
+	no.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	wh := BuildNodeOversell(no, testSettings, nil).Webhook.Webhooks[0]
+	if *wh.FailurePolicy != "Ignore" {
+		t.Fatalf("failurePolicy %s for a stored Fail, want Ignore", *wh.FailurePolicy)
+	}
+}
+
 func TestLeastPrivilegeRules(t *testing.T) {
 	for _, d := range []*Desired{BuildSidecarInjector(testInjector(), testSettings, nil), BuildNodeOversell(testOversell(), testSettings, nil)} {
 		if len(d.ClusterRole.Rules) != 1 {

@@ -14,25 +14,37 @@ import (
 // nodes beyond it get no per-node gauges and are counted in
 // hookwright_oversell_node_series_dropped_total. Users beyond MaxUserSeries
 // are counted under OtherUser; the handler also logs each such write with
-// its user.
+// its user. Each value is bounded in length too, or a few thousand names of
+// a body's size (3 MiB) would hold gigabytes: a node name longer than a
+// Node's (a DNS subdomain, 253 bytes) gets no series, a user name longer
+// than MaxUserLabelBytes counts under OtherUser.
 const (
-	MaxNodeSeries = 5000
-	MaxUserSeries = 100
-	OtherUser     = "other"
+	MaxNodeSeries     = 5000
+	MaxUserSeries     = 100
+	MaxNodeLabelBytes = 253
+	MaxUserLabelBytes = 512
+	OtherUser         = "other"
 )
 
-// labelSet admits at most max distinct values, first come; forget makes
-// room again.
+// labelSet admits at most max distinct values of at most maxLen bytes,
+// first come; forget makes room again.
 type labelSet struct {
-	mu   sync.Mutex
-	max  int
-	seen map[string]struct{}
+	mu     sync.Mutex
+	max    int
+	maxLen int
+	seen   map[string]struct{}
 }
 
-func newLabelSet(max int) *labelSet { return &labelSet{max: max, seen: map[string]struct{}{}} }
+func newLabelSet(max, maxLen int) *labelSet {
+	return &labelSet{max: max, maxLen: maxLen, seen: map[string]struct{}{}}
+}
 
-// admit reports whether v is, or now becomes, one of the set's values.
+// admit reports whether v is, or now becomes, one of the set's values; a
+// value longer than maxLen never is.
 func (s *labelSet) admit(v string) bool {
+	if len(v) > s.maxLen {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.seen[v]; ok {
@@ -119,8 +131,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "hookwright_oversell_node_series_dropped_total",
 			Help: "Applied decisions for nodes beyond the per-node series bound (5000 nodes), whose gauges were not recorded.",
 		}),
-		nodes: newLabelSet(MaxNodeSeries),
-		users: newLabelSet(MaxUserSeries),
+		nodes: newLabelSet(MaxNodeSeries, MaxNodeLabelBytes),
+		users: newLabelSet(MaxUserSeries, MaxUserLabelBytes),
 	}
 	for _, c := range []prometheus.Collector{m.RawAllocatable, m.EffectiveAllocatable, m.Ratio, m.Mutations,
 		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies, m.NodeSeriesDropped} {

@@ -2,6 +2,7 @@ package oversell
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,7 +18,7 @@ func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 		t.Fatalf("bounds %d/%d, want %d/%d", m.nodes.max, m.users.max, MaxNodeSeries, MaxUserSeries)
 	}
 	const nodes, users = 5, 3
-	m.nodes, m.users = newLabelSet(nodes), newLabelSet(users)
+	m.nodes, m.users = newLabelSet(nodes, MaxNodeLabelBytes), newLabelSet(users, MaxUserLabelBytes)
 
 	ann := map[string]string{annRaw: `{"cpu":"7600m","memory":"30Gi"}`, annRatios: `{"cpu":"2","memory":"1.5"}`, annApplied: "oversell-pool"}
 	old := realisticNode("n1", "15200m", "45Gi", ann)
@@ -52,7 +53,7 @@ func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 // A restored node frees its place in the bound.
 func TestMetricsNodeBoundFreedOnRestore(t *testing.T) {
 	_, m := testHandler(t, poolSnapshot(t))
-	m.nodes = newLabelSet(1)
+	m.nodes = newLabelSet(1, MaxNodeLabelBytes)
 	var d Decision
 	d.Present[CPU] = true
 	m.observeNode("a", &d)
@@ -64,5 +65,41 @@ func TestMetricsNodeBoundFreedOnRestore(t *testing.T) {
 	m.observeNode("b", &d)
 	if testutil.CollectAndCount(m.RawAllocatable) != 1 || testutil.ToFloat64(m.NodeSeriesDropped) != 1 {
 		t.Fatalf("after restoring a, b was not admitted: %d series, %v dropped", testutil.CollectAndCount(m.RawAllocatable), testutil.ToFloat64(m.NodeSeriesDropped))
+	}
+}
+
+// A bounded number of series is not bounded memory when each label value
+// can be as long as a request body: 5,000 node names of 3 MiB would hold
+// 15 GB. A name longer than a Node's (253 bytes) gets no series, a user
+// name over MaxUserLabelBytes counts under OtherUser.
+func TestMetricsLabelValuesBoundedInLength(t *testing.T) {
+	h, m := testHandler(t, poolSnapshot(t))
+	long := strings.Repeat("n", 64<<10)
+	for i := range 3 {
+		name := fmt.Sprintf("%d%s", i, long)
+		n := realisticNode(name, "7600m", "30Gi", nil)
+		decodeResponse(t, post(h, reviewFor(t, "system:node:"+name, kubeletGroups, n, n), "application/json"))
+	}
+	if got := testutil.CollectAndCount(m.RawAllocatable); got != 0 {
+		t.Errorf("%d raw allocatable series for node names of 64 KiB, want 0", got)
+	}
+	if v := testutil.ToFloat64(m.NodeSeriesDropped); v != 3 {
+		t.Errorf("dropped %v, want 3", v)
+	}
+	ok := realisticNode("n1", "7600m", "30Gi", nil)
+	decodeResponse(t, post(h, reviewFor(t, "system:node:n1", kubeletGroups, ok, ok), "application/json"))
+	if got := testutil.CollectAndCount(m.RawAllocatable); got != 2 {
+		t.Errorf("%d raw allocatable series for a plain node, want 2", got)
+	}
+
+	ann := map[string]string{annRaw: `{"cpu":"7600m","memory":"30Gi"}`, annRatios: `{"cpu":"2","memory":"1.5"}`, annApplied: "oversell-pool"}
+	old := realisticNode("n1", "15200m", "45Gi", ann)
+	obj := realisticNode("n1", "30400m", "45Gi", ann)
+	decodeResponse(t, post(h, reviewFor(t, long, nil, obj, old), "application/json"))
+	if n := testutil.CollectAndCount(m.UntrustedAllocatableWrites); n != 1 {
+		t.Errorf("%d user series, want 1", n)
+	}
+	if v := testutil.ToFloat64(m.UntrustedAllocatableWrites.WithLabelValues(OtherUser)); v != 1 {
+		t.Errorf("a 64 KiB user name was not counted under %q (%v)", OtherUser, v)
 	}
 }

@@ -124,6 +124,11 @@ func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data 
 	u.st.reset(ctx, time.Now())
 	u.w.buf = buf
 	err = u.tmpl.Execute(&u.w, data)
+	if err == nil {
+		// The clock is read every 64 steps; a slow last call (one regexp
+		// match can take seconds) must not finish a render past its limit.
+		err = u.st.checkTime()
+	}
 	u.w.buf = nil
 	u.st.ctx = nil // the pool must not keep a request alive
 	t.units.Put(u)

@@ -31,8 +31,9 @@ func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []strin
 	}
 	if no.Spec.FailurePolicy == v1alpha1.FailurePolicyFail {
 		// New objects cannot say Fail (a CRD rule); one stored before the
-		// rule keeps it through updates (validation ratcheting).
-		w = append(w, "failurePolicy Fail: a webhook server outage blocks every node's status writes, so no node can report Ready; set Ignore")
+		// rule keeps it through updates (validation ratcheting), and the
+		// operator configures its webhook with Ignore regardless.
+		w = append(w, "failurePolicy Fail is not honoured: the operator configures Ignore, since with Fail a webhook server outage would block every node's status writes; set Ignore")
 	}
 	if sel := no.Spec.NodeSelector; sel == nil || len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0 {
 		w = append(w, "spec.nodeSelector is empty: every node is oversold, control-plane nodes included")
