@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hookwright/hookwright/internal/ociimage"
 )
 
 // RealNodeSpec is a node run by a real kubelet.
@@ -64,6 +66,10 @@ type RealNode struct {
 	// StartedToReady is the time from starting containerd to the Node's
 	// Ready condition.
 	StartedToReady time.Duration
+	// Images are what the node imported before its kubelet started:
+	// ociimage.PauseName (the sandbox) and ociimage.StandinName. Pods use
+	// them under these names with imagePullPolicy Never.
+	Images []ociimage.Named
 
 	c     *Cluster
 	spec  RealNodeSpec
@@ -257,11 +263,25 @@ func (n *RealNode) startContainerd(ctx context.Context, root string) error {
 	}); err != nil {
 		return err
 	}
-	archive := filepath.Join(n.Dir, "images", "node-images.tar")
-	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+	return n.importNodeImages(ctx, root)
+}
+
+// importNodeImages builds internal/ociimage's pause image (the sandbox)
+// and StandinName (test/node's workload) and imports them, so the node
+// needs no registry to start.
+func (n *RealNode) importNodeImages(ctx context.Context, root string) error {
+	dir := filepath.Join(n.Dir, "images")
+	imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: dir}, ociimage.SetPause, ociimage.SetStandins)
+	if err != nil {
 		return err
 	}
-	if err := writeNodeImages(root, archive); err != nil {
+	for _, img := range imgs {
+		if img.Name == ociimage.PauseName || img.Name == ociimage.StandinName {
+			n.Images = append(n.Images, img)
+		}
+	}
+	archive := filepath.Join(dir, "node-images.tar")
+	if err := ociimage.WriteArchive(archive, n.Images...); err != nil {
 		return err
 	}
 	return n.ImportImages(ctx, archive)
