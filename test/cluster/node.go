@@ -32,12 +32,17 @@ type RealNodeSpec struct {
 	Labels map[string]string
 	// Taints are registered with the node (registerWithTaints).
 	Taints []corev1.Taint
-	// Registries maps a registry host name as images name it (e.g.
-	// "registry.hookwright.local") to the port of a plain-HTTP registry on
-	// the host's 127.0.0.1. containerd resolves those names there (its
-	// registry host configuration) through a relay into the node's
-	// namespace; every other registry stays unreachable.
-	Registries map[string]int
+	// Registry is the host:port of a plain-HTTP registry on the host's
+	// 127.0.0.1 (ociimage.StartRegistry's Addr); empty for none. containerd
+	// reaches it through a relay into the node's namespace and resolves
+	// the Mirrors' images there as ociimage.Push stores them
+	// (ociimage.ContainerdHosts); any other registry resolves to an empty
+	// prefix of it, so no pull leaves the machine.
+	Registry string
+	// Mirrors are the registry host names whose images come from Registry
+	// (e.g. "registry.hookwright.local"); ociimage.MirroredRegistries when
+	// empty.
+	Mirrors []string
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the
@@ -176,8 +181,8 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 	if err := nn.relayLoopback(apiPort); err != nil {
 		return n, err
 	}
-	for host, port := range spec.Registries {
-		if err := n.addRegistry(host, port); err != nil {
+	if spec.Registry != "" {
+		if err := n.addRegistry(spec.Registry, spec.Mirrors); err != nil {
 			return n, err
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -173,19 +175,25 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	return nil
 }
 
-// addRegistry makes containerd pull images named host/... from the plain
-// HTTP registry on the host's 127.0.0.1:port (hosts.toml under certs.d).
-func (n *RealNode) addRegistry(host string, port int) error {
-	if host == "" || strings.ContainsAny(host, "/ ") {
-		return fmt.Errorf("registry host %q: want a host name, optionally with :port", host)
+// addRegistry relays the registry at addr (127.0.0.1:port on the host)
+// into the node's namespace and writes containerd's hosts.toml files
+// (ociimage.WriteContainerdHosts) for mirrors under certs.d.
+func (n *RealNode) addRegistry(addr string, mirrors []string) error {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil || host != "127.0.0.1" {
+		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return fmt.Errorf("node registry %q: %w", addr, err)
+	}
+	if len(mirrors) == 0 {
+		mirrors = ociimage.MirroredRegistries
 	}
 	if err := n.net.relayLoopback(port); err != nil {
 		return err
 	}
-	server := fmt.Sprintf("http://127.0.0.1:%d", port)
-	return writeFiles(map[string]string{
-		filepath.Join(n.Dir, "containerd", "certs.d", host, "hosts.toml"): "server = " + fmt.Sprintf("%q", server) + "\n\n[host." + fmt.Sprintf("%q", server) + "]\n  capabilities = [\"pull\", \"resolve\"]\n",
-	})
+	return ociimage.WriteContainerdHosts(filepath.Join(n.Dir, "containerd", "certs.d"), addr, mirrors)
 }
 
 func writeFiles(files map[string]string) error {

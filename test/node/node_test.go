@@ -12,10 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,11 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +41,7 @@ var (
 	env  *cluster.Cluster
 	node *cluster.RealNode
 	// registryAddr is the host:port (on 127.0.0.1) of the test's registry,
-	// which the node knows as registryHost.
+	// where the node's containerd resolves images named registryHost/...
 	registryAddr string
 )
 
@@ -70,11 +65,12 @@ func TestMain(m *testing.M) {
 	}
 	// A registry on 127.0.0.1 (go-containerregistry's), the only one the
 	// node can pull from.
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer reg.Close()
-	registryAddr = strings.TrimPrefix(reg.URL, "http://")
-	_, portStr, _ := net.SplitHostPort(registryAddr)
-	regPort, _ := strconv.Atoi(portStr)
+	reg, err := ociimage.StartRegistry("", nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	registryAddr = reg.Addr
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
 		ControllerManager: true,
@@ -88,7 +84,7 @@ func TestMain(m *testing.M) {
 	code := 1
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: nodeName, Labels: map[string]string{"pool": "real"},
-		Registries: map[string]int{registryHost: regPort},
+		Registry: registryAddr, Mirrors: []string{registryHost},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)
@@ -502,11 +498,7 @@ func TestPodPullsFromTheLocalRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := name.ParseReference(registryAddr+"/standin:pulled", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+	if err := ociimage.Push(ctx, registryAddr, ociimage.Named{Name: registryHost + "/standin:pulled", Image: img}); err != nil {
 		t.Fatal(err)
 	}
 	ns := "pull"
