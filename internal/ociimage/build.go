@@ -15,7 +15,7 @@ import (
 const (
 	SetOperator = "operator" // OperatorName
 	SetPause    = "pause"    // PauseName
-	SetStandins = "standins" // NginxName, ProxyName, ProxyInitName, LogShipperName
+	SetStandins = "standins" // NginxName, ProxyName, ProxyInitName, LogShipperName, StandinName
 	SetOLM      = "olm"      // BundleName, OPMName, OLMUtilName, DecompressionName
 )
 

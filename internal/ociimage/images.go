@@ -25,6 +25,10 @@ const (
 	ProxyName      = "ghcr.io/hookwright/proxy:1.4.2"
 	ProxyInitName  = "ghcr.io/hookwright/proxy-init:1.4.2"
 	LogShipperName = "ghcr.io/hookwright/log-shipper:0.9.0"
+	// StandinName is a plain, hardened workload (hack/images/standin's
+	// serve role on :8080 as 65532:65532); its get role is an HTTP client.
+	// test/cluster's real node imports it for test/node's pods.
+	StandinName = "ghcr.io/hookwright/standin:v1"
 )
 
 // DefaultCACertificates is where Debian's ca-certificates package keeps
@@ -115,13 +119,34 @@ var standins = []standin{
 	{name: ProxyName, path: "/usr/local/bin/proxy", user: "1337:1337", ports: []string{"15000/tcp", "15001/tcp"}},
 	{name: ProxyInitName, path: "/usr/local/bin/proxy-init"},
 	{name: LogShipperName, path: "/usr/local/bin/log-shipper", user: "65532:65532"},
+	// Run as "standin", the program takes its role from the first
+	// argument, so a pod picks serve or get with args alone.
+	{name: StandinName, path: "/usr/local/bin/standin", user: "65532:65532", cmd: []string{"serve"}, ports: []string{"8080/tcp"}},
+}
+
+// standinUsers is every stand-in's first layer: the users and groups they
+// run as and /tmp. The kubelet hands the runtime only the image's uid
+// (pkg/kubelet/kuberuntime/security_context.go, RunAsUser), and the
+// runtime takes the gid from the image's /etc/passwd: without these files
+// a pod that sets no runAsGroup would run with gid 0.
+var standinUsers = []File{
+	{Path: "/etc/passwd", Mode: 0o644, Data: []byte(
+		"root:x:0:0:root:/root:/sbin/nologin\n" +
+			"proxy:x:1337:1337:proxy:/nonexistent:/sbin/nologin\n" +
+			"nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+	{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nproxy:x:1337:\nnonroot:x:65532:\n")},
+	{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 }
 
 // Standins returns one image per stand-in role, each holding the one
 // hack/images/standin binary under the role's name as its entrypoint (the
-// program picks its role from argv[0]).
+// program picks its role from argv[0]) on the standinUsers layer.
 func Standins(arch, binary string) ([]Named, error) {
 	bin, err := readExecutable(binary)
+	if err != nil {
+		return nil, err
+	}
+	users, err := Layer(standinUsers)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +159,7 @@ func Standins(arch, binary string) ([]Named, error) {
 		img, err := New(arch, Config{
 			User: s.user, WorkingDir: "/", Entrypoint: []string{s.path}, Cmd: s.cmd, ExposedPorts: s.ports,
 			Labels: map[string]string{"org.opencontainers.image.description": "hookwright stand-in for " + s.name},
-		}, l)
+		}, users, l)
 		if err != nil {
 			return nil, err
 		}

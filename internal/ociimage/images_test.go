@@ -327,6 +327,7 @@ func TestStandinImages(t *testing.T) {
 		ProxyName:      {"/usr/local/bin/proxy"},
 		ProxyInitName:  {"/usr/local/bin/proxy-init"},
 		LogShipperName: {"/usr/local/bin/log-shipper"},
+		StandinName:    {"/usr/local/bin/standin", "serve"},
 	}
 	for name, argv := range want {
 		img, ok := all[name]
@@ -348,6 +349,17 @@ func TestStandinImages(t *testing.T) {
 			continue
 		}
 		checkStatic(t, name+":"+argv[0], e.data)
+		// The kubelet passes the runtime only the uid; the gid comes from
+		// the image's /etc/passwd, so the user must be there.
+		if u := cf.Config.User; u != "" {
+			uid, gid, _ := strings.Cut(u, ":")
+			if !bytes.Contains(files["/etc/passwd"].data, []byte(":x:"+uid+":"+gid+":")) {
+				t.Errorf("%s runs as %s but /etc/passwd has no such user: %q", name, u, files["/etc/passwd"].data)
+			}
+			if !bytes.Contains(files["/etc/group"].data, []byte(":x:"+gid+":")) {
+				t.Errorf("%s runs as %s but /etc/group has no group %s: %q", name, u, gid, files["/etc/group"].data)
+			}
+		}
 	}
 
 	dir := t.TempDir()

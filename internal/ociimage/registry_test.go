@@ -381,8 +381,8 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if len(imgs) != 5 {
-		t.Fatalf("%d images, want pause and 4 stand-ins", len(imgs))
+	if len(imgs) != 6 {
+		t.Fatalf("%d images, want pause and 5 stand-ins", len(imgs))
 	}
 	for _, n := range imgs {
 		ref, err := LocalReference(r.Addr, n.Name)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hookwright/hookwright/internal/ociimage"
 )
 
 // RealNodeSpec is a node run by a real kubelet.
@@ -30,12 +32,17 @@ type RealNodeSpec struct {
 	Labels map[string]string
 	// Taints are registered with the node (registerWithTaints).
 	Taints []corev1.Taint
-	// Registries maps a registry host name as images name it (e.g.
-	// "registry.hookwright.local") to the port of a plain-HTTP registry on
-	// the host's 127.0.0.1. containerd resolves those names there (its
-	// registry host configuration) through a relay into the node's
-	// namespace; every other registry stays unreachable.
-	Registries map[string]int
+	// Registry is the host:port of a plain-HTTP registry on the host's
+	// 127.0.0.1 (ociimage.StartRegistry's Addr); empty for none. containerd
+	// reaches it through a relay into the node's namespace and resolves
+	// the Mirrors' images there as ociimage.Push stores them
+	// (ociimage.ContainerdHosts); any other registry resolves to an empty
+	// prefix of it, so no pull leaves the machine.
+	Registry string
+	// Mirrors are the registry host names whose images come from Registry
+	// (e.g. "registry.hookwright.local"); ociimage.MirroredRegistries when
+	// empty.
+	Mirrors []string
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the
@@ -64,6 +71,10 @@ type RealNode struct {
 	// StartedToReady is the time from starting containerd to the Node's
 	// Ready condition.
 	StartedToReady time.Duration
+	// Images are what the node imported before its kubelet started:
+	// ociimage.PauseName (the sandbox) and ociimage.StandinName. Pods use
+	// them under these names with imagePullPolicy Never.
+	Images []ociimage.Named
 
 	c     *Cluster
 	spec  RealNodeSpec
@@ -170,8 +181,8 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 	if err := nn.relayLoopback(apiPort); err != nil {
 		return n, err
 	}
-	for host, port := range spec.Registries {
-		if err := n.addRegistry(host, port); err != nil {
+	if spec.Registry != "" {
+		if err := n.addRegistry(spec.Registry, spec.Mirrors); err != nil {
 			return n, err
 		}
 	}
@@ -257,11 +268,25 @@ func (n *RealNode) startContainerd(ctx context.Context, root string) error {
 	}); err != nil {
 		return err
 	}
-	archive := filepath.Join(n.Dir, "images", "node-images.tar")
-	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+	return n.importNodeImages(ctx, root)
+}
+
+// importNodeImages builds internal/ociimage's pause image (the sandbox)
+// and StandinName (test/node's workload) and imports them, so the node
+// needs no registry to start.
+func (n *RealNode) importNodeImages(ctx context.Context, root string) error {
+	dir := filepath.Join(n.Dir, "images")
+	imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: dir}, ociimage.SetPause, ociimage.SetStandins)
+	if err != nil {
 		return err
 	}
-	if err := writeNodeImages(root, archive); err != nil {
+	for _, img := range imgs {
+		if img.Name == ociimage.PauseName || img.Name == ociimage.StandinName {
+			n.Images = append(n.Images, img)
+		}
+	}
+	archive := filepath.Join(dir, "node-images.tar")
+	if err := ociimage.WriteArchive(archive, n.Images...); err != nil {
 		return err
 	}
 	return n.ImportImages(ctx, archive)

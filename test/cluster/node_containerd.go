@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hookwright/hookwright/internal/ociimage"
 )
 
 // containerdConfig is containerd's config (version 3, containerd 2.x) for a
@@ -22,8 +26,8 @@ import (
 //   - restrict_oom_score_adj: this machine's processes lack
 //     CAP_SYS_RESOURCE, and a sandbox asking for a lower oom_score_adj fails
 //     with "can't get final child's PID from pipe: EOF";
-//   - the pinned sandbox image is PauseImage, imported before the kubelet
-//     starts; registry hosts come from dir/certs.d (only what a test adds), so
+//   - the pinned sandbox image is ociimage.PauseName, imported before the
+//     kubelet starts; registry hosts come from dir/certs.d (only what a test adds), so
 //     nothing is ever pulled from a public registry;
 //   - netns_mounts_under_state_dir: pod network namespaces are pinned under
 //     dir, not /run/netns;
@@ -51,7 +55,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "native"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
-      sandbox = ` + q(PauseImage) + `
+      sandbox = ` + q(ociimage.PauseName) + `
     [plugins.'io.containerd.cri.v1.images'.registry]
       config_path = ` + q(filepath.Join(dir, "certs.d")) + `
   [plugins.'io.containerd.cri.v1.runtime']
@@ -123,12 +127,13 @@ func (n *RealNode) ctr(ctx context.Context, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// ImportImages imports an OCI image-layout (or docker save) archive into the
-// node's containerd, unpacked for the native snapshotter, as `ctr images
-// import` does. Pods use the images with imagePullPolicy Never or
-// IfNotPresent.
+// ImportImages imports an OCI archive (ociimage.WriteArchive) or docker save
+// archive into the node's containerd, unpacked for the native snapshotter.
+// --local imports in ctr itself: containerd's transfer service unpacks only
+// for the snapshotters of its unpack_config. Pods use the images with
+// imagePullPolicy Never or IfNotPresent.
 func (n *RealNode) ImportImages(ctx context.Context, archive string) error {
-	_, err := n.ctr(ctx, "images", "import", "--snapshotter", "native", "--platform", "linux/amd64", archive)
+	_, err := n.ctr(ctx, "images", "import", "--local", "--snapshotter", "native", "--platform", "linux/"+runtime.GOARCH, archive)
 	return err
 }
 
@@ -170,19 +175,25 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	return nil
 }
 
-// addRegistry makes containerd pull images named host/... from the plain
-// HTTP registry on the host's 127.0.0.1:port (hosts.toml under certs.d).
-func (n *RealNode) addRegistry(host string, port int) error {
-	if host == "" || strings.ContainsAny(host, "/ ") {
-		return fmt.Errorf("registry host %q: want a host name, optionally with :port", host)
+// addRegistry relays the registry at addr (127.0.0.1:port on the host)
+// into the node's namespace and writes containerd's hosts.toml files
+// (ociimage.WriteContainerdHosts) for mirrors under certs.d.
+func (n *RealNode) addRegistry(addr string, mirrors []string) error {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil || host != "127.0.0.1" {
+		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return fmt.Errorf("node registry %q: %w", addr, err)
+	}
+	if len(mirrors) == 0 {
+		mirrors = ociimage.MirroredRegistries
 	}
 	if err := n.net.relayLoopback(port); err != nil {
 		return err
 	}
-	server := fmt.Sprintf("http://127.0.0.1:%d", port)
-	return writeFiles(map[string]string{
-		filepath.Join(n.Dir, "containerd", "certs.d", host, "hosts.toml"): "server = " + fmt.Sprintf("%q", server) + "\n\n[host." + fmt.Sprintf("%q", server) + "]\n  capabilities = [\"pull\", \"resolve\"]\n",
-	})
+	return ociimage.WriteContainerdHosts(filepath.Join(n.Dir, "containerd", "certs.d"), addr, mirrors)
 }
 
 func writeFiles(files map[string]string) error {

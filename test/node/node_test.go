@@ -12,10 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,9 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +33,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -43,7 +41,7 @@ var (
 	env  *cluster.Cluster
 	node *cluster.RealNode
 	// registryAddr is the host:port (on 127.0.0.1) of the test's registry,
-	// which the node knows as registryHost.
+	// where the node's containerd resolves images named registryHost/...
 	registryAddr string
 )
 
@@ -67,11 +65,12 @@ func TestMain(m *testing.M) {
 	}
 	// A registry on 127.0.0.1 (go-containerregistry's), the only one the
 	// node can pull from.
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer reg.Close()
-	registryAddr = strings.TrimPrefix(reg.URL, "http://")
-	_, portStr, _ := net.SplitHostPort(registryAddr)
-	regPort, _ := strconv.Atoi(portStr)
+	reg, err := ociimage.StartRegistry("", nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	registryAddr = reg.Addr
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
 		ControllerManager: true,
@@ -85,7 +84,7 @@ func TestMain(m *testing.M) {
 	code := 1
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: nodeName, Labels: map[string]string{"pool": "real"},
-		Registries: map[string]int{registryHost: regPort},
+		Registry: registryAddr, Mirrors: []string{registryHost},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)
@@ -196,7 +195,7 @@ func hardenedPod(ns, name string, labels map[string]string, args ...string) *cor
 			},
 			Containers: []corev1.Container{{
 				Name:            "agent",
-				Image:           cluster.AgentImage,
+				Image:           ociimage.StandinName,
 				ImagePullPolicy: corev1.PullNever,
 				Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 				SecurityContext: &corev1.SecurityContext{
@@ -207,9 +206,8 @@ func hardenedPod(ns, name string, labels map[string]string, args ...string) *cor
 			}},
 		},
 	}
-	// Arguments replace the image's `serve` mode.
+	// Arguments replace the image's `serve` role (its Cmd).
 	if len(args) > 0 {
-		p.Spec.Containers[0].Command = []string{"/nodeagent"}
 		p.Spec.Containers[0].Args = args
 	}
 	return p
@@ -494,22 +492,19 @@ func TestPodPullsFromTheLocalRegistry(t *testing.T) {
 	// under one name refuses it under a name it never pulled when the pod
 	// says imagePullPolicy Never (KubeletEnsureSecretPulledImages, KEP-2535:
 	// pkg/kubelet/images/image_manager.go, MustAttemptImagePull), so the
-	// imported hookwright.local/nodeagent:v1 would turn ErrImageNeverPull.
-	img, err := cluster.NodeAgentImage("serve", ":8080")
+	// imported ociimage.StandinName would turn ErrImageNeverPull. The same
+	// image with its port spelled out in Cmd is another image ID.
+	img, err := pullableStandin(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := name.ParseReference(registryAddr+"/nodeagent:pulled", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+	if err := ociimage.Push(ctx, registryAddr, ociimage.Named{Name: registryHost + "/standin:pulled", Image: img}); err != nil {
 		t.Fatal(err)
 	}
 	ns := "pull"
 	createNS(ctx, t, ns)
 	pod := hardenedPod(ns, "pulled", nil)
-	pod.Spec.Containers[0].Image = registryHost + "/nodeagent:pulled"
+	pod.Spec.Containers[0].Image = registryHost + "/standin:pulled"
 	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
 	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -528,4 +523,23 @@ func TestPodPullsFromTheLocalRegistry(t *testing.T) {
 	if id := p.Status.ContainerStatuses[0].ImageID; !strings.HasSuffix(id, digest.String()) {
 		t.Errorf("imageID %q, want the pushed digest %s", id, digest)
 	}
+}
+
+// pullableStandin is the node's imported ociimage.StandinName with Cmd
+// "serve --port=8080": the same program and port under another image ID.
+func pullableStandin(t *testing.T) (v1.Image, error) {
+	t.Helper()
+	for _, n := range node.Images {
+		if n.Name != ociimage.StandinName {
+			continue
+		}
+		cfg, err := n.Image.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Config
+		c.Cmd = []string{"serve", "--port=8080"}
+		return mutate.Config(n.Image, c)
+	}
+	return nil, fmt.Errorf("the node imported no %s (it has %v)", ociimage.StandinName, node.Images)
 }

@@ -11,8 +11,15 @@
 //	proxy-init   redirect --proxy-port P --proxy-uid U [--exclude-inbound-ports L]:
 //	             checks its arguments, changes nothing, exits 0
 //	log-shipper  --endpoint URL [--format F]: waits for SIGTERM
+//	serve        [--port P]: a plain workload (test/node's pods); HTTP on P
+//	             (default 8080): /healthz says "ok", every other path
+//	             "hello from <hostname>"
+//	get          [--tries N] [--interval D] URL [WANT]: an HTTP client pod;
+//	             GETs URL (5 s timeout) up to N times (30) D apart (1s) and
+//	             exits 0 once a 200 body contains WANT
 //
-// Every server exits 0 on SIGTERM or SIGINT; bad arguments exit 2.
+// Every server exits 0 on SIGTERM or SIGINT; bad arguments, and a get that
+// never saw its answer, exit 2.
 package main
 
 import (
@@ -134,8 +141,26 @@ func runRole(ctx context.Context, role string, args []string, listen listenFunc,
 		fmt.Fprintf(out, "log-shipper: would ship %s logs to %s\n", *format, *endpoint)
 		<-ctx.Done()
 		return nil
+	case "serve":
+		fs := newFlags("serve")
+		port := fs.Int("port", 8080, "HTTP port")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return serve(ctx, out, listen, map[int]http.Handler{*port: workloadHandler()})
+	case "get":
+		fs := newFlags("get")
+		tries := fs.Int("tries", 30, "attempts")
+		interval := fs.Duration("interval", time.Second, "pause between attempts")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() < 1 || fs.NArg() > 2 || *tries < 1 {
+			return errors.New("want [--tries N>0] [--interval D] URL [WANT]")
+		}
+		return getUntil(ctx, out, fs.Arg(0), fs.Arg(1), *tries, *interval)
 	default:
-		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init or log-shipper)", role)
+		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve or get)", role)
 	}
 }
 
@@ -180,6 +205,51 @@ func proxyAdminHandler(cluster string) http.Handler {
 		fmt.Fprintf(w, "# TYPE standin_up gauge\nstandin_up{service_cluster=%q} 1\n", cluster)
 	})
 	return mux
+}
+
+func workloadHandler() http.Handler {
+	host, _ := os.Hostname()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "hello from %s\n", host) })
+	return mux
+}
+
+// getUntil GETs url until a 200 answer's body contains want (tries times,
+// interval apart), and prints that body on out.
+func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, interval time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last error
+	for i := 0; i < tries; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(interval):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), want) {
+			fmt.Fprintf(out, "get: %s answered: %s", url, body)
+			return nil
+		}
+		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
+	}
+	return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, last)
 }
 
 func proxyHandler() http.Handler {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,5 +216,57 @@ func TestBinaryDispatchesOnItsName(t *testing.T) {
 	out, err = exec.Command(bin, "redirect").CombinedOutput()
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !bytes.HasPrefix(out, []byte("proxy-init: ")) {
 		t.Fatalf("proxy-init redirect without flags: %v %q, want exit 2 with a message", err, out)
+	}
+}
+
+// test/node's workload: readiness on /healthz, its hostname everywhere else.
+func TestServeAnswersWithItsHostname(t *testing.T) {
+	lb, stop := start(t, "serve", nil, 1)
+	if code, body := get(t, "http://"+lb.addr(t, 8080)+"/healthz"); code != 200 || body != "ok" {
+		t.Fatalf("GET /healthz = %d %q", code, body)
+	}
+	host, _ := os.Hostname()
+	if code, body := get(t, "http://"+lb.addr(t, 8080)+"/any/path"); code != 200 || body != "hello from "+host+"\n" {
+		t.Errorf("GET /any/path = %d %q, want hello from %s", code, body, host)
+	}
+	stop()
+	lb, stop = start(t, "serve", []string{"--port=9000"}, 1)
+	if code, _ := get(t, "http://"+lb.addr(t, 9000)+"/healthz"); code != 200 {
+		t.Errorf("GET :9000/healthz = %d", code)
+	}
+	stop()
+}
+
+// get is the client pod of test/node's Service test: it retries until the
+// answer it waits for comes, and fails (exit 2) when it never does.
+func TestGetWaitsForItsAnswer(t *testing.T) {
+	var calls sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Lock()
+		defer calls.Unlock()
+		if n++; n < 3 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "hello from server")
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	err := runRole(context.Background(), "get", []string{"--interval=10ms", srv.URL + "/", "hello from server"}, nil, &out)
+	if err != nil || !strings.Contains(out.String(), "answered: hello from server") {
+		t.Fatalf("get: %v %q", err, out.String())
+	}
+	if n != 3 {
+		t.Errorf("%d requests, want 3 (two 503s, then the answer)", n)
+	}
+	err = runRole(context.Background(), "get", []string{"--tries=2", "--interval=10ms", srv.URL + "/", "hello from elsewhere"}, nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "after 2 tries") {
+		t.Errorf("get of an answer that never comes: %v, want an error after 2 tries", err)
+	}
+	for _, args := range [][]string{nil, {"a", "b", "c"}, {"--tries=0", srv.URL}} {
+		if err := runRole(context.Background(), "get", args, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "want [--tries") {
+			t.Errorf("get %q: %v, want a usage error", args, err)
+		}
 	}
 }
