@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/template"
@@ -36,7 +35,6 @@ var passThrough = map[string]bool{
 	"osDir": true, "osExt": true, "osIsAbs": true, "b64dec": true, "b32dec": true, "get": true,
 	"hasKey": true, "first": true, "mustFirst": true, "last": true, "mustLast": true, "has": true,
 	"mustHas": true, "uuidv4": true, "semver": true, "semverCompare": true, "fail": true,
-	"regexMatch": true, "mustRegexMatch": true, "regexFind": true, "mustRegexFind": true,
 	"regexQuoteMeta": true, "now": true, "ago": true,
 	"date_modify": true, "dateModify": true, "must_date_modify": true,
 	"mustDateModify": true, "duration": true, "durationRound": true, "htmlDate": true,
@@ -112,22 +110,40 @@ func funcMap(st *renderState) template.FuncMap {
 		}
 		return sprig.TxtFuncMap()["join"].(func(string, any) string)(sep, v), nil
 	}
-	f["regexReplaceAll"] = func(re, s, repl string) string {
-		out, err := boundRegexReplace(re, s, repl, false)
-		if err != nil {
-			panic(err) // sprig's non-must variant panics on a bad pattern too
-		}
-		return out
+	// Regular expressions and the pairwise list functions cost the product
+	// of their inputs in one call (see MaxCallWork). The non-must variants
+	// panic on an error, as sprig's do.
+	f["mustRegexMatch"] = func(re, s string) (bool, error) { return boundRegexMatch(st, re, s) }
+	f["regexMatch"] = func(re, s string) bool { return must(boundRegexMatch(st, re, s)) }
+	f["mustRegexFind"] = func(re, s string) (string, error) { return boundRegexFind(st, re, s) }
+	f["regexFind"] = func(re, s string) string { return must(boundRegexFind(st, re, s)) }
+	f["mustRegexFindAll"] = func(re, s string, n int) ([]string, error) { return boundRegexFindAll(st, re, s, n) }
+	f["regexFindAll"] = func(re, s string, n int) []string { return must(boundRegexFindAll(st, re, s, n)) }
+	f["mustRegexSplit"] = func(re, s string, n int) ([]string, error) { return boundRegexSplit(st, re, s, n) }
+	f["regexSplit"] = func(re, s string, n int) []string { return must(boundRegexSplit(st, re, s, n)) }
+	f["mustRegexReplaceAll"] = func(re, s, repl string) (string, error) { return boundRegexReplace(st, re, s, repl, false) }
+	f["regexReplaceAll"] = func(re, s, repl string) string { return must(boundRegexReplace(st, re, s, repl, false)) }
+	f["mustRegexReplaceAllLiteral"] = func(re, s, repl string) (string, error) { return boundRegexReplace(st, re, s, repl, true) }
+	f["regexReplaceAllLiteral"] = func(re, s, repl string) string { return must(boundRegexReplace(st, re, s, repl, true)) }
+	for _, name := range []string{"uniq", "mustUniq"} {
+		generic := reflect.ValueOf(f[name]) // boundGeneric's wrapper
+		f[name] = reflect.MakeFunc(generic.Type(), func(args []reflect.Value) []reflect.Value {
+			if err := checkPairs(name, args[0].Interface(), args[0].Interface()); err != nil {
+				panic(err)
+			}
+			return generic.Call(args)
+		}).Interface()
 	}
-	f["mustRegexReplaceAll"] = func(re, s, repl string) (string, error) { return boundRegexReplace(re, s, repl, false) }
-	f["regexReplaceAllLiteral"] = func(re, s, repl string) string {
-		out, err := boundRegexReplace(re, s, repl, true)
-		if err != nil {
-			panic(err)
-		}
-		return out
+	for _, name := range []string{"without", "mustWithout"} {
+		generic := reflect.ValueOf(f[name])
+		f[name] = reflect.MakeFunc(generic.Type(), func(args []reflect.Value) []reflect.Value {
+			// The omitted values come as one slice (MakeFunc of a variadic).
+			if err := checkPairs(name, args[0].Interface(), args[1].Interface()); err != nil {
+				panic(err)
+			}
+			return generic.CallSlice(args)
+		}).Interface()
 	}
-	f["mustRegexReplaceAllLiteral"] = func(re, s, repl string) (string, error) { return boundRegexReplace(re, s, repl, true) }
 
 	f["quote"] = boundQuote
 	f["squote"] = boundQuote
@@ -298,42 +314,13 @@ const (
 	maxRegexGroups  = 64
 )
 
-// boundRegexReplace is sprig's regexReplaceAll(Literal): the output grows
-// match by match and stops past MaxValueBytes.
-func boundRegexReplace(re, s, repl string, literal bool) (string, error) {
-	r, err := regexp.Compile(re)
+// must returns v, panicking on err as sprig's non-must functions do;
+// text/template reports the panic as the call's error.
+func must[T any](v T, err error) T {
 	if err != nil {
-		return "", err
+		panic(err)
 	}
-	if repl == "" {
-		return r.ReplaceAllLiteralString(s, ""), nil // never longer than s
-	}
-	if r.NumSubexp() > maxRegexGroups {
-		return "", fmt.Errorf("regexReplaceAll: more than %d groups", maxRegexGroups)
-	}
-	ms := r.FindAllStringSubmatchIndex(s, maxRegexMatches+1)
-	if len(ms) > maxRegexMatches {
-		return "", fmt.Errorf("regexReplaceAll: more than %d matches", maxRegexMatches)
-	}
-	var out []byte
-	last := 0
-	for _, m := range ms {
-		out = append(out, s[last:m[0]]...)
-		if literal {
-			out = append(out, repl...)
-		} else {
-			out = r.ExpandString(out, repl, s, m)
-		}
-		last = m[1]
-		if len(out) > MaxValueBytes {
-			return "", valueLimitError("regexReplaceAll's result")
-		}
-	}
-	out = append(out, s[last:]...)
-	if len(out) > MaxValueBytes {
-		return "", valueLimitError("regexReplaceAll's result")
-	}
-	return string(out), nil
+	return v
 }
 
 // boundSprint measures the arguments before fmt expands them.

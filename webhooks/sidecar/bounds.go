@@ -20,7 +20,9 @@ import (
 // value a function takes or returns is measured against MaxValueBytes (so
 // until, repeat, a doubling cat loop or a list holding itself fail before
 // they grow); and functions that cost seconds of CPU by design (key and
-// certificate generation, password hashing) are not available. Templates
+// certificate generation, password hashing) are not available; those whose
+// one call costs the product of their inputs (regular expressions, uniq,
+// without) are priced first against MaxCallWork. Templates
 // that call themselves are rejected at compile time (see instrument).
 const (
 	// MaxRenderBytes caps one template's output. A pod's annotations may
@@ -40,6 +42,20 @@ const (
 	// MaxRenderTime caps one render's wall time; a normal render takes
 	// well under a millisecond.
 	MaxRenderTime = 500 * time.Millisecond
+	// MaxCallWork caps what one function call may cost before it starts,
+	// for the functions whose CPU grows with the product of their inputs
+	// and cannot be interrupted: a regular expression search (regexMatch,
+	// regexFind, regexFindAll, regexSplit, regexReplaceAll*) costs its
+	// compiled program's instructions times the input's bytes, one unit
+	// each; uniq and without compare every pair of elements, one unit per
+	// 16 measured bytes (a scalar element) compared. The all-matches
+	// functions search one match at a time, each within this budget, and
+	// read the render clock between searches. At the cap one call takes
+	// at most about 11 ms (BenchmarkCallWork, 2-core AMD EPYC).
+	MaxCallWork = 1 << 20
+	// MaxRegexBytes caps a regular expression's length; no sidecar needs a
+	// longer one, and a long one only raises a search's cost.
+	MaxRegexBytes = 4096
 )
 
 // renderTimeout is MaxRenderTime; tests of the other limits raise it so a

@@ -141,7 +141,8 @@ func TestRenderTimeout(t *testing.T) {
 // A render whose time goes into its last few calls (one slow function
 // call, fewer than the 64 steps between clock reads) is still stopped at
 // MaxRenderTime (shortened here): the clock is read when it ends. Before,
-// a single regexMatch of 9 s rendered without error.
+// a single regexMatch of 9 s rendered without error (now MaxCallWork
+// bounds that; sortAlpha of 40,000 numbers takes tens of ms in one call).
 func TestRenderTimeoutAfterTheLastStep(t *testing.T) {
 	renderTimeout = time.Millisecond
 	t.Cleanup(func() { renderTimeout = MaxRenderTime })
@@ -149,8 +150,7 @@ func TestRenderTimeoutAfterTheLastStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// About 50 ms of NFA work (pattern × input) on a fast machine, in one call.
-	cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ regexMatch (repeat 1500 `(a|b)`) (repeat 60000 `ab`) }}\"\n")
+	cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ sortAlpha (until 40000) | len }}\"\n")
 	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
 	var le *LimitError
 	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
