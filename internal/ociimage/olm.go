@@ -127,29 +127,20 @@ func userFiles(uid int) []File {
 // user 1001 and ENTRYPOINT ["/bin/opm"] like operator-registry's opm image
 // (whose distroless/static:debug base carries busybox too).
 func OPM(arch, opm, busybox string) (v1.Image, error) {
-	opmBin, err := readStatic(opm)
-	if err != nil {
-		return nil, err
-	}
-	bb, err := readBusybox(busybox)
-	if err != nil {
-		return nil, err
-	}
-	base, err := Layer(append(busyboxFiles(bb), userFiles(1001)...))
-	if err != nil {
-		return nil, err
-	}
-	app, err := Layer([]File{{Path: "/bin/opm", Mode: 0o755, Data: opmBin}})
-	if err != nil {
-		return nil, err
-	}
-	return New(arch, Config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}}, base, app)
+	return withBusybox(arch, opm, "/bin/opm", busybox,
+		Config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}})
 }
 
 // OLMUtil returns the util image of bundle unpack Jobs: busybox (its cp)
 // and OLM's cpb at /bin/cpb.
 func OLMUtil(arch, cpb, busybox string) (v1.Image, error) {
-	cpbBin, err := readStatic(cpb)
+	return withBusybox(arch, cpb, "/bin/cpb", busybox, Config{User: "1001", WorkingDir: "/"})
+}
+
+// withBusybox is a busybox base layer (user 1001) under one static
+// program copied to path.
+func withBusybox(arch, program, path, busybox string, cfg Config) (v1.Image, error) {
+	bin, err := readStatic(program)
 	if err != nil {
 		return nil, err
 	}
@@ -161,11 +152,11 @@ func OLMUtil(arch, cpb, busybox string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	app, err := Layer([]File{{Path: "/bin/cpb", Mode: 0o755, Data: cpbBin}})
+	app, err := Layer([]File{{Path: path, Mode: 0o755, Data: bin}})
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, Config{User: "1001", WorkingDir: "/"}, base, app)
+	return New(arch, cfg, base, app)
 }
 
 // Decompression returns the image of operator-sdk's decompression init
