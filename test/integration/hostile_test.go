@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -58,20 +56,7 @@ func TestInjectorProcessUnderSlowClients(t *testing.T) {
 	rss := servingtest.StartPeakSampler(250*time.Millisecond, func() uint64 { return statusKiB(pid, "VmRSS") << 10 })
 	slow := servingtest.StartSlowClients(srv.Addr(), tlsCfg, "/inject", 200)
 	load := servingtest.RunLoad(100, 60*time.Second, func() error {
-		resp, err := client.Post("https://"+srv.Addr()+"/inject?timeout=10s", "application/json", bytes.NewReader(review))
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d: %s %v", resp.StatusCode, body, err)
-		}
-		var out admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &out); err != nil || out.Response == nil || !out.Response.Allowed || len(out.Response.Patch) == 0 {
-			return fmt.Errorf("not an injecting answer: %s", body)
-		}
-		return nil
+		return servingtest.PostInjectingReview(client, "https://"+srv.Addr()+"/inject?timeout=10s", review)
 	})
 	sr := slow.Stop()
 	peak := rss.Stop()

@@ -1,11 +1,6 @@
 package sidecar
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -13,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/serving/servingtest"
@@ -64,7 +58,7 @@ func TestSoakSlowClients(t *testing.T) {
 	client := srv.Client(soakReviewTimeout)
 	review := reviewFor(t, []byte(nginxPod), "shop", false)
 	load := servingtest.RunLoad(soakValidPerSec, soakDuration, func() error {
-		return validReview(client, srv.URL("/inject"), review)
+		return servingtest.PostInjectingReview(client, srv.URL("/inject"), review)
 	})
 	sr := slow.Stop()
 	peak := heap.Stop()
@@ -84,24 +78,6 @@ func TestSoakSlowClients(t *testing.T) {
 	if n := sr.Answers["HTTP/1.1 200 OK"]; n > 0 {
 		t.Errorf("%d trickled bodies were answered 200", n)
 	}
-}
-
-// validReview posts review and checks the answer injects.
-func validReview(client *http.Client, url string, review []byte) error {
-	resp, err := client.Post(url, "application/json", bytes.NewReader(review))
-	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d: %s %v", resp.StatusCode, body, err)
-	}
-	var out admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &out); err != nil || out.Response == nil || !out.Response.Allowed || len(out.Response.Patch) == 0 {
-		return fmt.Errorf("not an injecting answer: %s", body)
-	}
-	return nil
 }
 
 // peakRSS is the process's peak resident set (VmHWM), for the report.

@@ -4,14 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // SlowClients keeps n connections to a webhook server, each declaring a
@@ -229,4 +234,24 @@ func (p *PeakSampler) Stop() uint64 {
 	close(p.stop)
 	<-p.done
 	return p.peak.Load()
+}
+
+// PostInjectingReview posts an AdmissionReview to url and returns an error
+// unless the answer is 200 with an allowed response carrying a patch (an
+// injection): the valid-review half of a soak.
+func PostInjectingReview(client *http.Client, url string, review []byte) error {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(review))
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s %v", resp.StatusCode, body, err)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &out); err != nil || out.Response == nil || !out.Response.Allowed || len(out.Response.Patch) == 0 {
+		return fmt.Errorf("not an injecting answer: %s", body)
+	}
+	return nil
 }
