@@ -26,6 +26,7 @@ import (
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
 	"github.com/hookwright/hookwright/webhooks/serving"
@@ -110,12 +111,12 @@ func init() {
 		fs.StringVar(&o.caDir, "ca-dir", "",
 			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
-		fs.IntVar(&o.webhookPort, "webhook-port", controllers.ManagerWebhookPort,
+		fs.IntVar(&o.webhookPort, "webhook-port", desired.ManagerWebhookPort,
 			"port of the manager's validating webhook server for SidecarInjector and NodeOversell (TLS, certificate issued by the operator's CA)")
 		fs.StringVar(&o.webhookService, "webhook-service", "",
-			"Service in --namespace (port 443) in front of --webhook-port, e.g. "+controllers.DefaultWebhookService+" (config/manager sets it): "+
+			"Service in --namespace (port 443) in front of --webhook-port, e.g. "+desired.DefaultWebhookService+" (config/manager sets it): "+
 				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
-				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
+				desired.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
 				"where no Service reaches this process) serves none")
 		return cmd
 	})
@@ -219,10 +220,13 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	settings := controllers.Settings{
-		Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir,
-		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-		// OLM passes the cluster proxy to the operator; the servers get it too.
-		ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+		Settings: desired.Settings{
+			Namespace: o.namespace, Image: o.serverImage,
+			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+			// OLM passes the cluster proxy to the operator; the servers get it too.
+			ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+		},
+		CADir: o.caDir,
 	}
 	if o.webhookService != "" {
 		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}

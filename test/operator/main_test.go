@@ -28,6 +28,8 @@ import (
 
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/webhooks/validation"
@@ -200,10 +202,13 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	settings := controllers.Settings{
-		Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget, CADir: caDir,
-		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-		Certificates: controllers.CertificateSettings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
-		Webhook:      controllers.WebhookSettings{Service: controllers.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
+		Settings: desired.Settings{
+			Namespace: operatorNS, Image: serverImage,
+			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+		},
+		Repairs: testRepairBudget, CADir: caDir,
+		Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+		Webhook:      controllers.WebhookSettings{Service: desired.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
 	}
 	// webhookBypass stands for a CR admitted before the webhook existed or
 	// while it was down: the reconciler must refuse it on its own.
@@ -214,7 +219,7 @@ func startOperator(ctx context.Context) error {
 		}
 		return h.Handle(ctx, req)
 	})})
-	if _, err := env.ExposeLocal(ctx, operatorNS, controllers.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
+	if _, err := env.ExposeLocal(ctx, operatorNS, desired.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
 		return err
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
