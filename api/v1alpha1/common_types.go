@@ -89,17 +89,3 @@ type CertificateSpec struct {
 	// +optional
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
 }
-
-// Condition types shared by both kinds.
-const (
-	ConditionReady             = "Ready"
-	ConditionCertificateReady  = "CertificateReady"
-	ConditionWebhookConfigured = "WebhookConfigured"
-	ConditionServerAvailable   = "ServerAvailable"
-	ConditionConfigLoaded      = "ConfigLoaded"
-	// ConditionEndpointsOwned is True when every endpoint behind the
-	// server's Service is a pod of the server's Deployment, False (reason
-	// ForeignEndpoints) naming the others, e.g. a pod that copied the
-	// server pods' labels.
-	ConditionEndpointsOwned = "EndpointsOwned"
-)
