@@ -1,52 +1,27 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
-	"github.com/hookwright/hookwright/webhooks/serving"
-	"github.com/hookwright/hookwright/webhooks/validation"
 )
-
-// newScheme registers client-go's kinds and hookwright's.
-func newScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := hookwrightv1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := controllers.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
 
 type managerOptions struct {
 	metricsAddr      string
@@ -172,10 +147,6 @@ func defaultServerImage() string {
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	scheme, err := newScheme()
-	if err != nil {
-		return err
-	}
 	if o.serverImage == "" {
 		return errors.New("--server-image must not be empty")
 	}
@@ -188,79 +159,27 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	leNS := o.leaderElectionNS
-	if leNS == "" {
-		leNS = o.namespace
-	}
 	metrics, err := o.metricsOptions()
 	if err != nil {
 		return err
 	}
-	webhookCerts := controllers.NewServingCertSource(o.namespace)
-	// The HTTP envelope of the webhook servers (timeouts on every phase of a
-	// request, a connection limit), HTTP/1.1 only as on the metrics port:
-	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
-	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
-	so := serving.Options{Port: o.webhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
-	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
-	if err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		WebhookServer:           webhookServer,
-		Scheme:                  scheme,
-		Metrics:                 metrics,
-		HealthProbeBindAddress:  o.probeAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "hookwright.admission.hookwright.io",
-		LeaderElectionNamespace: leNS,
-		Cache:                   controllers.CacheOptions(append([]string{o.namespace}, servers.Namespaces...)...),
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics: metrics, ProbeAddr: o.probeAddr,
+		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
+		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
+		Servers: servers,
+		Settings: controllers.Settings{
+			Settings: desired.Settings{
+				Namespace: o.namespace, Image: o.serverImage,
+				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+				// OLM passes the cluster proxy to the operator; the servers get it too.
+				ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+			},
+			CADir: o.caDir,
+		},
 	})
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	settings := controllers.Settings{
-		Settings: desired.Settings{
-			Namespace: o.namespace, Image: o.serverImage,
-			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-			// OLM passes the cluster proxy to the operator; the servers get it too.
-			ProxyEnv: proxy.ReadProxyVarsFromEnv(),
-		},
-		CADir: o.caDir,
-	}
-	if o.webhookService != "" {
-		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
-		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{Servers: &servers}})
-	}
-	if err := controllers.Setup(mgr, settings); err != nil {
-		return fmt.Errorf("set up controllers: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	// Ready means able to answer: the validating webhook is listening (a
-	// replica behind the webhook Service before that refuses admissions)
-	// and the informer caches have synced (non-leaders start theirs too).
-	if o.webhookService != "" {
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return err
-		}
-	}
-	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
 	return mgr.Start(cmd.Context())
-}
-
-// cachesSynced is a readiness check that fails until every informer the
-// cache has started has synced; it waits at most a second per probe.
-func cachesSynced(c cache.Cache) healthz.Checker {
-	return func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
-		defer cancel()
-		if !c.WaitForCacheSync(ctx) {
-			return errors.New("informer caches not synced")
-		}
-		return nil
-	}
 }
