@@ -234,6 +234,14 @@ func (c *Cluster) ServiceCIDR() string {
 	return "10.0.0.0/24" // envtest's default
 }
 
+// Netns is the name of the node's network namespace (hwnode-<slot>, for
+// `ip netns exec`).
+func (n *RealNode) Netns() string { return n.net.netns() }
+
+// ContainerdSocket is the node's containerd socket (for ctr or crictl:
+// `bin/node/ctr --address <it> -n k8s.io containers ls`).
+func (n *RealNode) ContainerdSocket() string { return n.containerdSocket() }
+
 func (n *RealNode) containerdSocket() string {
 	return filepath.Join(n.Dir, "containerd", "containerd.sock")
 }
