@@ -89,8 +89,8 @@ type RealNode struct {
 }
 
 // RealNodePrerequisites checks what a real node needs and names every
-// missing piece. A test that wants a real node must fail with this error,
-// never run on the pod runner instead.
+// missing piece. A test (or the demo) that wants a real node fails with
+// this error: nothing plays a kubelet in its place.
 func RealNodePrerequisites(bin string) error {
 	var missing []string
 	if os.Geteuid() != 0 {
