@@ -359,11 +359,22 @@ func (c *Cluster) KubeletConfig(node string) *rest.Config {
 }
 
 // CreateNamespace creates a namespace with labels (a test's namespaces are
-// gone with the cluster, so nothing deletes them).
+// gone with the cluster, so nothing deletes them); with ServiceAccountTokens
+// it returns once the namespace's default ServiceAccount exists.
 func (c *Cluster) CreateNamespace(ctx context.Context, name string, labels map[string]string) (*corev1.Namespace, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if err := c.Client.Create(ctx, ns); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	if c.opts.ServiceAccountTokens {
+		// The ServiceAccount admission plugin refuses pods until
+		// kube-controller-manager has made the namespace's "default".
+		if err := WaitFor(ctx, time.Minute, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
+			err := c.Client.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{})
+			return err == nil, client.IgnoreNotFound(err)
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return ns, nil
 }

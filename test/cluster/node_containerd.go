@@ -206,3 +206,18 @@ func writeFiles(files map[string]string) error {
 	}
 	return nil
 }
+
+// TaskPID is the host pid of a container's task (its ID without the
+// containerd:// prefix of a pod's containerID), from containerd.
+func (n *RealNode) TaskPID(ctx context.Context, id string) (int, error) {
+	out, err := n.ctr(ctx, "tasks", "ls")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == id {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no task %s on node %s", id, n.Name)
+}
