@@ -21,20 +21,6 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// createLabelledNS is createNS with namespace labels.
-func createLabelledNS(ctx context.Context, t *testing.T, name string, labels map[string]string) {
-	t.Helper()
-	if _, err := env.CreateNamespace(ctx, name, labels); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitFor(ctx, time.Minute, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
-		_, err := env.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func mustCreate(ctx context.Context, t *testing.T, objs ...interface {
 	GetName() string
 }) {
@@ -263,7 +249,9 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := net.JoinHostPort(svc.Spec.ClusterIP, "443")
-	createLabelledNS(ctx, t, "hooked", map[string]string{"hw-node-inject": "on"})
+	if _, err := env.CreateNamespace(ctx, "hooked", map[string]string{"hw-node-inject": "on"}); err != nil {
+		t.Fatal(err)
+	}
 	app := hardenedPod("hooked", "app", nil)
 	var injected *corev1.Pod
 	var last error

@@ -113,17 +113,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// createNS creates a namespace and waits for its default ServiceAccount
-// (pods are refused until kube-controller-manager has made it).
+// createNS creates a namespace; with ServiceAccountTokens the harness
+// returns once its default ServiceAccount exists (pods are refused before).
 func createNS(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	if _, err := env.CreateNamespace(ctx, name, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitFor(ctx, time.Minute, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
-		_, err := env.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	}); err != nil {
 		t.Fatal(err)
 	}
 }

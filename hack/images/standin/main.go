@@ -255,43 +255,40 @@ func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, i
 	// A new connection per try: through a Service, each is balanced anew
 	// (a kept-alive one would stay on the first endpoint).
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	var last error
-	for i := 0; i < tries; i++ {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(interval):
-			}
+	err := getRetry(ctx, client, url, 1<<16, tries, interval, func(status int, body []byte) bool {
+		if status != http.StatusOK || !strings.Contains(string(body), want) {
+			return false
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			last = err
-			continue
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
-		if err != nil {
-			last = err
-			continue
-		}
-		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), want) {
-			fmt.Fprintf(out, "get: %s answered: %s", url, body)
-			return nil
-		}
-		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
+		fmt.Fprintf(out, "get: %s answered: %s", url, body)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, err)
 	}
-	return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, last)
+	return nil
 }
 
 // apiUntil GETs url with client until it answers status want (a transport
 // error is retried: kube-proxy may not have the kubernetes Service's rule
 // yet), and prints the answer on out.
 func apiUntil(ctx context.Context, out io.Writer, client *http.Client, url string, want, tries int, interval time.Duration) error {
+	err := getRetry(ctx, client, url, 1<<12, tries, interval, func(status int, body []byte) bool {
+		if status != want {
+			return false
+		}
+		fmt.Fprintf(out, "api: GET %s: %d %s\n", url, status, strings.Join(strings.Fields(string(body)), " "))
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("GET %s: no %d answer after %d tries: %w", url, want, tries, err)
+	}
+	return nil
+}
+
+// getRetry GETs url (reading at most limit bytes of each body) up to tries
+// times, interval apart, until done accepts an answer; it returns the last
+// failure otherwise.
+func getRetry(ctx context.Context, client *http.Client, url string, limit int64, tries int, interval time.Duration, done func(status int, body []byte) bool) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		if i > 0 {
@@ -310,19 +307,18 @@ func apiUntil(ctx context.Context, out io.Writer, client *http.Client, url strin
 			last = err
 			continue
 		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 		resp.Body.Close()
 		if err != nil {
 			last = err
 			continue
 		}
-		if resp.StatusCode == want {
-			fmt.Fprintf(out, "api: GET %s: %d %s\n", url, resp.StatusCode, strings.Join(strings.Fields(string(body)), " "))
+		if done(resp.StatusCode, body) {
 			return nil
 		}
 		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
 	}
-	return fmt.Errorf("GET %s: no %d answer after %d tries: %w", url, want, tries, last)
+	return last
 }
 
 func proxyHandler() http.Handler {
