@@ -3,7 +3,7 @@
 # RealNode, test/node) when they are missing: runc, the packet filter
 # kube-proxy and CNI's portmap drive, iproute2 and nsenter. It needs root
 # and apt-get; without them it says what is missing and the node tests
-# fail naming it (they never fall back to the pod runner).
+# fail naming it (there is no fallback).
 set -euo pipefail
 
 need=()

@@ -178,6 +178,10 @@ func webhook(op CR, s Settings, fp admissionregistrationv1.FailurePolicyType, ti
 	}
 }
 
+// ServerFSGroup is the server pods' fsGroup: the operator image's group
+// (nonroot, 65532); any uid can read the certificate through it.
+const ServerFSGroup = 65532
+
 func build(op CR, s Settings, args []string) *Desired {
 	name := op.Base()
 	ns := ServerNamespace(op, s)
@@ -243,8 +247,14 @@ func build(op CR, s Settings, args []string) *Desired {
 				Spec: corev1.PodSpec{
 					ServiceAccountName: name,
 					// Pod Security Standards "restricted" (v1.37 profile).
+					// fsGroup: the kubelet writes the serving-cert files
+					// root-owned with mode 0440, so the non-root server
+					// reads them only through their group (pkg/volume
+					// SetVolumeOwnership; a real kubelet refused them
+					// with "permission denied" without it).
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
+						FSGroup:        ptr.To[int64](ServerFSGroup),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -61,6 +62,16 @@ func (n *RealNode) makeCgroupRoot() error {
 			}
 			if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
 				return fmt.Errorf("cgroup %s/%s: %w", d, f, err)
+			}
+		}
+		// The node's pods weigh as much as its CPUs against the host's
+		// processes (each thread of which weighs 1024), as kubepods does
+		// inside it (cpu.shares = 1024 × allocatable CPUs): with the
+		// default 1024 a busy pod got half the CPU the same server got as
+		// a plain process on this shared machine.
+		if _, err := os.Stat(filepath.Join(d, "cpu.shares")); err == nil {
+			if err := os.WriteFile(filepath.Join(d, "cpu.shares"), []byte(strconv.Itoa(1024*runtime.NumCPU())), 0o644); err != nil {
+				return fmt.Errorf("cgroup %s/cpu.shares: %w", d, err)
 			}
 		}
 	}

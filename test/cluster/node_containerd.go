@@ -183,14 +183,13 @@ func (n *RealNode) addRegistry(addr string, mirrors []string) error {
 	if err != nil || host != "127.0.0.1" {
 		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
 	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
+	if _, err := strconv.Atoi(p); err != nil {
 		return fmt.Errorf("node registry %q: %w", addr, err)
 	}
 	if len(mirrors) == 0 {
 		mirrors = ociimage.MirroredRegistries
 	}
-	if err := n.net.relayLoopback(port); err != nil {
+	if err := n.net.relay(addr, addr); err != nil {
 		return err
 	}
 	return ociimage.WriteContainerdHosts(filepath.Join(n.Dir, "containerd", "certs.d"), addr, mirrors)
@@ -206,4 +205,19 @@ func writeFiles(files map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// TaskPID is the host pid of a container's task (its ID without the
+// containerd:// prefix of a pod's containerID), from containerd.
+func (n *RealNode) TaskPID(ctx context.Context, id string) (int, error) {
+	out, err := n.ctr(ctx, "tasks", "ls")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == id {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no task %s on node %s", id, n.Name)
 }

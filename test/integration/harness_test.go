@@ -1,5 +1,6 @@
 // Package integration proves the test harness is real: a real kube-apiserver
-// calls local webhook servers through Services with verified TLS, and kwok
+// calls webhook servers through Services with verified TLS (hookwright's
+// servers as pods on a real node, toy webhooks as local processes), and kwok
 // nodes heartbeat and run scheduled pods.
 package integration
 
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +21,48 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-var env *cluster.Cluster
+var (
+	env *cluster.Cluster
+	// node runs the webhook servers' pods (servers_test.go).
+	node *cluster.RealNode
+	// serverImage is the operator image as the node pulls it.
+	serverImage = ociimage.OperatorName
+)
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
 	start := time.Now()
-	var err error
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// A missing prerequisite fails the package, naming it: there is no
+	// fallback to local processes.
+	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin, err := os.MkdirTemp("", "hw-it-images-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	reg, _, err := ociimage.Serve(ctx, ociimage.Options{Root: root, BinDir: bin}, ociimage.SetOperator)
+	_ = os.RemoveAll(bin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "operator image:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("cluster: operator image built and pushed in %s\n", time.Since(start).Round(time.Millisecond))
 	env, err = cluster.New(ctx, cluster.Options{
-		ControllerManager: true,
-		Scheduler:         true,
+		ControllerManager:    true,
+		Scheduler:            true,
+		ServiceAccountTokens: true,
 		Nodes: []cluster.NodeSpec{
 			{Name: "kwok-node-0", Labels: map[string]string{"pool": "test"}},
 			{Name: "kwok-node-1", Labels: map[string]string{"pool": "test"}},
@@ -41,8 +73,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("cluster: all components ready in %s\n", time.Since(start).Round(time.Millisecond))
-	code := m.Run()
+	code := 1
+	// Tainted: only the servers' pods (which tolerate it) run there; the
+	// other tests' pods stay on kwok nodes.
+	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{Name: "it-node-0", Registry: reg.Addr,
+		Taints: []corev1.Taint{{Key: serverTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start real node:", err)
+	} else {
+		fmt.Printf("cluster: all components and the real node ready in %s\n", time.Since(start).Round(time.Millisecond))
+		code = m.Run()
+	}
 	for _, f := range atExit {
 		f()
 	}
@@ -51,17 +92,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "stop cluster:", err)
 		code = 1
 	}
-	// Nothing may outlive Stop: no component process, no temp dir.
-	for _, p := range env.Processes() {
-		if done, _ := p.Exited(); !done {
-			fmt.Fprintf(os.Stderr, "leak: %s still running after Stop\n", p.Name)
-			code = 1
-		}
+	// Nothing may outlive Stop: no component process, nothing of the real
+	// node, no temp dir.
+	for _, l := range env.Leaks() {
+		fmt.Fprintln(os.Stderr, "leak:", l)
+		code = 1
 	}
 	if _, err := os.Stat(env.Dir); !os.IsNotExist(err) {
 		fmt.Fprintf(os.Stderr, "leak: %s still exists after Stop (%v)\n", env.Dir, err)
 		code = 1
 	}
+	reg.Close()
 	os.Exit(code)
 }
 

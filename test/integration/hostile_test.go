@@ -52,7 +52,7 @@ func TestInjectorProcessUnderSlowClients(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	review := hostileReview(t)
 
-	pid := srv.proc.Pid()
+	pid := srv.pid(t)
 	rss := servingtest.StartPeakSampler(250*time.Millisecond, func() uint64 { return statusKiB(pid, "VmRSS") << 10 })
 	slow := servingtest.StartSlowClients(srv.Addr(), tlsCfg, "/inject", 200)
 	load := servingtest.RunLoad(100, 60*time.Second, func() error {

@@ -68,16 +68,7 @@ func TestOversellOverlappingNodeOversells(t *testing.T) {
 	servers := map[string]*webhookServer{}
 	for _, n := range names {
 		svc := "oversell-" + n
-		s := startWebhookServer(t, false, "oversell", oversellNS, svc, "--node-oversell="+n)
-		exposed, err := env.ExposeLocal(ctx, oversellNS, svc, 443, s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			env.UnrouteService(exposed)
-			_ = env.Client.Delete(context.Background(), exposed)
-		})
-		servers[n] = s
+		servers[n] = startWebhookServer(t, false, "oversell", oversellNS, svc, "--node-oversell="+n)
 	}
 	live := map[string]bool{}
 

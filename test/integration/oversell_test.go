@@ -47,9 +47,6 @@ func startOversell(t *testing.T) *webhookServer {
 		t.Fatal(err)
 	}
 	s := startWebhookServer(t, true, "oversell", oversellNS, "oversell")
-	if _, err := env.ExposeLocal(ctx, oversellNS, "oversell", 443, s.Addr()); err != nil {
-		t.Fatal(err)
-	}
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-it"},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{

@@ -128,9 +128,6 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	}
 	srv := startWebhookServer(t, false, "injector", sidecarNS, "sidecar-injector",
 		"--injector="+si.Name, "--operator-namespace="+sidecarNS)
-	if _, err := env.ExposeLocal(ctx, sidecarNS, "sidecar-injector", 443, srv.Addr()); err != nil {
-		t.Fatal(err)
-	}
 	mwc := injectorMWC(srv, si)
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)

@@ -57,8 +57,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// A missing prerequisite fails the package, naming it: these tests never
-	// fall back to the pod runner.
+	// A missing prerequisite fails the package, naming it: there is no
+	// fallback.
 	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -73,9 +73,10 @@ func TestMain(m *testing.M) {
 	registryAddr = reg.Addr
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
-		ControllerManager: true,
-		Scheduler:         true,
-		Logf:              func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+		ControllerManager:    true,
+		Scheduler:            true,
+		ServiceAccountTokens: true,
+		Logf:                 func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
@@ -112,17 +113,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// createNS creates a namespace and waits for its default ServiceAccount
-// (pods are refused until kube-controller-manager has made it).
+// createNS creates a namespace; with ServiceAccountTokens the harness
+// returns once its default ServiceAccount exists (pods are refused before).
 func createNS(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	if _, err := env.CreateNamespace(ctx, name, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitFor(ctx, time.Minute, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
-		_, err := env.Clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, err
-	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -425,8 +420,8 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	}
 }
 
-// podLog reads a container's log file on the node (the API server cannot
-// reach the kubelet's log endpoint: its egress is the test's proxy).
+// podLog reads a container's log files on the node (what is left when a
+// failure may lie on the way to the kubelet).
 func podLog(_ context.Context, p *corev1.Pod) string {
 	dir := filepath.Join(node.Dir, "pod-logs", p.Namespace+"_"+p.Name+"_"+string(p.UID))
 	var b strings.Builder

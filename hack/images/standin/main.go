@@ -17,6 +17,10 @@
 //	get          [--tries N] [--interval D] URL [WANT]: an HTTP client pod;
 //	             GETs URL (5 s timeout) up to N times (30) D apart (1s) and
 //	             exits 0 once a 200 body contains WANT
+//	api          [--tries N] [--interval D] PATH STATUS...: an in-cluster API
+//	             client (client-go's rest.InClusterConfig: the kubernetes
+//	             Service, the pod's ServiceAccount token and CA); GETs each
+//	             PATH until it answers its STATUS and prints each answer
 //
 // Every server exits 0 on SIGTERM or SIGINT; bad arguments, and a get that
 // never saw its answer, exit 2.
@@ -37,6 +41,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func main() {
@@ -159,8 +165,36 @@ func runRole(ctx context.Context, role string, args []string, listen listenFunc,
 			return errors.New("want [--tries N>0] [--interval D] URL [WANT]")
 		}
 		return getUntil(ctx, out, fs.Arg(0), fs.Arg(1), *tries, *interval)
+	case "api":
+		fs := newFlags("api")
+		tries := fs.Int("tries", 30, "attempts per path")
+		interval := fs.Duration("interval", time.Second, "pause between attempts")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 || fs.NArg()%2 != 0 || *tries < 1 {
+			return errors.New("want [--tries N>0] [--interval D] PATH STATUS [PATH STATUS]...")
+		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return err
+		}
+		client, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < fs.NArg(); i += 2 {
+			want, err := strconv.Atoi(fs.Arg(i + 1))
+			if err != nil {
+				return fmt.Errorf("status %q: %w", fs.Arg(i+1), err)
+			}
+			if err := apiUntil(ctx, out, client, cfg.Host+fs.Arg(i), want, *tries, *interval); err != nil {
+				return err
+			}
+		}
+		return nil
 	default:
-		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve or get)", role)
+		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve, get or api)", role)
 	}
 }
 
@@ -218,7 +252,43 @@ func workloadHandler() http.Handler {
 // getUntil GETs url until a 200 answer's body contains want (tries times,
 // interval apart), and prints that body on out.
 func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, interval time.Duration) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+	// A new connection per try: through a Service, each is balanced anew
+	// (a kept-alive one would stay on the first endpoint).
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	err := getRetry(ctx, client, url, 1<<16, tries, interval, func(status int, body []byte) bool {
+		if status != http.StatusOK || !strings.Contains(string(body), want) {
+			return false
+		}
+		fmt.Fprintf(out, "get: %s answered: %s", url, body)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, err)
+	}
+	return nil
+}
+
+// apiUntil GETs url with client until it answers status want (a transport
+// error is retried: kube-proxy may not have the kubernetes Service's rule
+// yet), and prints the answer on out.
+func apiUntil(ctx context.Context, out io.Writer, client *http.Client, url string, want, tries int, interval time.Duration) error {
+	err := getRetry(ctx, client, url, 1<<12, tries, interval, func(status int, body []byte) bool {
+		if status != want {
+			return false
+		}
+		fmt.Fprintf(out, "api: GET %s: %d %s\n", url, status, strings.Join(strings.Fields(string(body)), " "))
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("GET %s: no %d answer after %d tries: %w", url, want, tries, err)
+	}
+	return nil
+}
+
+// getRetry GETs url (reading at most limit bytes of each body) up to tries
+// times, interval apart, until done accepts an answer; it returns the last
+// failure otherwise.
+func getRetry(ctx context.Context, client *http.Client, url string, limit int64, tries int, interval time.Duration, done func(status int, body []byte) bool) error {
 	var last error
 	for i := 0; i < tries; i++ {
 		if i > 0 {
@@ -237,19 +307,18 @@ func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, i
 			last = err
 			continue
 		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 		resp.Body.Close()
 		if err != nil {
 			last = err
 			continue
 		}
-		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), want) {
-			fmt.Fprintf(out, "get: %s answered: %s", url, body)
+		if done(resp.StatusCode, body) {
 			return nil
 		}
 		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
 	}
-	return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, last)
+	return last
 }
 
 func proxyHandler() http.Handler {
