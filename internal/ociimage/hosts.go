@@ -72,12 +72,57 @@ func ContainerdHosts(addr string, upstreams []string) (map[string]string, error)
 	return files, nil
 }
 
+// ContainerdAliasHosts returns containerd's host configuration (as
+// ContainerdHosts) for other addresses of the registry at addr, such as
+// its Registry.TLSAddr: a pull of <alias>/repo:tag is served by
+// http://<addr>/v2/repo/... So an image name that host-side tools use
+// over HTTPS (operator-sdk's bundle and index images) is pulled by
+// containerd from the plain-HTTP listener that the node already reaches.
+// Aliases must be loopback host:port addresses.
+func ContainerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
+	if err := checkLoopback(addr); err != nil {
+		return nil, err
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	files := map[string]string{}
+	for _, a := range aliases {
+		if err := checkLoopback(a); err != nil {
+			return nil, err
+		}
+		ah, ap, _ := net.SplitHostPort(a)
+		if strings.Contains(ah, ":") {
+			ah = "[" + ah + "]"
+		}
+		files[ah+"_"+ap+"_/hosts.toml"] = hostsTOML(
+			"Another address of the local registry ("+a+"), pulled from its plain-HTTP listener.",
+			"http://"+host+":"+port, false)
+	}
+	return files, nil
+}
+
 // WriteContainerdHosts writes ContainerdHosts(addr, upstreams) under dir.
 func WriteContainerdHosts(dir, addr string, upstreams []string) error {
 	files, err := ContainerdHosts(addr, upstreams)
 	if err != nil {
 		return err
 	}
+	return writeHostFiles(dir, files)
+}
+
+// WriteContainerdAliasHosts writes ContainerdAliasHosts(addr, aliases)
+// under dir.
+func WriteContainerdAliasHosts(dir, addr string, aliases []string) error {
+	files, err := ContainerdAliasHosts(addr, aliases)
+	if err != nil {
+		return err
+	}
+	return writeHostFiles(dir, files)
+}
+
+func writeHostFiles(dir string, files map[string]string) error {
 	for rel, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
