@@ -115,17 +115,25 @@ func (r *Reconciler) selfSigned(ctx context.Context, op Operand, now time.Time) 
 // optimistic lock, so a concurrent writer makes this reconcile retry
 // instead of one CA overwriting another.
 func (r *Reconciler) writeCA(ctx context.Context, key client.ObjectKey, cur *corev1.Secret, data map[string][]byte) error {
-	return writeCASecret(ctx, r.Client, key, cur, data)
+	var owners []metav1.OwnerReference
+	if r.APIReader != nil {
+		var err error
+		if owners, err = InstallationOwners(ctx, r.APIReader); err != nil {
+			return err
+		}
+	}
+	return writeCASecret(ctx, r.Client, key, cur, data, owners)
 }
 
 // writeCASecret is writeCA with an explicit client (the manager's
 // validating webhook reconciler creates the CA when no CR has).
-func writeCASecret(ctx context.Context, c client.Client, key client.ObjectKey, cur *corev1.Secret, data map[string][]byte) error {
+// The Secret is owned by the InstallationCRDs (owners; see installowners.go).
+func writeCASecret(ctx context.Context, c client.Client, key client.ObjectKey, cur *corev1.Secret, data map[string][]byte, owners []metav1.OwnerReference) error {
 	if cur == nil {
 		sec := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{
 				LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "ca",
-			}},
+			}, OwnerReferences: owners},
 			Type: corev1.SecretTypeOpaque,
 			Data: data,
 		}
@@ -140,6 +148,7 @@ func writeCASecret(ctx context.Context, c client.Client, key client.ObjectKey, c
 		next.Labels = map[string]string{}
 	}
 	next.Labels[LabelManagedBy] = ManagedByValue
+	next.OwnerReferences = append(next.OwnerReferences, MissingOwners(next.OwnerReferences, owners)...)
 	patch := client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})
 	if err := c.Patch(ctx, next, patch, client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("update CA Secret %s: %w", key, err)

@@ -213,7 +213,17 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	now := v.now()
 	ns := v.Settings.Namespace
 	policy := v.Settings.Certificates.Policy
-	caData, err := v.caData(ctx, now)
+	owners, err := InstallationOwners(ctx, v.APIReader)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(owners) == 0 {
+		// The CRDs are being deleted (an uninstall): the configuration,
+		// deleted with them, must not come back.
+		log.FromContext(ctx).Info("CRDs absent or being deleted; the validating webhook is not set up", "crds", InstallationCRDs)
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	caData, err := v.caData(ctx, now, owners)
 	if errors.Is(err, errWaitForCA) {
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
@@ -234,6 +244,7 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	// only once the first certificate is in the cache it is served from.
 	bundle := unionBundle(caData[certs.SecretKeyBundle], v.shared.caDir.Bundle())
 	want := ValidatingWebhookConfiguration(ns, v.Settings.Webhook.Service, v.Settings.Webhook.Path, bundle)
+	want.OwnerReferences = owners
 	names := certs.ServingDNSNames(v.Settings.Webhook.Service, ns, "")
 	cur := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns, Name: ManagerCertSecretName}
@@ -245,6 +256,9 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	if cur != nil {
 		if err := v.ensure(ctx, want); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := addOwners(ctx, v.Client, cur, owners); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -261,7 +275,7 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		sec := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ManagerCertSecretName, Labels: map[string]string{
 				LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "validation",
-			}},
+			}, OwnerReferences: owners},
 			Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{corev1.TLSCertKey: kp.CertPEM, corev1.TLSPrivateKeyKey: kp.KeyPEM},
 		}
@@ -306,7 +320,7 @@ func (v *ValidationReconciler) waitCached(ctx context.Context, key client.Object
 
 // caData reads the CA Secret, creating it (as the planner's CreateCA step
 // would) when no CR has created it yet.
-func (v *ValidationReconciler) caData(ctx context.Context, now time.Time) (map[string][]byte, error) {
+func (v *ValidationReconciler) caData(ctx context.Context, now time.Time, owners []metav1.OwnerReference) (map[string][]byte, error) {
 	v.shared.caMu.Lock()
 	defer v.shared.caMu.Unlock()
 	key := client.ObjectKey{Namespace: v.Settings.Namespace, Name: CASecretName}
@@ -327,7 +341,7 @@ func (v *ValidationReconciler) caData(ctx context.Context, now time.Time) (map[s
 	if err != nil {
 		return nil, err
 	}
-	if err := writeCASecret(ctx, v.Client, key, nil, data); err != nil {
+	if err := writeCASecret(ctx, v.Client, key, nil, data, owners); err != nil {
 		return nil, err
 	}
 	log.FromContext(ctx).Info("installation CA created for the manager's webhook", "secret", key)
