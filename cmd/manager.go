@@ -14,8 +14,12 @@ import (
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -211,9 +215,12 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "hookwright.admission.hookwright.io",
+		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: leNS,
-		Cache:                   controllers.CacheOptions(append([]string{o.namespace}, servers.Namespaces...)...),
+		// Step down on shutdown (the process exits right after Start
+		// returns), so the Lease can be deleted: see deleteReleasedLease.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(append([]string{o.namespace}, servers.Namespaces...)...),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -245,7 +252,54 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
-	return mgr.Start(cmd.Context())
+	err = mgr.Start(cmd.Context())
+	if o.leaderElect {
+		deleteReleasedLease(cfg, leNS, leaderElectionID)
+	}
+	return err
+}
+
+// leaderElectionID names the manager's leader election Lease.
+const leaderElectionID = "hookwright.admission.hookwright.io"
+
+// deleteReleasedLease deletes the leader election Lease ns/name if nobody
+// holds it (this replica released it on shutdown), with its
+// resourceVersion as a precondition, so a Lease another replica has taken
+// meanwhile stays. Every stop of the operator thus leaves no Lease behind,
+// an uninstall included (nothing else would delete it: no owner can be set
+// through controller-runtime's leader election, and one that the CRDs
+// owned would be re-created by the running leader while an uninstall
+// deletes the CRDs before the operator). The next leader creates a new
+// Lease, as on a first start. Errors are only logged: the process exits.
+func deleteReleasedLease(cfg *rest.Config, ns, name string) {
+	l := ctrl.Log.WithName("leader-election")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		l.Error(err, "delete released Lease")
+		return
+	}
+	lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			l.Error(err, "read Lease after release", "lease", ns+"/"+name)
+		}
+		return
+	}
+	if h := lease.Spec.HolderIdentity; h != nil && *h != "" {
+		return // another replica leads
+	}
+	err = cs.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion},
+	})
+	switch {
+	case err == nil:
+		l.Info("released Lease deleted", "lease", ns+"/"+name)
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	default:
+		l.Error(err, "delete released Lease", "lease", ns+"/"+name)
+	}
 }
 
 // cachesSynced is a readiness check that fails until every informer the
