@@ -97,7 +97,9 @@ func TestRunBundleOnRealNode(t *testing.T) {
 		CRDDirectoryPaths: []string{},
 		ControllerManager: true,
 		Scheduler:         true,
-		Logf:              t.Logf,
+		// In-cluster API access for the operator and OLM's unpack Job.
+		ServiceAccountTokens: true,
+		Logf:                 t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
