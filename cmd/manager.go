@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -252,6 +254,19 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
+	if pod, ok := leaseOwnerFromEnv(); ok && o.leaderElect {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		// A Runnable without NeedLeaderElection runs only on the leader.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			ownLease(ctx, cs, leNS, leaderElectionID, pod)
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
 	err = mgr.Start(cmd.Context())
 	if o.leaderElect {
 		deleteReleasedLease(cfg, leNS, leaderElectionID)
@@ -261,6 +276,51 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 
 // leaderElectionID names the manager's leader election Lease.
 const leaderElectionID = "hookwright.admission.hookwright.io"
+
+// leaseOwnerFromEnv is the operator's pod as an owner reference, from the
+// downward API variables POD_NAME and POD_UID (config/manager sets them);
+// false out of a pod.
+func leaseOwnerFromEnv() (metav1.OwnerReference, bool) {
+	name, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID")
+	if name == "" || uid == "" {
+		return metav1.OwnerReference{}, false
+	}
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: types.UID(uid)}, true
+}
+
+// leaseOwnerResync is how often the leader checks that its Lease is owned
+// by its pod (the Lease may have been re-created meanwhile).
+const leaseOwnerResync = 30 * time.Second
+
+// ownLease makes the leader's pod the only owner of the leader election
+// Lease while it leads, so the garbage collector deletes the Lease once
+// that pod is gone. Shutdown-time deletion (deleteReleasedLease) cannot be
+// relied on in an uninstall: OLM deletes the CSV's Role and RoleBinding
+// with the Deployment, so the stopping pod may no longer be allowed to
+// delete. A pod object is removed only after its containers have stopped,
+// so no leader can re-create the Lease after its owner is gone; a Lease
+// deleted under a running leader is re-created by client-go's elector on
+// its next renewal and owned again here. Errors are logged and retried.
+func ownLease(ctx context.Context, cs kubernetes.Interface, ns, name string, pod metav1.OwnerReference) {
+	l := ctrl.Log.WithName("leader-election")
+	for {
+		lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && !(len(lease.OwnerReferences) == 1 && lease.OwnerReferences[0].UID == pod.UID) {
+			lease.OwnerReferences = []metav1.OwnerReference{pod}
+			if _, err = cs.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{FieldManager: controllers.FieldManager}); err == nil {
+				l.Info("leader Lease owned by this pod", "lease", ns+"/"+name, "pod", pod.Name)
+			}
+		}
+		if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			l.Error(err, "own leader Lease", "lease", ns+"/"+name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(leaseOwnerResync):
+		}
+	}
+}
 
 // deleteReleasedLease deletes the leader election Lease ns/name if nobody
 // holds it (this replica released it on shutdown), with its
