@@ -79,10 +79,12 @@ func (k ObjectKey) String() string {
 }
 
 // Snapshot lists every object of every resource the cluster serves that
-// can be listed (discovery's preferred versions, metadata only), as keys.
+// can be listed (discovery's preferred versions, metadata only): its key
+// and a description (labels, owner references, creation time) for
+// messages.
 // Use it before and after an install and uninstall: what NewObjects finds
 // between the two is what the uninstall left.
-func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]bool, error) {
+func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]string, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -97,7 +99,7 @@ func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]bool, error)
 	}
 	// A group that failed discovery (an aggregated API that is down) is
 	// left out; everything served here is built in or a CRD.
-	out := map[ObjectKey]bool{}
+	out := map[ObjectKey]string{}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -122,7 +124,7 @@ func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]bool, error)
 				opts.Continue = list.Continue
 			}
 			for _, it := range items {
-				out[ObjectKey{Group: gv.Group, Resource: r.Name, Namespace: it.Namespace, Name: it.Name}] = true
+				out[ObjectKey{Group: gv.Group, Resource: r.Name, Namespace: it.Namespace, Name: it.Name}] = describe(&it)
 			}
 		}
 	}
@@ -145,12 +147,21 @@ var Transient = map[schema.GroupResource]bool{
 	{Group: "events.k8s.io", Resource: "events"}: true,
 }
 
+// describe is an object's labels, owner references and creation time.
+func describe(m *metav1.PartialObjectMetadata) string {
+	var owners []string
+	for _, o := range m.OwnerReferences {
+		owners = append(owners, o.Kind+"/"+o.Name)
+	}
+	return fmt.Sprintf("labels %v owners %v created %s", m.Labels, owners, m.CreationTimestamp.UTC().Format(time.RFC3339))
+}
+
 // NewObjects returns the keys of after that are not in before, except
 // Transient resources, sorted.
-func NewObjects(before, after map[ObjectKey]bool) []ObjectKey {
+func NewObjects[V any](before, after map[ObjectKey]V) []ObjectKey {
 	var out []ObjectKey
 	for k := range after {
-		if before[k] || Transient[schema.GroupResource{Group: k.Group, Resource: k.Resource}] {
+		if _, ok := before[k]; ok || Transient[schema.GroupResource{Group: k.Group, Resource: k.Resource}] {
 			continue
 		}
 		out = append(out, k)

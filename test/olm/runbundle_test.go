@@ -13,6 +13,7 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,6 +134,13 @@ func TestRunBundleOnRealNode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's node Lease appears shortly after the node is Ready.
+	if err := cluster.WaitFor(ctx, time.Minute, "node Lease of "+node.Name, func(ctx context.Context) (bool, error) {
+		err := o.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node.Name}, &coordinationv1.Lease{})
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	before, err := olm.Snapshot(ctx, c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -233,9 +241,10 @@ func TestRunBundleOnRealNode(t *testing.T) {
 	t.Logf("figure: operator-sdk cleanup %s", time.Since(start).Round(time.Millisecond))
 	// The garbage collector and OLM remove dependents after cleanup returns.
 	var left []olm.ObjectKey
+	var after map[olm.ObjectKey]string
 	if err := cluster.WaitFor(ctx, 3*time.Minute, "nothing left of the installation", func(ctx context.Context) (bool, error) {
-		after, err := olm.Snapshot(ctx, c.Config)
-		if err != nil {
+		var err error
+		if after, err = olm.Snapshot(ctx, c.Config); err != nil {
 			return false, err
 		}
 		left = olm.NewObjects(before, after)
@@ -243,7 +252,7 @@ func TestRunBundleOnRealNode(t *testing.T) {
 	}); err != nil {
 		var names []string
 		for _, k := range left {
-			names = append(names, k.String())
+			names = append(names, k.String()+" ("+after[k]+")")
 		}
 		t.Errorf("%v: left after operator-sdk cleanup:\n  %s", err, strings.Join(names, "\n  "))
 	}
@@ -388,7 +397,7 @@ func podReport(ctx context.Context, o *olm.OLM) string {
 	return b.String()
 }
 
-func kinds(objs map[olm.ObjectKey]bool) map[string]bool {
+func kinds(objs map[olm.ObjectKey]string) map[string]bool {
 	out := map[string]bool{}
 	for k := range objs {
 		out[k.Group+"/"+k.Resource] = true
