@@ -183,6 +183,8 @@ endif
 bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundle.Dockerfile from config/ (VERSION=x.y.z IMG=...) and validate them.
 	$(OPERATOR_SDK) generate kustomize manifests --interactive=false -q
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	@# generate bundle never deletes a manifest whose source is gone.
+	rm -rf bundle/manifests
 	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
 	@# operator-sdk stamps createdAt on every run: keep the committed CSV when
 	@# nothing else in it changed, so an unchanged bundle leaves git clean.
