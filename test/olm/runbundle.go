@@ -84,7 +84,11 @@ func (k ObjectKey) String() string {
 // messages.
 // Use it before and after an install and uninstall: what NewObjects finds
 // between the two is what the uninstall left.
-func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]string, error) {
+func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]ObjectInfo, error) {
+	// Listing every kind hits deprecated ones (v1 Endpoints,
+	// ComponentStatus): their warnings say nothing here.
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NoWarnings{}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func Snapshot(ctx context.Context, cfg *rest.Config) (map[ObjectKey]string, erro
 	}
 	// A group that failed discovery (an aggregated API that is down) is
 	// left out; everything served here is built in or a CRD.
-	out := map[ObjectKey]string{}
+	out := map[ObjectKey]ObjectInfo{}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -147,13 +151,36 @@ var Transient = map[schema.GroupResource]bool{
 	{Group: "events.k8s.io", Resource: "events"}: true,
 }
 
-// describe is an object's labels, owner references and creation time.
-func describe(m *metav1.PartialObjectMetadata) string {
-	var owners []string
+// ObjectInfo is what Snapshot keeps of an object's metadata.
+type ObjectInfo struct {
+	Labels map[string]string
+	// Owners are the owner references as Kind/name.
+	Owners  []string
+	Created time.Time
+}
+
+func (i ObjectInfo) String() string {
+	return fmt.Sprintf("labels %v owners %v created %s", i.Labels, i.Owners, i.Created.UTC().Format(time.RFC3339))
+}
+
+func describe(m *metav1.PartialObjectMetadata) ObjectInfo {
+	info := ObjectInfo{Labels: m.Labels, Created: m.CreationTimestamp.Time}
 	for _, o := range m.OwnerReferences {
-		owners = append(owners, o.Kind+"/"+o.Name)
+		info.Owners = append(info.Owners, o.Kind+"/"+o.Name)
 	}
-	return fmt.Sprintf("labels %v owners %v created %s", m.Labels, owners, m.CreationTimestamp.UTC().Format(time.RFC3339))
+	return info
+}
+
+// Labelled returns the keys of objs whose labels have key, sorted.
+func Labelled(objs map[ObjectKey]ObjectInfo, key string) []ObjectKey {
+	var out []ObjectKey
+	for k, info := range objs {
+		if _, ok := info.Labels[key]; ok {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
 }
 
 // NewObjects returns the keys of after that are not in before, except

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -240,21 +241,54 @@ func TestRunBundleOnRealNode(t *testing.T) {
 	}
 	t.Logf("figure: operator-sdk cleanup %s", time.Since(start).Round(time.Millisecond))
 	// The garbage collector and OLM remove dependents after cleanup returns.
-	var left []olm.ObjectKey
-	var after map[olm.ObjectKey]string
-	if err := cluster.WaitFor(ctx, 3*time.Minute, "nothing left of the installation", func(ctx context.Context) (bool, error) {
-		var err error
-		if after, err = olm.Snapshot(ctx, c.Config); err != nil {
+	// OLM's Operator object for the package (operators.coreos.com/v1
+	// Operator <package>.<namespace>) outlives every uninstall: OLM's
+	// operator controller creates it, re-creates it on deletion while any
+	// object carries its component label, and never deletes it
+	// (pkg/controller/operators/operator_controller.go), and operator-sdk
+	// cleanup does not delete it (internal/olm/operator/uninstall.go). So
+	// once nothing else is left and no object carries that label, it is
+	// deleted as OLM's uninstall documentation says, and stays deleted.
+	operatorKey := olm.ObjectKey{Group: "operators.coreos.com", Resource: "operators", Name: "hookwright." + installNamespace}
+	componentLabel := "operators.coreos.com/hookwright." + installNamespace
+	var left, labelled []olm.ObjectKey
+	var after map[olm.ObjectKey]olm.ObjectInfo
+	done := func(ctx context.Context, allow map[olm.ObjectKey]bool) (bool, error) {
+		snap, err := olm.Snapshot(ctx, c.Config)
+		if err != nil {
 			return false, err
 		}
-		left = olm.NewObjects(before, after)
-		return len(left) == 0, nil
-	}); err != nil {
-		var names []string
-		for _, k := range left {
-			names = append(names, k.String()+" ("+after[k]+")")
+		after = snap
+		left = nil
+		for _, k := range olm.NewObjects(before, after) {
+			if !allow[k] {
+				left = append(left, k)
+			}
 		}
-		t.Errorf("%v: left after operator-sdk cleanup:\n  %s", err, strings.Join(names, "\n  "))
+		labelled = olm.Labelled(after, componentLabel)
+		return len(left) == 0 && len(labelled) == 0, nil
+	}
+	report := func(err error) {
+		t.Helper()
+		var names []string
+		for _, k := range append(left, labelled...) {
+			names = append(names, k.String()+" ("+after[k].String()+")")
+		}
+		t.Errorf("%v: left after operator-sdk cleanup, or labelled %s:\n  %s", err, componentLabel, strings.Join(names, "\n  "))
+	}
+	if err := cluster.WaitFor(ctx, 3*time.Minute, "nothing left of the installation but OLM's Operator", func(ctx context.Context) (bool, error) {
+		return done(ctx, map[olm.ObjectKey]bool{operatorKey: true})
+	}); err != nil {
+		report(err)
+	}
+	opObj := &operatorsv1.Operator{ObjectMeta: metav1.ObjectMeta{Name: operatorKey.Name}}
+	if err := o.Client.Delete(ctx, opObj); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete OLM's Operator %s: %v", operatorKey.Name, err)
+	}
+	if err := cluster.WaitFor(ctx, time.Minute, "nothing left of the installation", func(ctx context.Context) (bool, error) {
+		return done(ctx, nil)
+	}); err != nil {
+		report(err)
 	}
 	t.Logf("cleanup: nothing new left among %d objects of %d kinds listed before run bundle, %s after cleanup started", len(before), len(kinds(before)), time.Since(start).Round(time.Millisecond))
 }
@@ -397,7 +431,7 @@ func podReport(ctx context.Context, o *olm.OLM) string {
 	return b.String()
 }
 
-func kinds(objs map[olm.ObjectKey]string) map[string]bool {
+func kinds(objs map[olm.ObjectKey]olm.ObjectInfo) map[string]bool {
 	out := map[string]bool{}
 	for k := range objs {
 		out[k.Group+"/"+k.Resource] = true
