@@ -44,12 +44,9 @@ var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?$`
 // file contents. addr must be a loopback host:port; upstreams are
 // registry host names (docker.io, not index.docker.io).
 func ContainerdHosts(addr string, upstreams []string) (map[string]string, error) {
-	if err := checkLoopback(addr); err != nil {
+	host, port, err := loopbackHostPort(addr)
+	if err != nil {
 		return nil, err
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
 	}
 	files := map[string]string{}
 	ups := append([]string(nil), upstreams...)
@@ -80,21 +77,15 @@ func ContainerdHosts(addr string, upstreams []string) (map[string]string, error)
 // containerd from the plain-HTTP listener that the node already reaches.
 // Aliases must be loopback host:port addresses.
 func ContainerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
-	if err := checkLoopback(addr); err != nil {
+	host, port, err := loopbackHostPort(addr)
+	if err != nil {
 		return nil, err
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
 	}
 	files := map[string]string{}
 	for _, a := range aliases {
-		if err := checkLoopback(a); err != nil {
+		ah, ap, err := loopbackHostPort(a)
+		if err != nil {
 			return nil, err
-		}
-		ah, ap, _ := net.SplitHostPort(a)
-		if strings.Contains(ah, ":") {
-			ah = "[" + ah + "]"
 		}
 		files[ah+"_"+ap+"_/hosts.toml"] = hostsTOML(
 			"Another address of the local registry ("+a+"), pulled from its plain-HTTP listener.",
@@ -133,6 +124,19 @@ func writeHostFiles(dir string, files map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// loopbackHostPort splits a loopback host:port, an IPv6 host in brackets
+// as in a URL and containerd's host directory names.
+func loopbackHostPort(addr string) (host, port string, err error) {
+	if err := checkLoopback(addr); err != nil {
+		return "", "", err
+	}
+	host, port, _ = net.SplitHostPort(addr)
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return host, port, nil
 }
 
 // hostDirectory is containerd's directory name for a host with a port

@@ -36,6 +36,22 @@ func small(t *testing.T, content string) v1.Image {
 	return img
 }
 
+// headManifest asks url for a manifest as containerd does and wants 200
+// with digest want.
+func headManifest(t *testing.T, url string, want v1.Hash) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodHead, url, nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Docker-Content-Digest") != want.String() {
+		t.Errorf("HEAD %s: %d digest %q, want 200 %s", req.URL, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), want)
+	}
+}
+
 func startRegistry(t *testing.T) *Registry {
 	t.Helper()
 	r, err := StartRegistry("", nil)
@@ -126,16 +142,7 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 		if !strings.Contains(hosts[tc.hostDir+"/hosts.toml"], "override_path = true") {
 			root += "/v2" // containerd appends the API root unless told not to
 		}
-		req, _ := http.NewRequest(http.MethodHead, root+"/"+tc.repo+"/manifests/"+tc.tag+"?ns="+tc.ns, nil)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Header.Get("Docker-Content-Digest") != want.String() {
-			t.Errorf("HEAD %s: %d digest %q, want 200 %s", req.URL, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), want)
-		}
+		headManifest(t, root+"/"+tc.repo+"/manifests/"+tc.tag+"?ns="+tc.ns, want)
 	}
 
 	// Any other registry lands on the empty prefix: not found, locally.
@@ -196,16 +203,7 @@ func TestRegistryTLSAndAliasHosts(t *testing.T) {
 	if m == nil || strings.Contains(toml, "override_path") || len(hosts) != 1 {
 		t.Fatalf("alias hosts %v", hosts)
 	}
-	req, _ := http.NewRequest(http.MethodHead, m[1]+"/v2/hookwright-bundle/manifests/v0.1.0?ns="+r.TLSAddr, nil)
-	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Docker-Content-Digest") != want.String() {
-		t.Errorf("HEAD %s: %d digest %q, want 200 %s", req.URL, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), want)
-	}
+	headManifest(t, m[1]+"/v2/hookwright-bundle/manifests/v0.1.0?ns="+r.TLSAddr, want)
 	for _, bad := range [][2]string{{"10.0.0.1:5000", "127.0.0.1:5001"}, {"127.0.0.1:5000", "example.com:443"}, {"127.0.0.1:5000", "127.0.0.1"}} {
 		if _, err := ContainerdAliasHosts(bad[0], []string{bad[1]}); err == nil {
 			t.Errorf("ContainerdAliasHosts(%q, %q) accepted", bad[0], bad[1])
