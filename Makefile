@@ -150,9 +150,11 @@ deploy: manifests tool-kustomize ## Deploy the operator (IMG=...) to the cluster
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: tool-kustomize delete-crs ## Remove the operator: custom resources first, then its manifests and the validating webhook it created.
+# What the operator itself created (hookwright-validation, the CA and
+# serving Secrets) is owned by the CRDs: the garbage collector deletes it
+# with them (controllers/installowners.go).
+undeploy: tool-kustomize delete-crs ## Remove the operator: custom resources first, then its manifests (and, with the CRDs, what it created).
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
-	$(KUBECTL) delete validatingwebhookconfiguration hookwright-validation --ignore-not-found
 
 # Custom resources go first, while the operator still runs: a NodeOversell's
 # finalizer restores its nodes' real allocatable, and deleting the namespace,
