@@ -257,6 +257,10 @@ func webhook(op Operand, s Settings, caBundle []byte, fp admissionregistrationv1
 	}
 }
 
+// ServerFSGroup is the server pods' fsGroup: the operator image's group
+// (nonroot, 65532); any uid can read the certificate through it.
+const ServerFSGroup = 65532
+
 func build(op Operand, s Settings, args []string) *Desired {
 	name := op.Kind.BaseName(op.Object.GetName())
 	ns := ServerNamespace(op, s)
@@ -322,8 +326,14 @@ func build(op Operand, s Settings, args []string) *Desired {
 				Spec: corev1.PodSpec{
 					ServiceAccountName: name,
 					// Pod Security Standards "restricted" (v1.37 profile).
+					// fsGroup: the kubelet writes the serving-cert files
+					// root-owned with mode 0440, so the non-root server
+					// reads them only through their group (pkg/volume
+					// SetVolumeOwnership; a real kubelet refused them
+					// with "permission denied" without it).
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
+						FSGroup:        ptr.To[int64](ServerFSGroup),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{

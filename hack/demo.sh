@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# make demo / make demo-down: the local control plane, the operator, the
-# webhook servers (run by the pod runner) and the end-to-end scenarios, left
-# running in the background (hack/localcluster).
+# make demo / make demo-down: the local control plane, the real node
+# system-0 with the operator and its webhook servers in real containers, and
+# the end-to-end scenarios, left running in the background
+# (hack/localcluster). The real node needs root and the Debian packages
+# hack/node-prereqs.sh installs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${DEMO_DIR:-$ROOT/_demo}
@@ -30,22 +32,41 @@ descendants() {
 
 down() {
 	lock
+	local netns=""
+	[[ -f $DIR/netns ]] && netns=$(cat "$DIR/netns")
 	if [[ -f $DIR/pid ]]; then
 		pid=$(cat "$DIR/pid")
 		if kill -0 "$pid" 2>/dev/null; then
 			# localcluster's children (etcd, kube-apiserver, kcm, scheduler,
-			# kwok, operator, pod runner servers) run in their own process
-			# groups with Pdeathsig=SIGKILL; localcluster stops them on
-			# SIGTERM. Their pids are taken first so that none outlives it.
+			# kwok, the node's containerd, kubelet, kube-proxy) run in their
+			# own process groups with Pdeathsig=SIGKILL; localcluster stops
+			# them on SIGTERM, the real node first (its pods deleted, then
+			# containers, cgroups, mounts, network removed), and logs what
+			# was left. Their pids are taken first so that none outlives it.
 			tree=$(descendants "$pid")
 			kill "$pid"
-			for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+			for _ in $(seq 1 900); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
 			kill -9 "$pid" 2>/dev/null || true
 			for c in $tree; do kill -9 "$c" 2>/dev/null || true; done
 		fi
 	fi
-	rm -rf "$DIR"
-	echo "demo: stopped and removed $DIR"
+	local leaks=""
+	if [[ -f $DIR/localcluster.log ]]; then
+		leaks=$(grep '^leak: ' "$DIR/localcluster.log" || true)
+	fi
+	if [[ -n $netns ]] && ip netns list 2>/dev/null | grep -qw "$netns"; then
+		leaks+=$'\n'"leak: network namespace $netns"
+	fi
+	if grep -q " $DIR/" /proc/mounts 2>/dev/null; then
+		leaks+=$'\n'"leak: mounts under $DIR: $(grep " $DIR/" /proc/mounts | awk '{print $2}' | tr '\n' ' ')"
+	else
+		rm -rf "$DIR"
+	fi
+	if [[ -n ${leaks//[$'\n']/} ]]; then
+		echo "demo: stopped, but left behind:$leaks" >&2
+		exit 1
+	fi
+	echo "demo: stopped and removed $DIR; nothing left behind (processes, containers, cgroups, mounts, netns, routes, packet filter)"
 }
 
 up() {
@@ -55,15 +76,15 @@ up() {
 		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
 		return
 	fi
-	# Built under the lock and only when nothing runs: the pod runner starts
-	# new server processes from bin/hookwright while the demo runs.
-	make --no-print-directory tools build
+	# The tools (the real node's among them) and its Debian packages; the
+	# images are built by localcluster itself (internal/ociimage).
+	make --no-print-directory tools node-prereqs
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster
-	nohup bin/localcluster --dir "$DIR" --binary bin/hookwright >"$DIR/localcluster.log" 2>&1 9>&- &
+	nohup bin/localcluster --dir "$DIR" >"$DIR/localcluster.log" 2>&1 9>&- &
 	echo $! >"$DIR/pid"
-	echo "demo: starting (log: $DIR/localcluster.log); the scenarios take about 2 minutes"
+	echo "demo: starting (log: $DIR/localcluster.log); images, the real node and the scenarios take about 4 minutes"
 	tail -n +1 --pid=$$ -f "$DIR/localcluster.log" &
 	local tailpid=$!
 	trap 'kill "$tailpid" 2>/dev/null || true' RETURN

@@ -4,7 +4,7 @@
 # kube-proxy and CNI's portmap drive, iproute2 and nsenter, and a static
 # busybox for the OLM pod images (internal/ociimage, test/olm). It needs root
 # and apt-get; without them it says what is missing and the node tests
-# fail naming it (they never fall back to the pod runner).
+# fail naming it (there is no fallback).
 set -euo pipefail
 
 need=()

@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -57,10 +59,15 @@ func (c *Cluster) publishAPIEndpoint(ctx context.Context) error {
 		}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](apiRelayPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
-	// Deprecated since v1.33 but still what kube-proxy's peers and older
-	// clients read for the kubernetes Service.
-	//nolint:staticcheck
-	if _, err := c.Clientset.CoreV1().Endpoints(ep.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	// Endpoints are deprecated since v1.33 but still what older clients
+	// read for the kubernetes Service; the API server's warning is noise.
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandler = rest.NoWarnings{}
+	quiet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := quiet.CoreV1().Endpoints(ep.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("kubernetes Endpoints: %w", err)
 	}
 	if _, err := c.Clientset.DiscoveryV1().EndpointSlices(slice.Namespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

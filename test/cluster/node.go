@@ -93,8 +93,8 @@ type RealNode struct {
 }
 
 // RealNodePrerequisites checks what a real node needs and names every
-// missing piece. A test that wants a real node must fail with this error,
-// never run on the pod runner instead.
+// missing piece. A test (or the demo) that wants a real node fails with
+// this error: nothing plays a kubelet in its place.
 func RealNodePrerequisites(bin string) error {
 	var missing []string
 	if os.Geteuid() != 0 {
@@ -237,6 +237,14 @@ func (c *Cluster) ServiceCIDR() string {
 	}
 	return "10.0.0.0/24" // envtest's default
 }
+
+// Netns is the name of the node's network namespace (hwnode-<slot>, for
+// `ip netns exec`).
+func (n *RealNode) Netns() string { return n.net.netns() }
+
+// ContainerdSocket is the node's containerd socket (for ctr or crictl:
+// `bin/node/ctr --address <it> -n k8s.io containers ls`).
+func (n *RealNode) ContainerdSocket() string { return n.containerdSocket() }
 
 func (n *RealNode) containerdSocket() string {
 	return filepath.Join(n.Dir, "containerd", "containerd.sock")

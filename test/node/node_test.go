@@ -57,8 +57,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// A missing prerequisite fails the package, naming it: these tests never
-	// fall back to the pod runner.
+	// A missing prerequisite fails the package, naming it: there is no
+	// fallback.
 	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -64,7 +64,7 @@ func TestRunBundleOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(root, "bin")
-	// A missing prerequisite fails, naming it: never the pod runner instead.
+	// A missing prerequisite fails, naming it.
 	if err := cluster.RealNodePrerequisites(bin); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func checkRunning(ctx context.Context, t *testing.T, o *olm.OLM, node *cluster.R
 }
 
 // inRealContainers: every container of p runs in containerd (the
-// kubelet reports containerd:// IDs; the pod runner runs none).
+// kubelet reports containerd:// IDs).
 func inRealContainers(p *corev1.Pod) bool {
 	if len(p.Status.ContainerStatuses) == 0 {
 		return false

@@ -252,7 +252,9 @@ func workloadHandler() http.Handler {
 // getUntil GETs url until a 200 answer's body contains want (tries times,
 // interval apart), and prints that body on out.
 func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, interval time.Duration) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+	// A new connection per try: through a Service, each is balanced anew
+	// (a kept-alive one would stay on the first endpoint).
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var last error
 	for i := 0; i < tries; i++ {
 		if i > 0 {

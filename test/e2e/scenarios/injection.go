@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -96,6 +97,9 @@ func Injection(ctx context.Context, e *Env, r *Result) error {
 	r.timing("kubectl create deployment → both pods created", time.Since(start), 0)
 	r.check("kubectl create deployment test --replicas=2 -n lab: both pods carry proxy-init and proxy exactly once (%s)",
 		sidecarPlacement(&pods.Items[0]))
+	if err := labRuns(ctx, e, r, start); err != nil {
+		return err
+	}
 
 	if _, _, err := e.RunKubectl(ctx, nil, "run", "plain", "--image="+nginx, "-n", PlainNamespace); err != nil {
 		return err
@@ -152,6 +156,110 @@ func Injection(ctx context.Context, e *Env, r *Result) error {
 		return fmt.Errorf("dry-run pod: get returned %v, want NotFound", err)
 	}
 	r.check("kubectl create --dry-run=server shows the injected pod and stores nothing")
+	return nil
+}
+
+// labRuns is what a platform engineer checks first (issue 10 item 6): the
+// injected pods of deployment test run on the real node, nginx and the
+// proxy native sidecar ready, proxy-init completed; `kubectl create service
+// clusterip test --tcp=80:80` then takes a request from another pod to each
+// of them through kube-proxy.
+func labRuns(ctx context.Context, e *Env, r *Result, created time.Time) error {
+	c := e.Cluster.Client
+	var pods corev1.PodList
+	var why string
+	if err := cluster.WaitFor(ctx, 3*time.Minute, "both pods of deployment test Running, every container ready", func(ctx context.Context) (bool, error) {
+		if err := c.List(ctx, &pods, client.InNamespace(LabNamespace), client.MatchingLabels{"app": "test"}); err != nil {
+			return false, err
+		}
+		if len(pods.Items) != 2 {
+			why = fmt.Sprintf("%d pods", len(pods.Items))
+			return false, nil
+		}
+		for i := range pods.Items {
+			if err := labPodReady(&pods.Items[i]); err != nil {
+				why = err.Error()
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("%w (%s)", err, why)
+	}
+	r.timing("kubectl create deployment → both pods Running on "+SystemNode+", nginx and proxy ready, proxy-init exit 0", time.Since(created), 0)
+	r.check("both pods Running in real containers on %s (%s, %s): nginx ready, proxy (native sidecar) ready, proxy-init completed with exit 0",
+		SystemNode, pods.Items[0].Status.PodIP, pods.Items[1].Status.PodIP)
+
+	if _, _, err := e.RunKubectl(ctx, nil, "create", "service", "clusterip", "test", "--tcp=80:80", "-n", LabNamespace); err != nil {
+		return err
+	}
+	svc := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: LabNamespace, Name: "test"}, svc); err != nil {
+		return err
+	}
+	// Pods have no resolver here (no cluster DNS runs): the client dials
+	// the ClusterIP. One client per nginx pod, each waiting for its
+	// hostname in the answer, so both endpoints are shown to be reached.
+	url := "http://" + svc.Spec.ClusterIP + "/"
+	start := time.Now()
+	for i, p := range pods.Items {
+		name := fmt.Sprintf("lab-client-%d", i)
+		if _, _, err := e.RunKubectl(ctx, nil, "run", name, "-n", PlainNamespace, "--image="+ociimage.StandinName,
+			"--restart=Never", "--", "get", "--tries=300", "--interval=100ms", url, "stand-in nginx on "+p.Name); err != nil {
+			return err
+		}
+	}
+	for i := range pods.Items {
+		name := fmt.Sprintf("lab-client-%d", i)
+		cp := &corev1.Pod{}
+		if err := cluster.WaitFor(ctx, 2*time.Minute, "pod "+name+" finished", func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: PlainNamespace, Name: name}, cp); err != nil {
+				return false, err
+			}
+			return cp.Status.Phase == corev1.PodSucceeded || cp.Status.Phase == corev1.PodFailed, nil
+		}); err != nil {
+			return err
+		}
+		logs, _, err := e.RunKubectl(ctx, nil, "logs", "-n", PlainNamespace, name)
+		if err != nil {
+			return err
+		}
+		if cp.Status.Phase != corev1.PodSucceeded || !strings.Contains(logs, pods.Items[i].Name) {
+			return fmt.Errorf("client %s %s; kubectl logs: %q", name, cp.Status.Phase, logs)
+		}
+	}
+	r.timing("kubectl create service clusterip test → a pod's request reached each nginx pod", time.Since(start), 0)
+	r.check("kubectl create service clusterip test --tcp=80:80 -n lab: pods in %q reached both nginx pods through %s (kube-proxy); kubectl logs shows their answers",
+		PlainNamespace, url)
+	return nil
+}
+
+// labPodReady says why p is not Running with every container ready and its
+// init container proxy-init completed.
+func labPodReady(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("pod %s %s", p.Name, p.Status.Phase)
+	}
+	for _, s := range p.Status.InitContainerStatuses {
+		switch s.Name {
+		case "proxy-init":
+			if t := s.State.Terminated; t == nil || t.ExitCode != 0 {
+				return fmt.Errorf("pod %s: proxy-init %+v", p.Name, s.State)
+			}
+		case "proxy":
+			if !s.Ready || s.State.Running == nil {
+				return fmt.Errorf("pod %s: proxy sidecar not ready: %+v", p.Name, s.State)
+			}
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if !s.Ready {
+			return fmt.Errorf("pod %s: container %s not ready: %+v", p.Name, s.Name, s.State)
+		}
+	}
+	if !podReady(p) {
+		return fmt.Errorf("pod %s not Ready", p.Name)
+	}
 	return nil
 }
 

@@ -9,9 +9,9 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/controllers"
@@ -22,43 +22,42 @@ import (
 // OLMInstall is scenario 5: the committed bundle/ installs through OLM (olm
 // and catalog operators, an opm-served file-based catalog, a grpc
 // CatalogSource, an OperatorGroup and a Subscription, test/olm) on the same
-// cluster and takes the installation over. The locally run operator is
-// stopped and what stood in for its manifests (config/rbac's objects, the
-// webhook Service) removed; the CSV's Deployment then runs on SystemNode
-// through the pod runner (the bundle's image is ServerImage), and the
-// existing CRs keep working: a deleted webhook configuration is recreated
-// by the OLM-installed operator and pods are injected.
+// cluster and takes the installation over. config/default's operator is
+// removed as `make undeploy` would (but for the CRDs and the Namespace); the
+// CSV's Deployment then runs in a real container on SystemNode (the
+// bundle's image is ServerImage), and the existing CRs keep working: a
+// deleted webhook configuration is recreated by the OLM-installed operator
+// and pods are injected.
 func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 	c := e.Cluster
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		return err
 	}
-	if e.Operator != nil {
-		if err := e.Operator.Stop(10 * time.Second); err != nil {
-			return err
+	// What `make undeploy` would remove, but for the Namespace and the
+	// CRDs (which hold the CRs OLM's install takes over).
+	for _, u := range e.deployed {
+		switch u.GetKind() {
+		case "Namespace", "CustomResourceDefinition":
+			continue
 		}
-		e.Operator = nil
-	}
-	const prefix = "hookwright-"
-	objs := []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: OperatorNamespace, Name: prefix + "controller-manager"}},
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: prefix + "manager-role"}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "manager-rolebinding"}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: OperatorNamespace, Name: prefix + "leader-election-role"}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: OperatorNamespace, Name: prefix + "leader-election-rolebinding"}},
-	}
-	svc := &corev1.Service{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: controllers.DefaultWebhookService}, svc); err == nil {
-		c.UnrouteService(svc)
-		objs = append(objs, svc)
-	}
-	for _, o := range objs {
-		if err := c.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("remove %T %s: %w", o, o.GetName(), err)
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(u.GroupVersionKind())
+		obj.SetNamespace(u.GetNamespace())
+		obj.SetName(u.GetName())
+		if err := c.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
-	r.check("local operator stopped; its config/rbac objects and webhook Service removed")
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "config/default's operator pods gone", func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabels{"app.kubernetes.io/component": "manager"})
+		return err == nil && len(pods.Items) == 0, err
+	}); err != nil {
+		return err
+	}
+	e.deployed = nil
+	r.check("config/default's operator (Deployment, RBAC, Services, PDB) removed; its pods are gone")
 
 	start := time.Now()
 	o, err := olm.Start(ctx, c, olm.Options{Logf: e.Logf})
@@ -74,23 +73,24 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("bundle/ through OLM: catalog, Subscription → CSV Succeeded", time.Since(start), 0)
 
+	const prefix = "hookwright-"
 	var opPod string
 	if err := cluster.WaitFor(ctx, 2*time.Minute, "the CSV's operator pod run and Ready", func(ctx context.Context) (bool, error) {
-		for _, p := range e.Runner.Pods() {
-			if p.Namespace == OperatorNamespace && strings.HasPrefix(p.Name, prefix+"controller-manager-") {
-				for _, ct := range p.Containers {
-					if ct.Ready {
-						opPod = p.Name
-						return true, nil
-					}
-				}
+		var pods corev1.PodList
+		if err := c.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, prefix+"controller-manager-") && p.Spec.NodeName == SystemNode && podReady(&p) {
+				opPod = p.Name
+				return true, nil
 			}
 		}
 		return false, nil
 	}); err != nil {
 		return err
 	}
-	r.check("%s installed (InstallPlan %s Complete, CSV Succeeded); its operator pod %s runs on %s, Ready by its /readyz",
+	r.check("%s installed (InstallPlan %s Complete, CSV Succeeded); its operator pod %s runs in a real container on %s, Ready by its /readyz",
 		in.CSV(), in.InstallPlans[0], opPod, SystemNode)
 
 	name := controllers.SidecarKind.BaseName(SampleInjectorName)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,17 +23,23 @@ const (
 	newProxyImage      = "ghcr.io/hookwright/proxy:1.4.3"
 )
 
-// serverProcs returns pod UID → "pid/starts" of the pod runner's processes
-// for the CR's server Deployment.
-func serverProcs(e *Env, kind controllers.Kind, cr string) map[types.UID]string {
+// serverProcs returns pod UID → "name container ID restarts N" of the
+// CR's server pods (from the kubelet's pod status): the same map before
+// and after a change means no server was replaced or restarted.
+func serverProcs(ctx context.Context, e *Env, kind controllers.Kind, cr string) map[types.UID]string {
 	out := map[types.UID]string{}
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
+		out["error"] = err.Error()
+		return out
+	}
 	prefix := kind.BaseName(cr) + "-"
-	for _, p := range e.Runner.Pods() {
-		if p.Namespace != OperatorNamespace || !strings.HasPrefix(p.Name, prefix) {
+	for _, p := range pods.Items {
+		if !strings.HasPrefix(p.Name, prefix) || p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, c := range p.Containers {
-			out[p.UID] = fmt.Sprintf("%s pid %d starts %d", p.Name, c.PID, c.Starts)
+		for _, c := range p.Status.ContainerStatuses {
+			out[p.UID] = fmt.Sprintf("%s container %s restarts %d", p.Name, c.ContainerID, c.RestartCount)
 		}
 	}
 	return out
@@ -65,9 +72,9 @@ func patchProxyImage(ctx context.Context, e *Env, image string) error {
 // with no server restart, and a changed ratio reaches every node's
 // allocatable.
 func HotReload(ctx context.Context, e *Env, r *Result) error {
-	before := serverProcs(e, controllers.SidecarKind, SampleInjectorName)
+	before := serverProcs(ctx, e, controllers.SidecarKind, SampleInjectorName)
 	if len(before) == 0 {
-		return fmt.Errorf("no injector server processes")
+		return fmt.Errorf("no injector server pods")
 	}
 	if img, err := proxyImage(ctx, e, "reload-before"); err != nil || img != sampleProxyImage {
 		return fmt.Errorf("before the change: proxy image %q (%v), want %s", img, err, sampleProxyImage)
@@ -93,11 +100,11 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 	}
 	took := time.Since(start)
 	r.timing("proxy tag 1.4.2 → 1.4.3: next pod carries the new tag", took, time.Second)
-	after := serverProcs(e, controllers.SidecarKind, SampleInjectorName)
+	after := serverProcs(ctx, e, controllers.SidecarKind, SampleInjectorName)
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		return fmt.Errorf("injector servers changed: before %v, after %v", before, after)
 	}
-	r.check("proxy image %s in the next dry-run pod (%d tries); same %d server processes, none restarted", newProxyImage, tries, len(after))
+	r.check("proxy image %s in the next dry-run pod (%d tries); same %d server pods and containers, none restarted", newProxyImage, tries, len(after))
 	if err := patchProxyImage(ctx, e, sampleProxyImage); err != nil {
 		return err
 	}
@@ -118,7 +125,7 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 	if err := e.WaitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
-	before = serverProcs(e, controllers.OversellKind, no.Name)
+	before = serverProcs(ctx, e, controllers.OversellKind, no.Name)
 	start = time.Now()
 	if err := patchRatios(ctx, e, no.Name, "2.5", ""); err != nil {
 		return err
@@ -128,10 +135,10 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("cpu ratio 2 → 2.5: every pool node shows 10 CPU", took, 5*time.Second)
-	if after := serverProcs(e, controllers.OversellKind, no.Name); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := serverProcs(ctx, e, controllers.OversellKind, no.Name); fmt.Sprint(after) != fmt.Sprint(before) {
 		return fmt.Errorf("oversell servers changed: before %v, after %v", before, after)
 	}
-	r.check("cpu ratio 2 → 2.5: 10 CPU on every pool node, same oversell server processes")
+	r.check("cpu ratio 2 → 2.5: 10 CPU on every pool node, same oversell server pods and containers")
 	if err := patchRatios(ctx, e, no.Name, "2", ""); err != nil {
 		return err
 	}

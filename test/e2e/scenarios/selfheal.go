@@ -141,8 +141,17 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 			return true, nil
 		}
 	}
-	if err := cluster.WriteAtomicDir(e.CADir, map[string][]byte{"ca.crt": ca.CertPEM}, 0o644); err != nil {
+	// The kubelet's own update of this volume would come from the Secret,
+	// which the operator owns (it rewrites ca.crt to its bundle); so the
+	// swap is made in the volume as the kubelet's atomic writer makes it.
+	dirs, err := e.CADirs(ctx)
+	if err != nil {
 		return err
+	}
+	for _, d := range dirs {
+		if err := cluster.WriteAtomicDir(d, map[string][]byte{"ca.crt": ca.CertPEM}, 0o644); err != nil {
+			return err
+		}
 	}
 	took, err = pollUntil(ctx, "new CA in every caBundle", 60*time.Second, carries(true))
 	if err != nil {
@@ -153,8 +162,10 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.check("CA files replaced by a ..data symlink swap: all %d configurations carry the new CA; injection still works", len(configs))
-	if err := cluster.WriteAtomicDir(e.CADir, map[string][]byte{}, 0o644); err != nil {
-		return err
+	for _, d := range dirs {
+		if err := cluster.WriteAtomicDir(d, map[string][]byte{}, 0o644); err != nil {
+			return err
+		}
 	}
 	took, err = pollUntil(ctx, "staged CA removed from every caBundle", 60*time.Second, carries(false))
 	if err != nil {

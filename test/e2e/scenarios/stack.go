@@ -4,37 +4,40 @@
 // a function returning what it checked and the timings it measured.
 //
 // Start brings up the local control plane (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, kwok), installs the CRDs, runs
-// `hookwright manager` as a local process with its own ServiceAccount and
-// config/rbac, lets a cluster.PodRunner run the webhook server pods the
-// operator's Deployments create, and applies config/samples. Nothing in the
-// operator or the servers knows they are not in a real cluster.
+// kube-controller-manager, kube-scheduler, kwok for the oversold pool),
+// builds the images without Docker (internal/ociimage) into a registry on
+// 127.0.0.1, starts SystemNode as a real node (kubelet, containerd, runc,
+// CNI, kube-proxy), deploys the operator as `make deploy` does
+// (config/default, its image pulled from that registry) and applies
+// config/samples. The operator, its webhook servers and every workload of
+// the scenarios run in real containers on SystemNode; nothing in them knows
+// they are not in any other cluster.
 package scenarios
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )
@@ -42,21 +45,22 @@ import (
 const (
 	// OperatorNamespace is the operator's namespace (config/default).
 	OperatorNamespace = "hookwright-system"
-	// ServerImage is the image the operator puts in the server Deployments
-	// (--server-image); the pod runner maps it to the local binary.
-	ServerImage = "ghcr.io/hookwright/hookwright:v0.1.0"
-	// ServerEntrypoint is the image's ENTRYPOINT (Dockerfile).
-	ServerEntrypoint = "/hookwright"
+	// OperatorDeployment is config/default's operator Deployment.
+	OperatorDeployment = "hookwright-controller-manager"
+	// ServerImage is the operator image: config/manager's image, which the
+	// operator also puts in the server Deployments (RELATED_IMAGE_SERVER).
+	ServerImage = ociimage.OperatorName
 	// PoolLabel is on the oversold nodes; the sample NodeOversell selects it.
 	PoolLabel = "pool"
 	// PoolTaint keeps pods without its toleration (the webhook servers) off
 	// the oversold nodes, as a dedicated node pool is usually set up, so the
 	// pool's 4 CPU hold exactly four 1-CPU pods.
 	PoolTaint = "hookwright.io/oversell-pool"
-	// SystemNode is the node the webhook servers run on; not kwok's: the
-	// pod runner is its kubelet (cluster.PodRunner.KubeletNode), so the
-	// servers' pods are Ready only once they serve.
+	// SystemNode is the real node: the operator, the webhook servers and
+	// the scenarios' workloads run there.
 	SystemNode = "system-0"
+	// fieldOwner applies config/default (server-side apply).
+	fieldOwner = "hookwright-demo"
 
 	injectorSample = "admission_v1alpha1_sidecarinjector.yaml"
 	oversellSample = "admission_v1alpha1_nodeoversell.yaml"
@@ -81,34 +85,39 @@ func Nodes() []cluster.NodeSpec {
 
 // Options configure Start.
 type Options struct {
-	// Dir holds everything (kubeconfig, logs, pods); "" is a temp dir
-	// removed by Stop.
+	// Dir holds everything (kubeconfig, logs, the node's state); "" is a
+	// temp dir removed by Stop.
 	Dir string
-	// Binary is the hookwright executable run as the operator and, by the
-	// pod runner, as the webhook servers.
-	Binary string
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
 
 // Env is the running stack.
 type Env struct {
-	Cluster  *cluster.Cluster
-	Runner   *cluster.PodRunner
-	Operator *cluster.Process
-	// CADir is the operator's --ca-dir.
-	CADir string
+	Cluster *cluster.Cluster
+	// Node is SystemNode.
+	Node *cluster.RealNode
+	// Registry serves the images on 127.0.0.1 (the node's only registry).
+	Registry *ociimage.Registry
 	// Kubectl is bin/k8s/kubectl.
 	Kubectl string
-	// OperatorArgs are the operator's command line.
-	OperatorArgs []string
 	// ValidationTarget is the egress target (ClusterIP:443) of the Service
 	// in front of the operator's validating webhook.
 	ValidationTarget string
-	Logf             func(format string, args ...any)
+	// Figures are what Start measured, one line each.
+	Figures []string
+	Logf    func(format string, args ...any)
 
-	systemNode *cluster.Heartbeater
-	olm        *olm.OLM
+	// deployed are config/default's objects as applied (for scenario 5,
+	// which replaces them with OLM's).
+	deployed []*unstructured.Unstructured
+	olm      *olm.OLM
+}
+
+func (e *Env) figure(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	e.Figures = append(e.Figures, line)
+	e.Logf("stack: figure: %s", line)
 }
 
 // Start brings the stack up; Stop ends it. The NodeOversell sample is
@@ -123,9 +132,17 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 			e.Stop()
 		}
 	}()
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return e, err
+	}
+	// A missing prerequisite fails here, naming it.
+	if err = cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
+		return e, err
+	}
 	t0 := time.Now()
 	if e.Cluster, err = cluster.New(ctx, cluster.Options{
-		Dir: o.Dir, ControllerManager: true, Scheduler: true, Nodes: Nodes(), Logf: o.Logf,
+		Dir: o.Dir, ControllerManager: true, Scheduler: true, Nodes: Nodes(), ServiceAccountTokens: true, Logf: o.Logf,
 	}); err != nil {
 		return e, err
 	}
@@ -133,93 +150,40 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	e.Kubectl = filepath.Join(c.Bin, "k8s", "kubectl")
 	o.Logf("stack: control plane and %d kwok nodes ready in %s", len(Nodes()), time.Since(t0).Round(time.Millisecond))
 
-	if _, err = c.CreateNamespace(ctx, OperatorNamespace, map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
+	start := time.Now()
+	reg, imgs, err := ociimage.Serve(ctx, ociimage.Options{Root: root, BinDir: filepath.Join(c.Dir, "images")},
+		ociimage.SetOperator, ociimage.SetPause, ociimage.SetStandins)
+	if err != nil {
+		return e, err
+	}
+	e.Registry = reg
+	e.figure("%d images (operator, pause, stand-ins) built without Docker and pushed to the registry on %s in %s",
+		len(imgs), reg.Addr, time.Since(start).Round(time.Millisecond))
+	if e.Node, err = c.StartRealNode(ctx, cluster.RealNodeSpec{
+		Name: SystemNode, Labels: map[string]string{PoolLabel: "system"}, Registry: reg.Addr,
 	}); err != nil {
 		return e, err
 	}
-	kubeconfig, err := operatorKubeconfig(ctx, c)
-	if err != nil {
-		return e, err
-	}
+	e.figure("real node %s (kubelet, containerd, runc, CNI bridge %s): start → Ready %s",
+		SystemNode, e.Node.PodSubnet, e.Node.StartedToReady.Round(time.Millisecond))
 
-	e.Runner = c.NewPodRunner(cluster.PodRunnerOptions{
-		Images: map[string]cluster.RunnerImage{ServerImage: {Binary: o.Binary, Entrypoint: ServerEntrypoint}},
-		Logf:   o.Logf,
-	})
-	if e.systemNode, err = e.Runner.KubeletNode(ctx, SystemNode, map[string]string{PoolLabel: "system"}, "4", "8Gi"); err != nil {
+	start = time.Now()
+	if err = e.deployOperator(ctx, root); err != nil {
 		return e, err
 	}
-	if err = e.Runner.Start(ctx); err != nil {
-		return e, err
-	}
+	e.figure("operator deployed as config/default (%s, 2 replicas pulled from the registry): applied → available %s",
+		ServerImage, time.Since(start).Round(time.Millisecond))
 
-	e.CADir = filepath.Join(c.Dir, "operator", "ca")
-	if err = os.MkdirAll(e.CADir, 0o755); err != nil {
-		return e, err
-	}
-	probe, err := cluster.FreePort()
-	if err != nil {
-		return e, err
-	}
-	metrics, err := cluster.FreePort()
-	if err != nil {
-		return e, err
-	}
-	webhookPort, err := cluster.FreePort()
-	if err != nil {
-		return e, err
-	}
-	// config/webhook's Service in front of the manager's validating webhook:
-	// the egress proxy takes its ClusterIP:443 to the local process.
 	webhookSvc := &corev1.Service{}
-	if err = loadManifest(filepath.Join("config", "webhook", "service.yaml"), webhookSvc); err != nil {
-		return e, err
-	}
-	if err = c.Client.Create(ctx, webhookSvc); err != nil {
-		return e, err
-	}
-	if err = c.RouteService(webhookSvc, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
-		return e, err
-	}
-	// config/manager/manager.yaml's args, with local listen addresses, plus
-	// what its env and volumes give in-cluster.
-	e.OperatorArgs = []string{
-		"manager",
-		"--leader-elect",
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics),
-		"--ca-dir=" + e.CADir,
-		fmt.Sprintf("--webhook-port=%d", webhookPort),
-		"--webhook-service=" + webhookSvc.Name,
-		"--namespace=" + OperatorNamespace,
-		"--server-image=" + ServerImage,
-	}
-	if e.Operator, err = cluster.StartProcess("operator", filepath.Join(c.Dir, "logs"), o.Binary, e.OperatorArgs,
-		[]string{"KUBECONFIG=" + kubeconfig}); err != nil {
-		return e, err
-	}
-	if err = cluster.WaitFor(ctx, 60*time.Second, "operator /readyz", func(ctx context.Context) (bool, error) {
-		if done, perr := e.Operator.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("operator exited (%v); log tail:\n%s", perr, e.Operator.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	}); err != nil {
-		return e, err
-	}
-	o.Logf("stack: operator running (log %s)", e.Operator.Log)
-
-	si := &v1alpha1.SidecarInjector{}
-	if err = cluster.LoadSample(injectorSample, si); err != nil {
+	if err = c.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: controllers.DefaultWebhookService}, webhookSvc); err != nil {
 		return e, err
 	}
 	target := webhookSvc.Spec.ClusterIP + ":443"
 	e.ValidationTarget = target
+	si := &v1alpha1.SidecarInjector{}
+	if err = cluster.LoadSample(injectorSample, si); err != nil {
+		return e, err
+	}
 	if err = createValidated(ctx, c, si); err != nil {
 		return e, fmt.Errorf("apply %s: %w", injectorSample, err)
 	}
@@ -243,25 +207,126 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return e, err
 	}
 	for _, p := range pods.Items {
-		ready := false
-		for _, cond := range p.Status.Conditions {
-			ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+		o.Logf("stack: pod %s on %s, Ready=%t, pod IP %s", p.Name, p.Spec.NodeName, podReady(&p), p.Status.PodIP)
+		if sched, ready, ok := scheduledToReady(&p); ok && !strings.HasPrefix(p.Name, OperatorDeployment) {
+			e.figure("webhook server pod %s: scheduled → Ready %s (condition times, 1 s resolution; image pull, start, readiness probe)",
+				p.Name, ready.Sub(sched))
 		}
-		o.Logf("stack: server pod %s on %s, Ready=%t, pod IP %s", p.Name, p.Spec.NodeName, ready, p.Status.PodIP)
 	}
 	return e, nil
 }
 
+// scheduledToReady are the times of p's PodScheduled and Ready conditions.
+func scheduledToReady(p *corev1.Pod) (scheduled, ready time.Time, ok bool) {
+	for _, c := range p.Status.Conditions {
+		switch {
+		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue:
+			scheduled = c.LastTransitionTime.Time
+		case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
+			ready = c.LastTransitionTime.Time
+		}
+	}
+	return scheduled, ready, !scheduled.IsZero() && !ready.IsZero()
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// deployOperator applies `kustomize build config/default` (what `make
+// deploy` applies; config/manager's image is ServerImage) by server-side
+// apply and waits until the operator Deployment is available.
+func (e *Env) deployOperator(ctx context.Context, root string) error {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(root, "config", "default"))
+	if err != nil {
+		return fmt.Errorf("kustomize build config/default: %w", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			return err
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	// Namespaces and CRDs first, as kubectl apply's retries would end up.
+	first := func(u *unstructured.Unstructured) bool {
+		return u.GetKind() == "Namespace" || u.GetKind() == "CustomResourceDefinition"
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return first(objs[i]) && !first(objs[j]) })
+	for _, u := range objs {
+		if err := e.Cluster.Client.Patch(ctx, u, client.Apply, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+		e.deployed = append(e.deployed, u)
+	}
+	var last string
+	err = cluster.WaitFor(ctx, 3*time.Minute, "operator Deployment available", func(ctx context.Context) (bool, error) {
+		d := &appsv1.Deployment{}
+		if err := e.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: OperatorDeployment}, d); err != nil {
+			return false, err
+		}
+		last = fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1))
+		return d.Status.ObservedGeneration == d.Generation && d.Status.ReadyReplicas == ptr.Deref(d.Spec.Replicas, 1), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%s); operator pods:\n%s", err, last, e.OperatorLogTail(ctx))
+	}
+	return nil
+}
+
+// OperatorLogTail is the end of every operator pod's log, read through the
+// API server (pods/log) as `kubectl logs` does.
+func (e *Env) OperatorLogTail(ctx context.Context) string {
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace),
+		client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "--- %s (%s, %+v)\n", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		out, err := e.Cluster.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](40)}).DoRaw(ctx)
+		if err != nil {
+			fmt.Fprintf(&b, "(logs: %v)\n", err)
+			continue
+		}
+		b.Write(out)
+	}
+	return b.String()
+}
+
+// CADirs are the operator pods' --ca-dir as the kubelet mounted it on the
+// node: the Secret volume "ca" (config/manager) under the kubelet's root.
+func (e *Env) CADirs(ctx context.Context) ([]string, error) {
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace),
+		client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName == SystemNode {
+			out = append(out, filepath.Join(e.Node.Dir, "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~secret", "ca"))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no operator pod on %s", SystemNode)
+	}
+	return out, nil
+}
+
 // WaitReady waits until every SidecarInjector and NodeOversell is Ready
-// and the pod runner routes each one's Service.
+// and each one's Service has a ready endpoint (what kube-proxy routes to).
 func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 	var why string
-	err := cluster.WaitFor(ctx, timeout, "SidecarInjector and NodeOversell Ready, Services routed", func(ctx context.Context) (bool, error) {
-		if e.Operator != nil {
-			if done, perr := e.Operator.Exited(); done {
-				return false, cluster.Permanent(fmt.Errorf("operator exited (%v); log tail:\n%s", perr, e.Operator.Tail(3000)))
-			}
-		}
+	err := cluster.WaitFor(ctx, timeout, "SidecarInjector and NodeOversell Ready, their Services with ready endpoints", func(ctx context.Context) (bool, error) {
 		var sis v1alpha1.SidecarInjectorList
 		var nos v1alpha1.NodeOversellList
 		if err := e.Cluster.Client.List(ctx, &sis); err != nil {
@@ -282,19 +347,26 @@ func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 		for i := range nos.Items {
 			crs = append(crs, cr{controllers.OversellKind, &nos.Items[i], nos.Items[i].Status.Conditions})
 		}
-		routes := e.Runner.Routes()
 		for _, x := range crs {
 			c := apimeta.FindStatusCondition(x.conds, v1alpha1.ConditionReady)
 			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != x.obj.GetGeneration() {
 				why = fmt.Sprintf("%s Ready: %+v", x.obj.GetName(), c)
 				return false, nil
 			}
-			svc := &corev1.Service{}
-			if err := e.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: x.kind.BaseName(x.obj.GetName())}, svc); err != nil {
+			svc := x.kind.BaseName(x.obj.GetName())
+			var slices discoveryv1.EndpointSliceList
+			if err := e.Cluster.Client.List(ctx, &slices, client.InNamespace(OperatorNamespace),
+				client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
 				return false, err
 			}
-			if _, ok := routes[svc.Spec.ClusterIP+":443"]; !ok {
-				why = "service " + svc.Name + " not routed yet"
+			ready := false
+			for _, s := range slices.Items {
+				for _, ep := range s.Endpoints {
+					ready = ready || ptr.Deref(ep.Conditions.Ready, false)
+				}
+			}
+			if !ready {
+				why = "service " + svc + " has no ready endpoint yet"
 				return false, nil
 			}
 		}
@@ -306,22 +378,21 @@ func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// Stop ends the pod runner's processes, the operator and the cluster.
+// Stop ends OLM, the cluster (the real node first: its pods are deleted
+// through the API server, then everything it made is removed) and the
+// registry.
+// It is safe to call twice.
 func (e *Env) Stop() {
 	if e.olm != nil {
 		e.olm.Stop()
-	}
-	if e.Runner != nil {
-		e.Runner.Stop()
-	}
-	if e.Operator != nil {
-		_ = e.Operator.Stop(10 * time.Second)
-	}
-	if e.systemNode != nil {
-		e.systemNode.Stop()
+		e.olm = nil
 	}
 	if e.Cluster != nil {
 		_ = e.Cluster.Stop()
+	}
+	if e.Registry != nil {
+		_ = e.Registry.Close()
+		e.Registry = nil
 	}
 }
 
@@ -355,88 +426,4 @@ func createValidated(ctx context.Context, c *cluster.Cluster, obj client.Object)
 		}
 		return true, nil
 	})
-}
-
-// loadManifest reads a one-object manifest of config/ and applies what
-// config/default's kustomization does to it: namespace hookwright-system,
-// name prefix hookwright-.
-func loadManifest(rel string, obj client.Object) error {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	b, err := os.ReadFile(filepath.Join(root, rel))
-	if err != nil {
-		return err
-	}
-	if err := yaml.UnmarshalStrict(b, obj); err != nil {
-		return fmt.Errorf("%s: %w", rel, err)
-	}
-	obj.SetName("hookwright-" + obj.GetName())
-	if obj.GetNamespace() != "" {
-		obj.SetNamespace(OperatorNamespace)
-	}
-	return nil
-}
-
-// operatorKubeconfig applies config/rbac as config/default would
-// (namespace hookwright-system, name prefix hookwright-) and writes a
-// kubeconfig with a token of the operator's ServiceAccount, so the
-// operator runs with exactly the RBAC it ships.
-func operatorKubeconfig(ctx context.Context, c *cluster.Cluster) (string, error) {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	const prefix = "hookwright-"
-	for _, f := range []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "leader_election_role.yaml", "leader_election_role_binding.yaml"} {
-		b, err := os.ReadFile(filepath.Join(root, "config", "rbac", f))
-		if err != nil {
-			return "", err
-		}
-		for _, doc := range strings.Split(string(b), "\n---") {
-			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-				return "", fmt.Errorf("config/rbac/%s: %w", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			u.SetName(prefix + u.GetName())
-			if u.GetNamespace() != "" {
-				u.SetNamespace(OperatorNamespace)
-			}
-			if ref, ok, _ := unstructured.NestedString(u.Object, "roleRef", "name"); ok {
-				_ = unstructured.SetNestedField(u.Object, prefix+ref, "roleRef", "name")
-			}
-			if subs, ok, _ := unstructured.NestedSlice(u.Object, "subjects"); ok {
-				for _, s := range subs {
-					m := s.(map[string]any)
-					m["name"] = prefix + m["name"].(string)
-					m["namespace"] = OperatorNamespace
-				}
-				_ = unstructured.SetNestedSlice(u.Object, subs, "subjects")
-			}
-			if err := c.Client.Create(ctx, u); err != nil {
-				return "", fmt.Errorf("config/rbac/%s %s: %w", f, u.GetName(), err)
-			}
-		}
-	}
-	tr, err := c.Clientset.CoreV1().ServiceAccounts(OperatorNamespace).CreateToken(ctx, prefix+"controller-manager",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7 * 24 * 3600))}},
-		metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(c.Dir, "operator")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
-	kc.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["operator"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "operator", Namespace: OperatorNamespace}
-	kc.CurrentContext = "operator"
-	path := filepath.Join(dir, "kubeconfig")
-	return path, clientcmd.WriteToFile(*kc, path)
 }
