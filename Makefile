@@ -150,9 +150,11 @@ deploy: manifests tool-kustomize ## Deploy the operator (IMG=...) to the cluster
 	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: tool-kustomize delete-crs ## Remove the operator: custom resources first, then its manifests and the validating webhook it created.
+# What the operator itself created (hookwright-validation, the CA and
+# serving Secrets) is owned by the CRDs: the garbage collector deletes it
+# with them (controllers/installowners.go).
+undeploy: tool-kustomize delete-crs ## Remove the operator: custom resources first, then its manifests (and, with the CRDs, what it created).
 	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
-	$(KUBECTL) delete validatingwebhookconfiguration hookwright-validation --ignore-not-found
 
 # Custom resources go first, while the operator still runs: a NodeOversell's
 # finalizer restores its nodes' real allocatable, and deleting the namespace,
@@ -183,6 +185,8 @@ endif
 bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundle.Dockerfile from config/ (VERSION=x.y.z IMG=...) and validate them.
 	$(OPERATOR_SDK) generate kustomize manifests --interactive=false -q
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	@# generate bundle never deletes a manifest whose source is gone.
+	rm -rf bundle/manifests
 	$(KUSTOMIZE) build config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
 	@# operator-sdk stamps createdAt on every run: keep the committed CSV when
 	@# nothing else in it changed, so an unchanged bundle leaves git clean.

@@ -163,7 +163,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(cfg, manager.Options{
+	mo := manager.Options{
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
@@ -177,9 +177,13 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 			},
 			CADir: o.caDir,
 		},
-	})
+	}
+	if pod, ok := manager.LeaseOwnerFromEnv(); ok {
+		mo.LeaseOwner = &pod
+	}
+	mgr, err := manager.New(cfg, mo)
 	if err != nil {
 		return err
 	}
-	return mgr.Start(cmd.Context())
+	return manager.Run(cmd.Context(), cfg, mgr, mo)
 }

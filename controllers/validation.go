@@ -46,6 +46,7 @@ import (
 // create, list and watch cannot be limited by name).
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch;create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;patch,resourceNames=hookwright-validation
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get,resourceNames=sidecarinjectors.admission.hookwright.io;nodeoversells.admission.hookwright.io
 
 // WebhookSettings configure the manager's validating webhook.
 type WebhookSettings struct {
@@ -163,6 +164,16 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	now := v.now()
 	ns := v.Settings.Namespace
 	policy := v.Settings.Certificates.Policy
+	owners, err := certsource.InstallationOwners(ctx, v.APIReader)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(owners) == 0 {
+		// The CRDs are being deleted (an uninstall): the configuration,
+		// deleted with them, must not come back.
+		log.FromContext(ctx).Info("CRDs absent or being deleted; the validating webhook is not set up", "crds", certsource.InstallationCRDs)
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	}
 	caSec := &corev1.Secret{}
 	switch err := v.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: desired.CASecretName}, caSec); {
 	case apierrors.IsNotFound(err):
@@ -185,6 +196,7 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	// only once the first certificate is in the cache it is served from.
 	want := desired.ValidatingWebhookConfiguration(ns, v.Settings.Webhook.Service, v.Settings.Webhook.Path)
 	certsource.PublishValidating(want, caData, v.shared.caDir.Bundle())
+	want.OwnerReferences = owners
 	names := certs.ServingDNSNames(v.Settings.Webhook.Service, ns, "")
 	cur := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns, Name: desired.ManagerCertSecretName}
@@ -196,6 +208,9 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	if cur != nil {
 		if err := v.ensure(ctx, want); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := certsource.AddOwners(ctx, v.Client, cur, owners); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -212,7 +227,9 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := v.apply(ctx, desired.ManagerCertSecret(ns, kp.CertPEM, kp.KeyPEM)); err != nil {
+		sec := desired.ManagerCertSecret(ns, kp.CertPEM, kp.KeyPEM)
+		sec.OwnerReferences = owners
+		if err := v.apply(ctx, sec); err != nil {
 			return ctrl.Result{}, err
 		}
 		log.FromContext(ctx).Info("manager webhook certificate issued", "reason", reason, "message", msg, "notAfter", kp.Cert.NotAfter)

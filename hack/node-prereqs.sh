@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the real test node needs (test/cluster
 # RealNode, test/node) when they are missing: runc, the packet filter
-# kube-proxy and CNI's portmap drive, iproute2 and nsenter. It needs root
+# kube-proxy and CNI's portmap drive, iproute2 and nsenter, and a static
+# busybox for the OLM pod images (internal/ociimage, test/olm). It needs root
 # and apt-get; without them it says what is missing and the node tests
 # fail naming it (there is no fallback).
 set -euo pipefail
@@ -11,6 +12,7 @@ need=()
 command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
+[ -x /bin/busybox ] || need+=(busybox-static)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then

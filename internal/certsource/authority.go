@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,8 +85,21 @@ func (c *CAReconciler) advance(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	if out.CA != nil && (g.CASecret == nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal)) {
-		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA)
+	var owners []metav1.OwnerReference
+	if c.Env.APIReader != nil {
+		if owners, err = InstallationOwners(ctx, c.Env.APIReader); err != nil {
+			return out, err
+		}
+		if len(owners) == 0 && len(g.CRs) == 0 && g.CASecret == nil {
+			// The CRDs are absent or being deleted (an uninstall): the CA,
+			// deleted with them, must not come back for the manager alone.
+			log.FromContext(ctx).Info("CRDs absent or being deleted; the installation CA is not created", "crds", InstallationCRDs)
+			c.rotating(ctx, outcome{})
+			return outcome{RequeueAfter: 10 * time.Second}, nil
+		}
+	}
+	if out.CA != nil && (g.CASecret == nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal) || len(MissingOwners(g.CASecret.OwnerReferences, owners)) > 0) {
+		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA, owners)
 		if err != nil {
 			return out, err
 		}
@@ -106,10 +121,12 @@ func (c *CAReconciler) rotating(ctx context.Context, out outcome) {
 // writeCASecret creates the CA Secret (cur nil) or patches it to data with
 // an optimistic lock, so a concurrent writer (another replica that still
 // thinks it leads) makes this reconcile retry instead of one CA
-// overwriting another. It returns the Secret as written.
-func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte) (*corev1.Secret, error) {
+// overwriting another. The Secret is owned by the installation's CRDs
+// (owners; see owners.go). It returns the Secret as written.
+func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte, owners []metav1.OwnerReference) (*corev1.Secret, error) {
 	if cur == nil {
 		sec := desired.CASecret(namespace, data)
+		sec.OwnerReferences = owners
 		if err := c.Create(ctx, sec, client.FieldOwner(apply.FieldManager)); err != nil {
 			return nil, fmt.Errorf("create CA Secret %s/%s: %w", namespace, sec.Name, err)
 		}
@@ -121,6 +138,7 @@ func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *
 		next.Labels = map[string]string{}
 	}
 	next.Labels[desired.LabelManagedBy] = desired.ManagedByValue
+	next.OwnerReferences = append(next.OwnerReferences, MissingOwners(next.OwnerReferences, owners)...)
 	patch := client.MergeFromWithOptions(cur, client.MergeFromWithOptimisticLock{})
 	if err := c.Patch(ctx, next, patch, client.FieldOwner(apply.FieldManager)); err != nil {
 		return nil, fmt.Errorf("update CA Secret %s/%s: %w", namespace, cur.Name, err)

@@ -16,12 +16,15 @@ import (
 	"net/http"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -73,6 +76,23 @@ type Options struct {
 	// WrapValidation, when set, wraps the validating webhook's handler
 	// (tests stand in for a webhook that was down).
 	WrapValidation func(admission.Handler) admission.Handler
+	// LeaseOwner, when set (LeaseOwnerFromEnv), becomes the owner of the
+	// leader election Lease while this replica leads.
+	LeaseOwner *metav1.OwnerReference
+}
+
+// Run starts mgr and, once it stopped, deletes the leader election Lease
+// this replica released (see deleteReleasedLease).
+func Run(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options) error {
+	err := mgr.Start(ctx)
+	if o.LeaderElection {
+		leNS := o.LeaderElectionNamespace
+		if leNS == "" {
+			leNS = o.Settings.Namespace
+		}
+		deleteReleasedLease(cfg, leNS, leaderElectionID)
+	}
+	return err
 }
 
 // New builds the manager with every controller set up; the caller starts it.
@@ -104,7 +124,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: leNS,
-		Cache:                   controllers.CacheOptions(append([]string{s.Namespace}, o.Servers.Namespaces...)...),
+		// Step down on shutdown (the process exits right after Start
+		// returns), so the Lease can be deleted: see Run.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(append([]string{s.Namespace}, o.Servers.Namespaces...)...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
@@ -116,6 +139,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			h = o.WrapValidation(h)
 		}
 		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: h})
+	}
+	if o.LeaderElection && o.LeaseOwner != nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		pod := *o.LeaseOwner
+		// A Runnable without NeedLeaderElection runs only on the leader.
+		if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
+			ownLease(ctx, cs, leNS, leaderElectionID, pod)
+			return nil
+		})); err != nil {
+			return nil, err
+		}
 	}
 	if err := controllers.Setup(mgr, s); err != nil {
 		return nil, fmt.Errorf("set up controllers: %w", err)

@@ -16,7 +16,7 @@ const (
 	SetOperator = "operator" // OperatorName
 	SetPause    = "pause"    // PauseName
 	SetStandins = "standins" // NginxName, ProxyName, ProxyInitName, LogShipperName, StandinName
-	SetOLM      = "olm"      // BundleName, OPMName, OLMUtilName, DecompressionName
+	SetOLM      = "olm"      // BundleName, OPMName, IndexName, OLMUtilName, DecompressionName
 )
 
 // Sets lists every set, in build order.
@@ -171,6 +171,10 @@ func buildOLM(ctx context.Context, o Options) ([]Named, error) {
 	if err != nil {
 		return nil, err
 	}
+	index, err := Index(o.Arch, o.OPM, o.Busybox)
+	if err != nil {
+		return nil, err
+	}
 	cpb := filepath.Join(o.BinDir, "cpb-linux-"+o.Arch)
 	if err := run(ctx, filepath.Join(o.Root, "hack", "tools", "olm"), []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + o.Arch},
 		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", cpb, "github.com/operator-framework/operator-lifecycle-manager/util/cpb"); err != nil {
@@ -187,6 +191,7 @@ func buildOLM(ctx context.Context, o Options) ([]Named, error) {
 	return []Named{
 		{Name: o.BundleName, Image: bundle},
 		{Name: OPMName, Image: opm},
+		{Name: IndexName, Image: index},
 		{Name: OLMUtilName, Image: util},
 		{Name: DecompressionName, Image: dec},
 	}, nil

@@ -44,12 +44,9 @@ var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?$`
 // file contents. addr must be a loopback host:port; upstreams are
 // registry host names (docker.io, not index.docker.io).
 func ContainerdHosts(addr string, upstreams []string) (map[string]string, error) {
-	if err := checkLoopback(addr); err != nil {
+	host, port, err := loopbackHostPort(addr)
+	if err != nil {
 		return nil, err
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
 	}
 	files := map[string]string{}
 	ups := append([]string(nil), upstreams...)
@@ -72,12 +69,51 @@ func ContainerdHosts(addr string, upstreams []string) (map[string]string, error)
 	return files, nil
 }
 
+// ContainerdAliasHosts returns containerd's host configuration (as
+// ContainerdHosts) for other addresses of the registry at addr, such as
+// its Registry.TLSAddr: a pull of <alias>/repo:tag is served by
+// http://<addr>/v2/repo/... So an image name that host-side tools use
+// over HTTPS (operator-sdk's bundle and index images) is pulled by
+// containerd from the plain-HTTP listener that the node already reaches.
+// Aliases must be loopback host:port addresses.
+func ContainerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
+	host, port, err := loopbackHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{}
+	for _, a := range aliases {
+		ah, ap, err := loopbackHostPort(a)
+		if err != nil {
+			return nil, err
+		}
+		files[ah+"_"+ap+"_/hosts.toml"] = hostsTOML(
+			"Another address of the local registry ("+a+"), pulled from its plain-HTTP listener.",
+			"http://"+host+":"+port, false)
+	}
+	return files, nil
+}
+
 // WriteContainerdHosts writes ContainerdHosts(addr, upstreams) under dir.
 func WriteContainerdHosts(dir, addr string, upstreams []string) error {
 	files, err := ContainerdHosts(addr, upstreams)
 	if err != nil {
 		return err
 	}
+	return writeHostFiles(dir, files)
+}
+
+// WriteContainerdAliasHosts writes ContainerdAliasHosts(addr, aliases)
+// under dir.
+func WriteContainerdAliasHosts(dir, addr string, aliases []string) error {
+	files, err := ContainerdAliasHosts(addr, aliases)
+	if err != nil {
+		return err
+	}
+	return writeHostFiles(dir, files)
+}
+
+func writeHostFiles(dir string, files map[string]string) error {
 	for rel, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -88,6 +124,19 @@ func WriteContainerdHosts(dir, addr string, upstreams []string) error {
 		}
 	}
 	return nil
+}
+
+// loopbackHostPort splits a loopback host:port, an IPv6 host in brackets
+// as in a URL and containerd's host directory names.
+func loopbackHostPort(addr string) (host, port string, err error) {
+	if err := checkLoopback(addr); err != nil {
+		return "", "", err
+	}
+	host, port, _ = net.SplitHostPort(addr)
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return host, port, nil
 }
 
 // hostDirectory is containerd's directory name for a host with a port

@@ -31,7 +31,15 @@ const (
 	// DecompressionName is operator-sdk's default --decompression-image:
 	// its init container runs sh, cat and gzip -d on the catalog ConfigMaps.
 	DecompressionName = "registry.access.redhat.com/ubi9/ubi:9.7"
+	// IndexName is an empty file-based catalog image (see Index), the
+	// --index-image of `operator-sdk run bundle` here.
+	IndexName = "ghcr.io/hookwright/hookwright-index:empty"
 )
+
+// IndexConfigsLabel says where a catalog image keeps its file-based
+// catalog (operator-registry pkg/containertools ConfigsLocationLabel);
+// operator-sdk treats an --index-image with it as a file-based catalog.
+const IndexConfigsLabel = "operators.operatorframework.io.index.configs.v1"
 
 // DefaultBusybox is where Debian's busybox-static package installs its
 // (static) binary.
@@ -131,6 +139,26 @@ func OPM(arch, opm, busybox string) (v1.Image, error) {
 		Config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}})
 }
 
+// Index returns an empty file-based catalog image, what `opm generate
+// dockerfile` builds for a catalog without packages: the OPM image with an
+// empty /configs, labelled IndexConfigsLabel=/configs, CMD ["serve",
+// "/configs", "--cache-dir=/tmp/cache"]. operator-sdk run bundle renders
+// it (no bundles), adds the bundle and serves the result from a registry
+// pod running this image; without the label it would take the image for
+// a SQLite index.
+func Index(arch, opm, busybox string) (v1.Image, error) {
+	cfg := Config{
+		User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"},
+		Cmd:    []string{"serve", "/configs", "--cache-dir=/tmp/cache"},
+		Labels: map[string]string{IndexConfigsLabel: "/configs"},
+	}
+	configs, err := Layer([]File{{Path: "/configs", Mode: fs.ModeDir | 0o755}})
+	if err != nil {
+		return nil, err
+	}
+	return withBusybox(arch, opm, "/bin/opm", busybox, cfg, configs)
+}
+
 // OLMUtil returns the util image of bundle unpack Jobs: busybox (its cp)
 // and OLM's cpb at /bin/cpb.
 func OLMUtil(arch, cpb, busybox string) (v1.Image, error) {
@@ -138,8 +166,8 @@ func OLMUtil(arch, cpb, busybox string) (v1.Image, error) {
 }
 
 // withBusybox is a busybox base layer (user 1001) under one static
-// program copied to path.
-func withBusybox(arch, program, path, busybox string, cfg Config) (v1.Image, error) {
+// program copied to path, then the extra layers.
+func withBusybox(arch, program, path, busybox string, cfg Config, extra ...v1.Layer) (v1.Image, error) {
 	bin, err := readStatic(program)
 	if err != nil {
 		return nil, err
@@ -156,7 +184,7 @@ func withBusybox(arch, program, path, busybox string, cfg Config) (v1.Image, err
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, cfg, base, app)
+	return New(arch, cfg, append([]v1.Layer{base, app}, extra...)...)
 }
 
 // Decompression returns the image of operator-sdk's decompression init

@@ -100,6 +100,10 @@ func TestOLMImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	index, err := Index("amd64", static, static)
+	if err != nil {
+		t.Fatal(err)
+	}
 	check := func(name string, files map[string]entry, want ...string) {
 		t.Helper()
 		for _, p := range append([]string{"/bin/busybox", "/tmp", "/etc/passwd"}, want...) {
@@ -116,6 +120,23 @@ func TestOLMImages(t *testing.T) {
 	check("opm", flatten(t, opm), "/bin/opm")
 	check("util", flatten(t, util), "/bin/cpb")
 	check("decompression", flatten(t, dec))
+	indexFiles := flatten(t, index)
+	check("index", indexFiles, "/bin/opm")
+	if e := indexFiles["/configs"]; e.hdr == nil || e.hdr.Typeflag != tar.TypeDir {
+		t.Errorf("index: no /configs directory")
+	}
+	for p := range indexFiles {
+		if strings.HasPrefix(p, "/configs/") {
+			t.Errorf("index: /configs is not empty: %s", p)
+		}
+	}
+	icf, err := index.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if icf.Config.Labels[IndexConfigsLabel] != "/configs" || cmp.Diff([]string{"serve", "/configs", "--cache-dir=/tmp/cache"}, icf.Config.Cmd) != "" {
+		t.Errorf("index config %+v", icf.Config)
+	}
 	cf, err := opm.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,18 @@ package ociimage
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -21,8 +29,15 @@ import (
 type Registry struct {
 	// Addr is host:port, e.g. 127.0.0.1:40123.
 	Addr string
-	srv  *http.Server
-	done chan error
+	// TLSAddr is the HTTPS listener of StartTLS, empty before it.
+	TLSAddr string
+	// CAPEM is the certificate TLSAddr serves (self-signed, PEM), for a
+	// client's trust store (SSL_CERT_FILE); nil before StartTLS.
+	CAPEM   []byte
+	srv     *http.Server
+	done    chan error
+	tls     *http.Server
+	tlsDone chan error
 }
 
 // StartRegistry serves a new, empty registry on addr ("127.0.0.1:0" picks
@@ -55,14 +70,86 @@ func StartRegistry(addr string, logw io.Writer) (*Registry, error) {
 	return r, nil
 }
 
-// Close stops the registry and waits for its server to end; its images
-// are gone.
-func (r *Registry) Close() error {
-	err := r.srv.Close()
-	if serr := <-r.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
+// StartTLS serves the same registry (the same images) over HTTPS on a
+// second free port of Addr's IP, with a self-signed certificate for that
+// IP valid for a day, and sets TLSAddr and CAPEM. It is for clients that
+// only speak HTTPS to a registry: operator-sdk v1.42.2 reads an index
+// image's labels with operator-registry's containerd resolver without its
+// plain-HTTP option (internal/registry GetImageLabels), so a plain-HTTP
+// index image fails there. Images pushed to Addr are pulled from TLSAddr
+// under the same repository (host:port is not part of it).
+func (r *Registry) StartTLS() error {
+	if r.tls != nil {
+		return fmt.Errorf("ociimage: registry %s already serves TLS on %s", r.Addr, r.TLSAddr)
 	}
-	return err
+	host, _, err := net.SplitHostPort(r.Addr)
+	if err != nil {
+		return err
+	}
+	cert, caPEM, err := selfSigned(net.ParseIP(host), time.Now())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fmt.Errorf("ociimage: registry TLS: %w", err)
+	}
+	r.TLSAddr, r.CAPEM = ln.Addr().String(), caPEM
+	r.tls = &http.Server{
+		Handler:           r.srv.Handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	}
+	r.tlsDone = make(chan error, 1)
+	go func() { r.tlsDone <- r.tls.ServeTLS(ln, "", "") }()
+	return nil
+}
+
+// selfSigned returns an ECDSA P-256 certificate for ip, valid from a
+// minute before now for a day, as a tls.Certificate and as PEM.
+func selfSigned(ip net.IP, now time.Time) (tls.Certificate, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "hookwright local registry " + ip.String()},
+		IPAddresses:           []net.IP{ip},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// Close stops the registry (both listeners) and waits for its servers to
+// end; its images are gone.
+func (r *Registry) Close() error {
+	var errs []error
+	if r.tls != nil {
+		errs = append(errs, r.tls.Close())
+		if serr := <-r.tlsDone; !errors.Is(serr, http.ErrServerClosed) {
+			errs = append(errs, serr)
+		}
+	}
+	errs = append(errs, r.srv.Close())
+	if serr := <-r.done; !errors.Is(serr, http.ErrServerClosed) {
+		errs = append(errs, serr)
+	}
+	return errors.Join(errs...)
 }
 
 // Push pushes imgs to the registry at addr (see Push).

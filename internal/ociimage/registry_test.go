@@ -3,6 +3,8 @@ package ociimage
 import (
 	"archive/tar"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"io/fs"
 	"net/http"
@@ -32,6 +34,22 @@ func small(t *testing.T, content string) v1.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// headManifest asks url for a manifest as containerd does and wants 200
+// with digest want.
+func headManifest(t *testing.T, url string, want v1.Hash) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodHead, url, nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Docker-Content-Digest") != want.String() {
+		t.Errorf("HEAD %s: %d digest %q, want 200 %s", req.URL, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), want)
+	}
 }
 
 func startRegistry(t *testing.T) *Registry {
@@ -124,16 +142,7 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 		if !strings.Contains(hosts[tc.hostDir+"/hosts.toml"], "override_path = true") {
 			root += "/v2" // containerd appends the API root unless told not to
 		}
-		req, _ := http.NewRequest(http.MethodHead, root+"/"+tc.repo+"/manifests/"+tc.tag+"?ns="+tc.ns, nil)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Header.Get("Docker-Content-Digest") != want.String() {
-			t.Errorf("HEAD %s: %d digest %q, want 200 %s", req.URL, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), want)
-		}
+		headManifest(t, root+"/"+tc.repo+"/manifests/"+tc.tag+"?ns="+tc.ns, want)
 	}
 
 	// Any other registry lands on the empty prefix: not found, locally.
@@ -145,6 +154,60 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Errorf("_default pull: %d, want 404", resp.StatusCode)
+	}
+}
+
+// StartTLS serves the same images over HTTPS with a certificate for the
+// registry's IP, and ContainerdAliasHosts sends a pull of a TLSAddr name
+// to the plain listener, where the same manifest is.
+func TestRegistryTLSAndAliasHosts(t *testing.T) {
+	r := startRegistry(t)
+	if err := r.StartTLS(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.StartTLS(); err == nil {
+		t.Error("second StartTLS accepted")
+	}
+	img := small(t, "bundle")
+	want, _ := img.Digest()
+	if err := r.Push(context.Background(), Named{Name: r.Addr + "/hookwright-bundle:v0.1.0", Image: img}); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(r.CAPEM) {
+		t.Fatalf("CAPEM %q", r.CAPEM)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	ref, err := name.ParseReference(r.TLSAddr + "/hookwright-bundle:v0.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref, remote.WithTransport(tr))
+	if err != nil {
+		t.Fatalf("pull %s over TLS: %v", ref, err)
+	}
+	if d, _ := got.Digest(); d != want {
+		t.Errorf("TLS pull digest %s, want %s", d, want)
+	}
+	// Without the CA the certificate is not trusted.
+	if _, err := remote.Image(ref, remote.WithTransport(&http.Transport{})); err == nil {
+		t.Error("TLS pull without the registry's CA succeeded")
+	}
+
+	hosts, err := ContainerdAliasHosts(r.Addr, []string{r.TLSAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toml := hosts[hostDirectory(r.TLSAddr)+"/hosts.toml"]
+	m := regexp.MustCompile(`(?m)^server = "([^"]+)"`).FindStringSubmatch(toml)
+	if m == nil || strings.Contains(toml, "override_path") || len(hosts) != 1 {
+		t.Fatalf("alias hosts %v", hosts)
+	}
+	headManifest(t, m[1]+"/v2/hookwright-bundle/manifests/v0.1.0?ns="+r.TLSAddr, want)
+	for _, bad := range [][2]string{{"10.0.0.1:5000", "127.0.0.1:5001"}, {"127.0.0.1:5000", "example.com:443"}, {"127.0.0.1:5000", "127.0.0.1"}} {
+		if _, err := ContainerdAliasHosts(bad[0], []string{bad[1]}); err == nil {
+			t.Errorf("ContainerdAliasHosts(%q, %q) accepted", bad[0], bad[1])
+		}
 	}
 }
 

@@ -44,6 +44,10 @@ type RealNodeSpec struct {
 	// (e.g. "registry.hookwright.local"); ociimage.MirroredRegistries when
 	// empty.
 	Mirrors []string
+	// RegistryAliases are other loopback host:port addresses of the same
+	// registry (its ociimage.Registry.TLSAddr): images named with them are
+	// pulled from Registry (ociimage.ContainerdAliasHosts).
+	RegistryAliases []string
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the
@@ -189,7 +193,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 		return n, err
 	}
 	if spec.Registry != "" {
-		if err := n.addRegistry(spec.Registry, spec.Mirrors); err != nil {
+		if err := n.addRegistry(spec.Registry, spec.Mirrors, spec.RegistryAliases); err != nil {
 			return n, err
 		}
 	}

@@ -177,8 +177,9 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 
 // addRegistry relays the registry at addr (127.0.0.1:port on the host)
 // into the node's namespace and writes containerd's hosts.toml files
-// (ociimage.WriteContainerdHosts) for mirrors under certs.d.
-func (n *RealNode) addRegistry(addr string, mirrors []string) error {
+// (ociimage.WriteContainerdHosts) for mirrors and the registry's aliases
+// under certs.d.
+func (n *RealNode) addRegistry(addr string, mirrors, aliases []string) error {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil || host != "127.0.0.1" {
 		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
@@ -192,7 +193,11 @@ func (n *RealNode) addRegistry(addr string, mirrors []string) error {
 	if err := n.net.relay(addr, addr); err != nil {
 		return err
 	}
-	return ociimage.WriteContainerdHosts(filepath.Join(n.Dir, "containerd", "certs.d"), addr, mirrors)
+	dir := filepath.Join(n.Dir, "containerd", "certs.d")
+	if err := ociimage.WriteContainerdHosts(dir, addr, mirrors); err != nil {
+		return err
+	}
+	return ociimage.WriteContainerdAliasHosts(dir, addr, aliases)
 }
 
 func writeFiles(files map[string]string) error {

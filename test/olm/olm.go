@@ -29,6 +29,12 @@
 //	in, err := o.InstallBundle(ctx, "bundle", olm.InstallOptions{Namespace: "hookwright-system"})
 //	_, _, err = olm.NewBundleVersion("bundle", next, "0.1.1") // replaces in.CSV()
 //	err = in.Upgrade(ctx, next)
+//
+// The image path, as users run it, is runbundle.go's: SDK runs
+// bin/operator-sdk (run bundle, bundle-upgrade, cleanup) against the
+// harness with images from internal/ociimage and pods on a real node, and
+// Snapshot and NewObjects find what an uninstall left of any kind
+// (TestRunBundleOnRealNode).
 package olm
 
 import (

@@ -118,6 +118,10 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "rbac.authorization.k8s.io", "rolebindings", opNS, ""},
 		{"create", "", "pods", opNS, ""},
 		{"patch", "", "nodes", "", "kwok-node-0"},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "someone-elses.example.com"},
+		{"list", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
+		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[0]},
+		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[1]},
 	} {
 		if can(x) {
 			t.Errorf("the operator's ServiceAccount may %s", str(x))
@@ -131,6 +135,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
 		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", desired.ValidatingConfigName},
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[0]},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[1]},
 	} {
 		if !can(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
