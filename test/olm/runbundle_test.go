@@ -21,7 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
@@ -204,11 +205,11 @@ func TestRunBundleOnRealNode(t *testing.T) {
 		}
 	}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := o.Client.Get(ctx, client.ObjectKey{Name: controllers.ValidatingConfigName}, vwc); err != nil {
+	if err := o.Client.Get(ctx, client.ObjectKey{Name: desired.ValidatingConfigName}, vwc); err != nil {
 		t.Fatal(err)
 	}
-	if len(vwc.OwnerReferences) != len(controllers.InstallationCRDs) {
-		t.Errorf("%s owner references %v, want the CRDs %v", vwc.Name, vwc.OwnerReferences, controllers.InstallationCRDs)
+	if len(vwc.OwnerReferences) != len(certsource.InstallationCRDs) {
+		t.Errorf("%s owner references %v, want the CRDs %v", vwc.Name, vwc.OwnerReferences, certsource.InstallationCRDs)
 	}
 
 	start = time.Now()

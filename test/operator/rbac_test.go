@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -120,8 +121,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"patch", "", "nodes", "", "kwok-node-0"},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "someone-elses.example.com"},
 		{"list", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
-		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[0]},
-		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[1]},
+		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
+		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
 	} {
 		if can(x) {
 			t.Errorf("the operator's ServiceAccount may %s", str(x))
@@ -135,8 +136,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
 		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", desired.ValidatingConfigName},
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
-		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[0]},
-		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", controllers.InstallationCRDs[1]},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
 	} {
 		if !can(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -47,19 +48,19 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	// Owned by both CRDs, as are the manager's serving Secret and the CA
 	// Secret: an uninstall that deletes the CRDs deletes them (see
 	// controllers/installowners.go; test/olm's cleanup test shows it).
-	owners, err := controllers.InstallationOwners(ctx, c)
+	owners, err := certsource.InstallationOwners(ctx, c)
 	if err != nil || len(owners) != 2 {
 		t.Fatalf("installation owners %v, %v", owners, err)
 	}
 	for k, obj := range map[client.ObjectKey]client.Object{
 		key: &admissionregistrationv1.ValidatingWebhookConfiguration{},
-		{Namespace: operatorNS, Name: controllers.ManagerCertSecretName}: &corev1.Secret{},
-		{Namespace: operatorNS, Name: controllers.CASecretName}:          &corev1.Secret{},
+		{Namespace: operatorNS, Name: desired.ManagerCertSecretName}: &corev1.Secret{},
+		{Namespace: operatorNS, Name: desired.CASecretName}:          &corev1.Secret{},
 	} {
 		if err := c.Get(ctx, k, obj); err != nil {
 			t.Fatal(err)
 		}
-		if missing := controllers.MissingOwners(obj.GetOwnerReferences(), owners); len(missing) > 0 {
+		if missing := certsource.MissingOwners(obj.GetOwnerReferences(), owners); len(missing) > 0 {
 			t.Errorf("%s lacks owner references %v (has %v)", k, missing, obj.GetOwnerReferences())
 		}
 	}
