@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
@@ -319,7 +320,7 @@ func (h *Handler) problem(dst []byte, req *requestJSON, writer WriterClass, reas
 // optional JSON patch and an optional warning.
 func appendResponse(dst []byte, uid string, patch []byte, warning string) []byte {
 	dst = append(dst, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":`...)
-	dst = appendJSONString(dst, uid)
+	dst = jsonscan.AppendString(dst, uid)
 	dst = append(dst, `,"allowed":true`...)
 	if len(patch) > 0 {
 		dst = append(dst, `,"patchType":"JSONPatch","patch":"`...)
@@ -328,7 +329,7 @@ func appendResponse(dst []byte, uid string, patch []byte, warning string) []byte
 	}
 	if warning != "" {
 		dst = append(dst, `,"warnings":[`...)
-		dst = appendJSONString(dst, warning)
+		dst = jsonscan.AppendString(dst, warning)
 		dst = append(dst, ']')
 	}
 	return append(dst, "}}"...)
