@@ -269,22 +269,9 @@ func next(d []byte, end int, closer byte) (int, error) {
 // returns the index after the object. null is an empty object; any other
 // value is a *TypeError naming field.
 func EachMember(d []byte, i int, field string, fn func(key []byte, vs int) (int, error)) (int, error) {
-	i = SkipWS(d, i)
-	if i >= len(d) {
-		return 0, synErr(i, "unexpected end of input")
-	}
-	if d[i] != '{' {
-		if isNull(d, i) {
-			return i + 4, nil
-		}
-		if _, err := SkipValue(d, i); err != nil {
-			return 0, err
-		}
-		return 0, &TypeError{Field: field, Want: "an object"}
-	}
-	i = SkipWS(d, i+1)
-	if i < len(d) && d[i] == '}' {
-		return i + 1, nil
+	i, done, err := enter(d, i, '{', '}', field, "an object")
+	if err != nil || done {
+		return i, err
 	}
 	for {
 		if i >= len(d) || d[i] != '"' {
@@ -314,22 +301,9 @@ func EachMember(d []byte, i int, field string, fn func(key []byte, vs int) (int,
 // after it. It returns the index after the array. null is an empty array;
 // any other value is a *TypeError naming field.
 func EachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (int, error) {
-	i = SkipWS(d, i)
-	if i >= len(d) {
-		return 0, synErr(i, "unexpected end of input")
-	}
-	if d[i] != '[' {
-		if isNull(d, i) {
-			return i + 4, nil
-		}
-		if _, err := SkipValue(d, i); err != nil {
-			return 0, err
-		}
-		return 0, &TypeError{Field: field, Want: "an array"}
-	}
-	i = SkipWS(d, i+1)
-	if i < len(d) && d[i] == ']' {
-		return i + 1, nil
+	i, done, err := enter(d, i, '[', ']', field, "an array")
+	if err != nil || done {
+		return i, err
 	}
 	for {
 		ve, err := fn(i)
@@ -340,6 +314,31 @@ func EachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (i
 			return -i, err
 		}
 	}
+}
+
+// enter starts reading the object or array (opener ... closer) at d[i],
+// after whitespace: it returns the index of the first member or element,
+// or done and the index after the value for null and for an empty one.
+// Any other value is a *TypeError naming field.
+func enter(d []byte, i int, opener, closer byte, field, want string) (int, bool, error) {
+	i = SkipWS(d, i)
+	if i >= len(d) {
+		return 0, false, synErr(i, "unexpected end of input")
+	}
+	if d[i] != opener {
+		if isNull(d, i) {
+			return i + 4, true, nil
+		}
+		if _, err := SkipValue(d, i); err != nil {
+			return 0, false, err
+		}
+		return 0, false, &TypeError{Field: field, Want: want}
+	}
+	i = SkipWS(d, i+1)
+	if i < len(d) && d[i] == closer {
+		return i + 1, true, nil
+	}
+	return i, false, nil
 }
 
 // End checks that only whitespace follows the top-level value ending at end.
