@@ -5,6 +5,9 @@
 // config/samples, runs the end-to-end scenarios of test/e2e/scenarios and
 // prints their report, then keeps everything running until SIGINT or
 // SIGTERM (`make demo-down`).
+//
+// It must not import the operator's packages directly: it runs the
+// operator as a process, through test/e2e/scenarios.
 package main
 
 import (

@@ -8,6 +8,9 @@
 // KEP-1281), which maps a Service's ClusterIP:port to a local process. TLS
 // stays end to end, so a webhook's caBundle and its serving certificate's SANs
 // are checked for real.
+//
+// It must not import controllers or webhooks: the harness runs them only
+// as the processes a cluster would run.
 package cluster
 
 import (

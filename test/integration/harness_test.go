@@ -1,6 +1,10 @@
 // Package integration proves the test harness is real: a real kube-apiserver
 // calls local webhook servers through Services with verified TLS, and kwok
 // nodes heartbeat and run scheduled pods.
+//
+// Nothing imports it. It must not run the operator (controllers.Setup):
+// that is test/operator's job; it imports controllers for its pure
+// builders and names only.
 package integration
 
 import (

@@ -29,6 +29,9 @@
 //	in, err := o.InstallBundle(ctx, "bundle", olm.InstallOptions{Namespace: "hookwright-system"})
 //	_, _, err = olm.NewBundleVersion("bundle", next, "0.1.1") // replaces in.CSV()
 //	err = in.Upgrade(ctx, next)
+//
+// It must not import controllers or webhooks: OLM installs the operator
+// from bundle/ as a cluster would.
 package olm
 
 import (

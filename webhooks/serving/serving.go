@@ -5,6 +5,9 @@
 // make a server hold: timeouts on every phase of a request, a connection
 // limit, a body size limit, and one budget for the bytes of all in-flight
 // bodies (Envelope).
+//
+// It must not import any other hookwright package: both servers and the
+// manager build on it.
 package serving
 
 import (

@@ -9,6 +9,9 @@
 // config/rbac, lets a cluster.PodRunner run the webhook server pods the
 // operator's Deployments create, and applies config/samples. Nothing in the
 // operator or the servers knows they are not in a real cluster.
+//
+// It must not import webhooks: the servers are reached through the API
+// server (controllers is imported for its exported names only).
 package scenarios
 
 import (
