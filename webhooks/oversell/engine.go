@@ -112,6 +112,7 @@ type Input struct {
 // Reason explains a decision; it is a metric label, so the set is closed.
 type Reason string
 
+// Reasons of Decide.
 const (
 	ReasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
 	ReasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter

@@ -34,7 +34,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// CodeNoTemplates: the pod selects no template (empty annotation list and no defaultTemplates).
+// CodeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
 const CodeNoTemplates Code = "NoTemplates"
 
 // Status is the JSON of the sidecar.hookwright.io/status annotation: what an

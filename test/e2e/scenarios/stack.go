@@ -328,7 +328,7 @@ func (e *Env) Stop() {
 	}
 }
 
-// Kubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be nil.
+// RunKubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be nil.
 func (e *Env) RunKubectl(ctx context.Context, stdin []byte, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, e.Kubectl, append([]string{"--kubeconfig=" + e.Cluster.Kubeconfig}, args...)...)
 	if stdin != nil {
