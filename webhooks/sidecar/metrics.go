@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 // Metrics are the injector's Prometheus series. Reason labels take Code
@@ -54,11 +56,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "SidecarInjector versions that failed to compile and were not loaded.",
 		}, []string{"injector"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.injections, m.skips, m.failures,
-		m.warnings, m.duration, m.configGeneration, m.configErrors} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := serving.Register(reg, m.requests, m.injections, m.skips, m.failures,
+		m.warnings, m.duration, m.configGeneration, m.configErrors); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
