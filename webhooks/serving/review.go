@@ -55,12 +55,13 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFun
 	defer body.Release()
 	out := outPool.Get().(*outBuf)
 	defer putOut(out)
-	out.b, err = review(r, body.Bytes(), out.b[:0])
+	answer, err := review(r, body.Bytes(), out.b[:0])
 	if err != nil {
 		return refuse(w, err)
 	}
+	out.b = answer // keep what it grew to
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out.b)
+	_, _ = w.Write(answer)
 	return nil
 }
 
