@@ -29,7 +29,7 @@ type podDoc struct {
 	lists    map[string]*rawList
 	// read holds the spec lists as the one pass over the pod read them;
 	// list takes them while spec still holds the same bytes.
-	read map[string]readList
+	read [2]readList // spec.containers, spec.initContainers
 	// changed holds spec keys rewritten by a strategic merge.
 	changed map[string]bool
 }
@@ -37,6 +37,7 @@ type podDoc struct {
 // readList is a spec array read in the parse pass: its elements and their
 // names, or the error to report when the list is asked for.
 type readList struct {
+	key   string
 	raw   json.RawMessage
 	orig  []json.RawMessage
 	names []string
@@ -128,7 +129,7 @@ func (d *podDoc) split(raw []byte) error {
 		case k == "spec" && raw[vs] == '{':
 			ve, err = d.splitSpec(raw, vs)
 		case k == "spec": // a repeated spec that is not an object wins
-			d.spec, d.read = map[string]json.RawMessage{}, nil
+			d.spec, d.read = map[string]json.RawMessage{}, [2]readList{}
 			fallthrough
 		default:
 			ve, err = jsonscan.SkipValue(raw, vs)
@@ -148,8 +149,8 @@ func (d *podDoc) split(raw []byte) error {
 // splitSpec reads the spec object at raw[i] into d.spec and d.read; a
 // repeated spec replaces the earlier one, as in encoding/json.
 func (d *podDoc) splitSpec(raw []byte, i int) (int, error) {
-	d.spec = make(map[string]json.RawMessage, 16)
-	d.read = make(map[string]readList, 2)
+	d.spec = make(map[string]json.RawMessage, 8)
+	d.read = [2]readList{}
 	return jsonscan.EachMember(raw, i, "spec", func(key []byte, vs int) (int, error) {
 		k, err := jsonscan.MemberName(key)
 		if err != nil {
@@ -157,7 +158,7 @@ func (d *podDoc) splitSpec(raw []byte, i int) (int, error) {
 		}
 		var ve int
 		if k == "containers" || k == "initContainers" {
-			var rl readList
+			rl := readList{key: k}
 			rl.orig, rl.names, ve, rl.err = jsonscan.NamedArrayAt(raw, vs, "")
 			if _, ok := rl.err.(*jsonscan.TypeError); ok {
 				// Not a list of objects: reported if the list is used.
@@ -170,7 +171,11 @@ func (d *podDoc) splitSpec(raw []byte, i int) (int, error) {
 				return 0, err
 			}
 			rl.raw = raw[vs:ve:ve]
-			d.read[k] = rl
+			if k == "containers" {
+				d.read[0] = rl
+			} else {
+				d.read[1] = rl
+			}
 		} else if ve, err = jsonscan.SkipValue(raw, vs); err != nil {
 			return 0, err
 		}
@@ -190,7 +195,7 @@ func (d *podDoc) list(key string) (*rawList, error) {
 	if r, ok := d.spec[key]; ok && !isNull(r) {
 		l.present = true
 		var err error
-		if rl, ok := d.read[key]; ok && sameBytes(rl.raw, r) {
+		if rl, ok := d.readList(key); ok && sameBytes(rl.raw, r) {
 			l.orig, l.names, err = rl.orig, rl.names, rl.err
 		} else {
 			l.orig, l.names, err = jsonscan.NamedArray(r)
@@ -204,6 +209,16 @@ func (d *podDoc) list(key string) (*rawList, error) {
 	}
 	d.lists[key] = l
 	return l, nil
+}
+
+// readList returns what the parse pass read of spec[key].
+func (d *podDoc) readList(key string) (readList, bool) {
+	for _, rl := range d.read {
+		if rl.key == key {
+			return rl, true
+		}
+	}
+	return readList{}, false
 }
 
 // sameBytes reports whether a and b are the same slice of memory.

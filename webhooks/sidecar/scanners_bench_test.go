@@ -83,7 +83,7 @@ func jsSplit(pod []byte) (r splitResult, err error) {
 	if err := d.split(pod); err != nil {
 		return r, err
 	}
-	rl := d.read["containers"]
+	rl, _ := d.readList("containers")
 	return splitResult{top: d.top, spec: d.spec, names: rl.names}, rl.err
 }
 
