@@ -17,6 +17,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 KUSTOMIZE := $(BIN)/kustomize
 OPERATOR_SDK := $(BIN)/operator-sdk
 KUBECTL := $(BIN)/k8s/kubectl
+GOLANGCI_LINT := $(BIN)/golangci-lint
 
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
@@ -66,8 +67,12 @@ verify-generated: manifests generate ## Fail if generated files differ from the 
 verify-tidy: ## Fail if go.mod/go.sum are not tidy.
 	go mod tidy -diff
 
+.PHONY: lint
+lint: tool-golangci-lint ## Run the linters of .golangci.yml (golangci-lint, built into bin/).
+	$(GOLANGCI_LINT) run ./...
+
 .PHONY: verify
-verify: verify-fmt vet verify-tidy verify-generated ## gofmt, go vet, go mod tidy and the stale-generated check.
+verify: verify-fmt vet verify-tidy verify-generated lint ## gofmt, go vet, go mod tidy, the stale-generated check and the linters.
 
 .PHONY: test
 test: tools node-prereqs verify ## Run every test (builds the tools it needs first).
@@ -210,7 +215,7 @@ bundle-push: ## Push the bundle image.
 ##@ Tools (built from the Go module proxy into bin/, see hack/tools.sh)
 
 .PHONY: tools
-tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, OLM v0.33.0, opm).
+tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, golangci-lint, OLM v0.33.0, opm).
 	@hack/tools.sh
 
 .PHONY: tools-all

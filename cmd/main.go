@@ -1,5 +1,9 @@
 // Command hookwright is the single binary of the project: the operator
 // (manager), the two webhook servers (injector, oversell) and the CLI tools.
+//
+// It is wiring only: flags, managers and handlers from the packages below.
+// It must not import internal/ociimage or anything under test/: the
+// operator image carries neither (TestOperatorBinaryDoesNotLinkImages).
 package main
 
 import (

@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/webhooks/oversell"
-	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 func init() {
@@ -23,12 +19,9 @@ func init() {
 }
 
 type oversellOptions struct {
-	metricsAddr      string
-	probeAddr        string
+	webhookServerOptions
 	trustedReporters []string
 	nodeOversell     string
-	serving          serving.Options
-	zap              zap.Options
 }
 
 func newOversellCommand() *cobra.Command {
@@ -48,17 +41,12 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
-	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringArrayVar(&o.trustedReporters, "trusted-reporter", nil,
 		"user name whose nodes/status writes carry the real allocatable for every node, like the node's own kubelet (repeatable)")
 	fs.StringVar(&o.nodeOversell, "node-oversell", "",
 		"name of the NodeOversell this server acts for: it changes only nodes that NodeOversell wins and passes other writes through, "+
 			"so overlapping NodeOversells (one webhook each) never both amplify; empty acts for whichever NodeOversell wins (one server behind one webhook)")
-	o.serving.AddFlags(fs)
-	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
-	o.zap.BindFlags(gfs)
-	fs.AddGoFlagSet(gfs)
+	o.addFlags(fs)
 	return cmd
 }
 
@@ -66,41 +54,25 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 var errNotSynced = errors.New("NodeOversell cache not synced")
 
 func runOversell(ctx context.Context, o *oversellOptions) error {
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	log := ctrl.Log.WithName("oversell")
-
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	mgr, err := newWebhookManager(cfg, &o.serving, o.metricsAddr, o.probeAddr, cache.Options{})
+	_, mgr, err := o.start(cache.Options{})
 	if err != nil {
 		return err
 	}
-
+	log := ctrl.Log.WithName("oversell")
 	m, err := oversell.NewMetrics(metrics.Registry)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	store := oversell.NewStore(o.trustedReporters, log.WithName("config"), m)
-	// An informer event handler rather than a reconciler: each change is
-	// published as soon as the watch delivers it, with no work queue between.
 	if err := store.Watch(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
-
-	ws := mgr.GetWebhookServer()
 	h := oversell.NewHandler(store, m, log.WithName("handler")).ForNodeOversell(o.nodeOversell)
 	h.Envelope = o.serving.Envelope()
-	ws.Register("/oversell", h)
-	ws.Register("/configz", oversell.ConfigzHandler(store))
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("webhook", ws.StartedChecker()); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("config", func(*http.Request) error {
+	if err := registerWebhooks(mgr, map[string]http.Handler{
+		"/oversell": h,
+		"/configz":  oversell.ConfigzHandler(store),
+	}, func() error {
 		if !store.Synced() {
 			return errNotSynced
 		}
@@ -108,7 +80,6 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 	}); err != nil {
 		return err
 	}
-
 	log.Info("starting", "webhook-port", o.serving.Port, "trustedReporters", o.trustedReporters, "nodeOversell", o.nodeOversell)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("oversell: %w", err)

@@ -242,6 +242,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// The API server's defaults (api/v1alpha1 Default), for objects no API
+	// server defaulted; on served objects this changes nothing.
+	if d, ok := obj.(interface{ Default() }); ok {
+		d.Default()
+	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return r.reconcileDelete(ctx, obj)
 	}

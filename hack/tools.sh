@@ -43,6 +43,10 @@ spec() {
 	kwok) echo "kwok|$BIN/kwok|||-s -w|sigs.k8s.io/kwok/cmd/kwok" ;;
 	controller-gen) echo "controller-gen|$BIN/controller-gen|||-s -w|sigs.k8s.io/controller-tools/cmd/controller-gen" ;;
 	kustomize) echo "kustomize|$BIN/kustomize|||-s -w|sigs.k8s.io/kustomize/kustomize/v5" ;;
+	# make verify's linters (.golangci.yml).
+	golangci-lint)
+		local p=main
+		echo "golangci-lint|$BIN/golangci-lint|CGO_ENABLED=0||-s -w -X $p.version=2.15.0 -X $p.commit=v2.15.0 -X $p.date=2026-01-01T00:00:00Z|github.com/golangci/golangci-lint/v2/cmd/golangci-lint" ;;
 	operator-sdk)
 		local p=github.com/operator-framework/operator-sdk/internal/version
 		echo "operator-sdk|$BIN/operator-sdk|CGO_ENABLED=0|containers_image_openpgp|-s -w -X $p.Version=v1.42.2 -X $p.GitVersion=v1.42.2 -X $p.ImageVersion=v1.42.2|github.com/operator-framework/operator-sdk/cmd/operator-sdk" ;;
@@ -60,7 +64,7 @@ spec() {
 	esac
 }
 
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk scorecard-test)
 
 build() {

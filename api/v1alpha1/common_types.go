@@ -8,6 +8,7 @@ import (
 // +kubebuilder:validation:Enum=Fail;Ignore
 type FailurePolicy string
 
+// Failure policies (admissionregistration.k8s.io/v1 names).
 const (
 	FailurePolicyFail   FailurePolicy = "Fail"
 	FailurePolicyIgnore FailurePolicy = "Ignore"
@@ -44,11 +45,11 @@ type ServerSpec struct {
 type CertificateMode string
 
 const (
-	// CertificateSelfSigned: the operator's own CA issues and rotates the certificate.
+	// CertificateSelfSigned means the operator's own CA issues and rotates the certificate.
 	CertificateSelfSigned CertificateMode = "SelfSigned"
-	// CertificateCertManager: a cert-manager Certificate issues it.
+	// CertificateCertManager means a cert-manager Certificate issues it.
 	CertificateCertManager CertificateMode = "CertManager"
-	// CertificateSecret: the user provides a kubernetes.io/tls Secret with ca.crt.
+	// CertificateSecret means the user provides a kubernetes.io/tls Secret with ca.crt.
 	CertificateSecret CertificateMode = "Secret"
 )
 

@@ -1,5 +1,8 @@
 // Package v1alpha1 contains the hookwright API: SidecarInjector and
 // NodeOversell, both cluster-scoped, in group admission.hookwright.io.
+//
+// It holds types, constants and the defaulting function (defaults.go) only:
+// it must not import any other hookwright package, nor a Kubernetes client.
 // +kubebuilder:object:generate=true
 // +groupName=admission.hookwright.io
 package v1alpha1

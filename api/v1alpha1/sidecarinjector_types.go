@@ -22,6 +22,7 @@ const (
 // +kubebuilder:validation:Enum=Enabled;Disabled
 type InjectionPolicy string
 
+// Injection policies.
 const (
 	PolicyEnabled  InjectionPolicy = "Enabled"
 	PolicyDisabled InjectionPolicy = "Disabled"
@@ -32,6 +33,7 @@ const (
 // +kubebuilder:validation:Enum=Auto;Enabled;Disabled
 type NativeSidecarMode string
 
+// Native sidecar modes.
 const (
 	NativeSidecarAuto     NativeSidecarMode = "Auto"
 	NativeSidecarEnabled  NativeSidecarMode = "Enabled"

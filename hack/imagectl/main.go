@@ -10,6 +10,9 @@
 //	                                    SIGTERM or SIGINT
 //
 // `make image` and `make images` run the first; make demo can run the second.
+//
+// It must not import the operator's packages (controllers, webhooks): it
+// only drives internal/ociimage.
 package main
 
 import (

@@ -7,6 +7,9 @@
 // runs the end-to-end scenarios of test/e2e/scenarios and prints their
 // report, then keeps everything running until SIGINT or SIGTERM (`make
 // demo-down`), when it removes everything and checks nothing is left.
+//
+// It must not import the operator's packages: the operator runs in its own
+// container, deployed through test/e2e/scenarios.
 package main
 
 import (

@@ -9,6 +9,8 @@
 // re-reads the files through their visible names on any event, and compares
 // a sha256 of the content. A poll (default 30 s) covers lost events, a
 // directory that does not exist yet, and an fsnotify that failed.
+//
+// It must not import any other hookwright package, nor a Kubernetes client.
 package cawatch
 
 import (

@@ -10,6 +10,8 @@
 // and rotated at 2/3 of its lifetime (or 180 days before expiry, whichever is
 // earlier), serving certificates valid 90 days and renewed at 2/3 of their
 // lifetime (day 60).
+//
+// It must not import any other hookwright package, nor a Kubernetes client.
 package certs
 
 import (

@@ -81,8 +81,9 @@ type Policy struct {
 	PromoteDelay time.Duration
 }
 
-// DefaultPromoteDelay: API servers see webhook configuration changes through
-// an informer, normally within a second; 10 s leaves margin at little cost.
+// DefaultPromoteDelay is how long a staged CA waits before it signs: API
+// servers see webhook configuration changes through an informer, normally
+// within a second; 10 s leaves margin at little cost.
 const DefaultPromoteDelay = 10 * time.Second
 
 func (p Policy) withDefaults() Policy {

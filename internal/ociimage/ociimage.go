@@ -11,6 +11,8 @@
 //
 // It lives under internal/ and nothing under cmd/ imports it, so the
 // operator binary carries none of it (TestOperatorBinaryDoesNotLinkImages).
+//
+// It must not import the operator's packages (controllers, webhooks, cmd).
 package ociimage
 
 import (

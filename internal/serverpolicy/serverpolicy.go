@@ -10,6 +10,9 @@
 // right after "/", ":" or "@"). The validating webhook denies a CR that
 // breaks it and the reconciler refuses to act on one (a CR admitted before
 // the webhook existed, or while it was down).
+//
+// It must not import any hookwright package but api/v1alpha1, nor a
+// Kubernetes client: it is a pure decision.
 package serverpolicy
 
 import (

@@ -1,4 +1,6 @@
 // Package version holds build information stamped in with -ldflags -X.
+//
+// It imports nothing.
 package version
 
 import (

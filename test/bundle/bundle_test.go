@@ -3,6 +3,9 @@
 // operator-sdk uses (github.com/operator-framework/api/pkg/validation), and
 // fails when it is stale against config/ (rebuilt here in-process with the
 // kustomize library), so CI catches a forgotten `make bundle`.
+//
+// It must not import webhooks or internal/ packages: it reads bundle/ and
+// config/ as files (controllers only for the names they are built from).
 package bundle
 
 import (

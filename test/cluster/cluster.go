@@ -12,6 +12,9 @@
 // webhook's caBundle and its serving certificate's SANs are checked for real.
 // Pods on a real node reach the API server through the kubernetes Service
 // with in-cluster config (incluster.go, pki.go).
+//
+// It must not import controllers or webhooks: the harness runs them only
+// as the pods a cluster would run.
 package cluster
 
 import (

@@ -8,6 +8,9 @@
 // fails only beyond Slack times a bound, so a loaded CI machine cannot make
 // it flake, while a real regression (seconds instead of milliseconds) still
 // fails.
+//
+// It must not import controllers or webhooks: the scenarios drive the
+// operator and servers through the API server only.
 package e2e
 
 import (

@@ -2,6 +2,10 @@
 // calls webhook servers through Services with verified TLS (hookwright's
 // servers as pods on a real node, toy webhooks as local processes), and kwok
 // nodes heartbeat and run scheduled pods.
+//
+// Nothing imports it. It must not run the operator (controllers.Setup):
+// that is test/operator's job; it imports controllers for its pure
+// builders and names only.
 package integration
 
 import (

@@ -5,6 +5,8 @@
 // for and answers on its pod IP, a Service reaches it through kube-proxy,
 // nothing of the node's network reaches off the machine, and Stop leaves
 // nothing behind.
+//
+// It must not import controllers or webhooks: it tests the node alone.
 package node
 
 import (

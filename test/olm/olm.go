@@ -35,6 +35,9 @@
 // harness with images from internal/ociimage and pods on a real node, and
 // Snapshot and NewObjects find what an uninstall left of any kind
 // (TestRunBundleOnRealNode).
+//
+// It must not import controllers or webhooks: OLM installs the operator
+// from bundle/ as a cluster would.
 package olm
 
 import (

@@ -3,6 +3,9 @@
 // and kwok nodes (server Deployments become available): owned objects,
 // garbage collection, drift repair times, zero writes when idle, and
 // admission through the Service with the certificate the operator issued.
+//
+// It must not import webhooks/sidecar or webhooks/oversell: the servers
+// are reached through their Services.
 package operator
 
 import (

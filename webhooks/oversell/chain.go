@@ -25,7 +25,7 @@ package oversell
 //     the raw exactly; the node then carries the last one's ratio until the
 //     next write.
 
-// ReasonOtherWinner: another NodeOversell wins the node; its own server
+// ReasonOtherWinner means another NodeOversell wins the node; its own server
 // applies it, this one passes the write through.
 const ReasonOtherWinner Reason = "other-nodeoversell"
 

@@ -27,6 +27,10 @@
 // carries new heartbeat times). test/integration TestOversellHeartbeatsNoDrift
 // measures it: 6 patches per minute per inflated node, 0 for a plain one. A
 // ratio of exactly 1 publishes the real value and ends the extra writes.
+//
+// It must not import controllers, internal/ packages or the other
+// server (webhooks/sidecar): it uses api/v1alpha1, webhooks/serving and
+// webhooks/jsonscan only.
 package oversell
 
 import (
@@ -108,6 +112,7 @@ type Input struct {
 // Reason explains a decision; it is a metric label, so the set is closed.
 type Reason string
 
+// Reasons of Decide.
 const (
 	ReasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
 	ReasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter

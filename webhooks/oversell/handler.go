@@ -2,15 +2,13 @@ package oversell
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"mime"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
@@ -35,13 +33,12 @@ const (
 	reasonPanic         Reason = "panic"
 )
 
-// bodyReasons are the mutations reasons of bodies the envelope refused: a
-// body that is too slow or finds the server busy is not malformed.
+// bodyReasons are the mutations reasons of requests the skeleton refused:
+// a body that is too slow or finds the server busy is not malformed; every
+// other refusal is.
 var bodyReasons = map[string]string{
-	serving.ReasonTooLarge: "malformed",
-	serving.ReasonTimeout:  "body-timeout",
-	serving.ReasonBusy:     "busy",
-	serving.ReasonRead:     "malformed",
+	serving.ReasonTimeout: "body-timeout",
+	serving.ReasonBusy:    "busy",
 }
 
 // SnapshotSource yields the configuration snapshot for one review.
@@ -78,13 +75,6 @@ type Handler struct {
 	// Envelope bounds body size, read time and in-flight bytes; nil means
 	// serving.DefaultEnvelope().
 	Envelope *serving.Envelope
-}
-
-func (h *Handler) envelope() *serving.Envelope {
-	if h.Envelope != nil {
-		return h.Envelope
-	}
-	return serving.DefaultEnvelope()
 }
 
 // NewHandler returns a handler reading configuration from src and
@@ -142,68 +132,41 @@ func (n *nodeJSON) state() NodeState {
 	}
 }
 
-type outBuf struct{ b []byte }
-
-var outPool = sync.Pool{New: func() any { return &outBuf{b: make([]byte, 0, 2048)} }}
-
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler through the shared skeleton
+// (serving.Serve); a refused request is counted as an error and logged at
+// V(1).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { h.metrics.Duration.Observe(time.Since(start).Seconds()) }()
-
-	if r.Method != http.MethodPost {
-		h.reject(w, http.StatusMethodNotAllowed, "method %s not allowed; POST an AdmissionReview", r.Method)
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		h.reject(w, http.StatusUnsupportedMediaType, "content type %q not supported; want application/json", r.Header.Get("Content-Type"))
-		return
-	}
-	body, err := h.envelope().Read(w, r)
-	if err != nil {
-		reason := "malformed"
-		if be := (*serving.BodyError)(nil); errors.As(err, &be) {
-			reason = bodyReasons[be.Reason]
+	if be := serving.Serve(w, r, h.Envelope, h.answer); be != nil {
+		reason, ok := bodyReasons[be.Reason]
+		if !ok {
+			reason = "malformed"
 		}
-		h.log.V(1).Info("rejected request body", "reason", err.Error())
+		h.log.V(1).Info("rejected malformed request", "code", be.Status, "reason", be.Msg)
 		h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", reason).Inc()
-		serving.Fail(w, err)
-		return
 	}
-	defer body.Release()
+}
 
-	rv, nodeErr, err := parseReview(body.Bytes())
+// answer is the server's part of serving.Serve: parse, check, review.
+func (h *Handler) answer(_ *http.Request, body, dst []byte) ([]byte, error) {
+	rv, nodeErr, err := parseReview(body)
 	if err != nil {
-		h.reject(w, http.StatusBadRequest, "malformed AdmissionReview: %v", err)
-		return
+		return nil, malformed("malformed AdmissionReview: %v", err)
 	}
 	if rv.apiVersion != "admission.k8s.io/v1" || rv.kind != "AdmissionReview" {
-		h.reject(w, http.StatusBadRequest, "expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.apiVersion, rv.kind)
-		return
+		return nil, malformed("expected admission.k8s.io/v1 AdmissionReview, got apiVersion %q kind %q", rv.apiVersion, rv.kind)
 	}
 	req := rv.req
 	if req == nil || req.UID == "" {
-		h.reject(w, http.StatusBadRequest, "AdmissionReview has no request or no request.uid")
-		return
+		return nil, malformed("AdmissionReview has no request or no request.uid")
 	}
-
-	out := outPool.Get().(*outBuf)
-	defer func() {
-		if cap(out.b) <= 64<<10 {
-			outPool.Put(out)
-		}
-	}()
-	out.b = h.review(out.b[:0], req, nodeErr)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out.b)
+	return h.review(dst, req, nodeErr), nil
 }
 
-// reject answers a malformed request with a 4xx and a plain-text reason.
-func (h *Handler) reject(w http.ResponseWriter, code int, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	h.log.V(1).Info("rejected malformed request", "code", code, "reason", msg)
-	h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", "malformed").Inc()
-	http.Error(w, msg, code)
+// malformed is the 400 answer to a body that is not a usable review.
+func malformed(format string, args ...any) error {
+	return serving.Refuse(http.StatusBadRequest, "malformed", fmt.Sprintf(format, args...))
 }
 
 // review decides one well-formed request and appends the response review.
@@ -319,7 +282,7 @@ func (h *Handler) problem(dst []byte, req *requestJSON, writer WriterClass, reas
 // optional JSON patch and an optional warning.
 func appendResponse(dst []byte, uid string, patch []byte, warning string) []byte {
 	dst = append(dst, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":`...)
-	dst = appendJSONString(dst, uid)
+	dst = jsonscan.AppendString(dst, uid)
 	dst = append(dst, `,"allowed":true`...)
 	if len(patch) > 0 {
 		dst = append(dst, `,"patchType":"JSONPatch","patch":"`...)
@@ -328,7 +291,7 @@ func appendResponse(dst []byte, uid string, patch []byte, warning string) []byte
 	}
 	if warning != "" {
 		dst = append(dst, `,"warnings":[`...)
-		dst = appendJSONString(dst, warning)
+		dst = jsonscan.AppendString(dst, warning)
 		dst = append(dst, ']')
 	}
 	return append(dst, "}}"...)

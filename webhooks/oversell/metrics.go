@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 // Label bounds. Node and user names come from request bodies, which any
@@ -134,11 +136,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		nodes: newLabelSet(MaxNodeSeries, MaxNodeLabelBytes),
 		users: newLabelSet(MaxUserSeries, MaxUserLabelBytes),
 	}
-	for _, c := range []prometheus.Collector{m.RawAllocatable, m.EffectiveAllocatable, m.Ratio, m.Mutations,
-		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies, m.NodeSeriesDropped} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := serving.Register(reg, m.RawAllocatable, m.EffectiveAllocatable, m.Ratio, m.Mutations,
+		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies, m.NodeSeriesDropped); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

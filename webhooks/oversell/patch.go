@@ -2,7 +2,8 @@ package oversell
 
 import (
 	"strings"
-	"unicode/utf8"
+
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
 )
 
 // AppendPatch appends to dst the RFC 6902 JSON patch that turns obj into
@@ -25,7 +26,7 @@ func AppendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 		dst = append(dst, `{"op":"`...)
 		dst = append(dst, kind...)
 		dst = append(dst, `","path":`...)
-		dst = appendJSONString(dst, path)
+		dst = jsonscan.AppendString(dst, path)
 	}
 
 	for r := Resource(0); r < numResources; r++ {
@@ -37,7 +38,7 @@ func AppendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 		}
 		op("replace", "/status/allocatable/"+resourceNames[r])
 		dst = append(dst, `,"value":`...)
-		dst = appendJSONString(dst, d.Effective[r].String())
+		dst = jsonscan.AppendString(dst, d.Effective[r].String())
 		dst = append(dst, '}')
 	}
 
@@ -55,9 +56,9 @@ func AppendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 					dst = append(dst, ',')
 				}
 				first = false
-				dst = appendJSONString(dst, k)
+				dst = jsonscan.AppendString(dst, k)
 				dst = append(dst, ':')
-				dst = appendJSONString(dst, d.Annotations[i])
+				dst = jsonscan.AppendString(dst, d.Annotations[i])
 			}
 			dst = append(dst, "}}"...)
 		}
@@ -73,7 +74,7 @@ func AppendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 				// "add" on an existing member replaces it (RFC 6902 4.1).
 				op("add", annotationPath(k))
 				dst = append(dst, `,"value":`...)
-				dst = appendJSONString(dst, want)
+				dst = jsonscan.AppendString(dst, want)
 				dst = append(dst, '}')
 			}
 		}
@@ -90,44 +91,4 @@ func annotationPath(key string) string {
 	key = strings.ReplaceAll(key, "~", "~0")
 	key = strings.ReplaceAll(key, "/", "~1")
 	return "/metadata/annotations/" + key
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				dst = append(dst, '\\', c)
-			case c < 0x20:
-				switch c {
-				case '\n':
-					dst = append(dst, '\\', 'n')
-				case '\r':
-					dst = append(dst, '\\', 'r')
-				case '\t':
-					dst = append(dst, '\\', 't')
-				default:
-					dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-				}
-			default:
-				dst = append(dst, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, `\ufffd`...)
-		} else {
-			dst = append(dst, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(dst, '"')
 }

@@ -129,18 +129,3 @@ func TestAnnotationPath(t *testing.T) {
 		t.Fatal(got)
 	}
 }
-
-func TestAppendJSONString(t *testing.T) {
-	for _, s := range []string{"", "plain", `q"uote\back`, "ctl\x00\x01\x1f\n\r\t", "ünï", "bad\xffutf8", "<&>"} {
-		var back string
-		if err := json.Unmarshal(appendJSONString(nil, s), &back); err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		want, _ := json.Marshal(s)
-		var wantBack string
-		_ = json.Unmarshal(want, &wantBack)
-		if back != wantBack {
-			t.Errorf("%q round-trips to %q, want %q", s, back, wantBack)
-		}
-	}
-}

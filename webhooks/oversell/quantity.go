@@ -15,6 +15,7 @@ import (
 // resources) is passed through untouched.
 type Resource int
 
+// The inflatable resources.
 const (
 	CPU Resource = iota
 	Memory

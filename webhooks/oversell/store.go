@@ -89,6 +89,7 @@ func (s *Snapshot) TrustedFunc(p *Policy) func(string) bool {
 // error naming the bad field for a ratio outside 1..10, no ratio at all, or
 // a selector that does not convert (metav1.LabelSelectorAsSelector).
 func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
+	no = no.WithDefaults() // as the API server serves it
 	p := &Policy{
 		Name:       no.Name,
 		Generation: no.Generation,

@@ -4,7 +4,15 @@
 // HTTP envelope that bounds what any client, however hostile or slow, can
 // make a server hold: timeouts on every phase of a request, a connection
 // limit, a body size limit, and one budget for the bytes of all in-flight
-// bodies (Envelope).
+// bodies (Envelope); and the request skeleton both admission handlers
+// answer through (Serve: method, content type, body, pooled answer
+// buffers), so a server adds only its decode, decision and metrics.
+//
+// Files: serving.go options and flags, server.go the listener and TLS,
+// body.go the Envelope, review.go Serve.
+//
+// It must not import any other hookwright package: both servers and the
+// manager build on it.
 package serving
 
 import (

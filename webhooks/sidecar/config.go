@@ -162,6 +162,7 @@ func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 // CompileContext is Compile whose trial renders stop once ctx is done (the
 // validating webhook's request was abandoned).
 func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config, error) {
+	cr = cr.WithDefaults() // a kube-inject --config file never met an API server
 	s := &cr.Spec
 	c := &Config{
 		Name:              cr.Name,
@@ -175,17 +176,8 @@ func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config,
 		ServerNamespace:   s.Server.Namespace,
 		templates:         make(map[string]*compiledTemplate, len(s.Templates)),
 	}
-	if c.Policy == "" {
-		c.Policy = v1alpha1.PolicyEnabled
-	}
 	if c.Policy != v1alpha1.PolicyEnabled && c.Policy != v1alpha1.PolicyDisabled {
 		return nil, fmt.Errorf("spec.policy %q: want Enabled or Disabled", c.Policy)
-	}
-	if c.NativeSidecars == "" {
-		c.NativeSidecars = v1alpha1.NativeSidecarAuto
-	}
-	if c.FailurePolicy == "" {
-		c.FailurePolicy = v1alpha1.FailurePolicyFail
 	}
 	var err error
 	if c.namespaceSelector, err = optionalSelector(s.NamespaceSelector); err != nil {

@@ -1,11 +1,11 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"time"
 
@@ -23,17 +23,20 @@ const MaxBodyBytes = serving.DefaultMaxBody
 
 // Handler serves AdmissionReview v1 for pod CREATE (register it at /inject).
 //
-// It is a plain http.Handler rather than a controller-runtime
-// admission.Handler because admission.Webhook caps bodies at 7 MiB, answers
-// malformed input with HTTP 200, decodes through the runtime codecs and
-// always recomputes the patch from a second marshal of the object; here the
-// 3 MiB limit, real 4xx statuses and one decode of the pod are needed to meet
-// the size and latency budget. The API server treats a non-200 as a call
-// failure and applies failurePolicy, which is right for garbage.
+// It is a plain http.Handler on the shared skeleton (serving.Serve) rather
+// than a controller-runtime admission.Handler because admission.Webhook
+// caps bodies at 7 MiB, answers malformed input with HTTP 200, decodes
+// through the runtime codecs and always recomputes the patch from a second
+// marshal of the object; here the 3 MiB limit, real 4xx statuses and one
+// decode of the pod are needed to meet the size and latency budget. The API
+// server treats a non-200 as a call failure and applies failurePolicy,
+// which is right for garbage.
 type Handler struct {
 	Store  *Store
 	Params Params
 	Log    logr.Logger
+	// Metrics records every answer (required; see NewMetrics).
+	Metrics *Metrics
 	// Injector names the SidecarInjector in metrics before a config is loaded.
 	Injector string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
@@ -41,25 +44,21 @@ type Handler struct {
 	Envelope *serving.Envelope
 }
 
-// bodyReasons maps the envelope's reasons to failure reasons.
+// bodyReasons maps the skeleton's reasons to failure reasons; the handler's
+// own refusals carry theirs.
 var bodyReasons = map[string]string{
-	serving.ReasonTooLarge: FailTooLarge,
-	serving.ReasonTimeout:  FailTimeout,
-	serving.ReasonBusy:     FailBusy,
-	serving.ReasonRead:     FailBadReview,
-}
-
-func (h *Handler) envelope() *serving.Envelope {
-	if h.Envelope != nil {
-		return h.Envelope
-	}
-	return serving.DefaultEnvelope()
+	serving.ReasonMethod:      FailBadMethod,
+	serving.ReasonContentType: FailContentType,
+	serving.ReasonTooLarge:    FailTooLarge,
+	serving.ReasonTimeout:     FailTimeout,
+	serving.ReasonBusy:        FailBusy,
+	serving.ReasonRead:        FailBadReview,
 }
 
 // ServeHTTP answers one AdmissionReview. Malformed requests get 405, 415,
 // 413 or 400 with a plain-text reason, a body not received within the
 // request timeout 408, a body refused while the in-flight budget is full
-// 429 (serving.Envelope), and 503 while no config is loaded.
+// 429 (serving.Serve), and 503 while no config is loaded.
 // Well-formed reviews always get 200 with an AdmissionResponse.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -68,59 +67,45 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cfg != nil {
 		injector = cfg.Name
 	}
-	defer func() { durationSeconds.WithLabelValues(injector).Observe(time.Since(start).Seconds()) }()
-	fail := func(code int, reason, msg string) {
-		requestsTotal.WithLabelValues(injector, outcomeFailed).Inc()
-		failuresTotal.WithLabelValues(injector, reason).Inc()
-		h.Log.Info("rejected admission request", "reason", reason, "error", msg)
-		http.Error(w, msg, code)
-	}
-	if r.Method != http.MethodPost {
-		fail(http.StatusMethodNotAllowed, FailBadMethod, "method "+r.Method+" not allowed: POST an AdmissionReview")
-		return
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		fail(http.StatusUnsupportedMediaType, FailContentType, fmt.Sprintf("content type %q not supported: want application/json", r.Header.Get("Content-Type")))
-		return
-	}
-	body, err := h.envelope().Read(w, r)
-	if err != nil {
-		reason := FailBadReview
-		if be := (*serving.BodyError)(nil); errors.As(err, &be) {
-			reason = bodyReasons[be.Reason]
+	defer func() { h.Metrics.duration.WithLabelValues(injector).Observe(time.Since(start).Seconds()) }()
+	be := serving.Serve(w, r, h.Envelope, func(r *http.Request, body, dst []byte) ([]byte, error) {
+		return h.answer(r, cfg, body, dst)
+	})
+	if be != nil {
+		reason, ok := bodyReasons[be.Reason]
+		if !ok {
+			reason = be.Reason
 		}
-		requestsTotal.WithLabelValues(injector, outcomeFailed).Inc()
-		failuresTotal.WithLabelValues(injector, reason).Inc()
-		h.Log.Info("rejected admission request", "reason", reason, "error", err.Error())
-		serving.Fail(w, err)
-		return
+		h.Metrics.fail(injector, reason)
+		h.Log.Info("rejected admission request", "reason", reason, "error", be.Msg)
 	}
-	defer body.Release()
+}
+
+// answer is the server's part of serving.Serve: decode, check, review with
+// cfg (the config loaded when the request arrived), encode.
+func (h *Handler) answer(r *http.Request, cfg *Config, body, dst []byte) ([]byte, error) {
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body.Bytes(), &review); err != nil {
-		fail(http.StatusBadRequest, FailBadReview, "body is not a JSON AdmissionReview: "+err.Error())
-		return
+	if err := json.Unmarshal(body, &review); err != nil {
+		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, "body is not a JSON AdmissionReview: "+err.Error())
 	}
 	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
-		fail(http.StatusBadRequest, FailBadReview, fmt.Sprintf("got apiVersion %q kind %q: want admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind))
-		return
+		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, fmt.Sprintf("got apiVersion %q kind %q: want admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind))
 	}
 	if review.Request == nil {
-		fail(http.StatusBadRequest, FailBadReview, "AdmissionReview has no request")
-		return
+		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, "AdmissionReview has no request")
 	}
 	if cfg == nil {
-		fail(http.StatusServiceUnavailable, FailNoConfig, ErrNoConfig.Error())
-		return
+		return nil, serving.Refuse(http.StatusServiceUnavailable, FailNoConfig, ErrNoConfig.Error())
 	}
 	resp := h.ReviewContext(r.Context(), cfg, review.Request)
-	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
-	if err != nil {
-		fail(http.StatusBadRequest, FailInternal, "encoding response: "+err.Error())
-		return
+	// Encoded straight into the pooled buffer, without the trailing newline
+	// json.Encoder adds: the same bytes json.Marshal returns.
+	buf := bytes.NewBuffer(dst)
+	if err := json.NewEncoder(buf).Encode(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
+		return nil, serving.Refuse(http.StatusBadRequest, FailInternal, "encoding response: "+err.Error())
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	out := buf.Bytes()
+	return out[:len(out)-1], nil
 }
 
 // Review answers one admission request with cfg. It never reads DryRun:
@@ -137,8 +122,7 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	log := h.Log.WithValues("namespace", req.Namespace, "uid", req.UID)
 	deny := func(code int32, reason, msg string) *admissionv1.AdmissionResponse {
-		requestsTotal.WithLabelValues(injector, outcomeFailed).Inc()
-		failuresTotal.WithLabelValues(injector, reason).Inc()
+		h.Metrics.fail(injector, reason)
 		log.Info("denied pod", "reason", reason, "error", msg)
 		resp.Allowed = false
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: metav1.StatusReason(reason), Message: msg}
@@ -156,8 +140,8 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		return deny(http.StatusBadRequest, FailWrongResource, fmt.Sprintf("%s: expected a v1 pods request, got kind %s resource %s subresource %q", injector, req.Kind.String(), req.Resource.String(), req.SubResource))
 	}
 	if req.Operation != admissionv1.Create {
-		skipsTotal.WithLabelValues(injector, "Operation").Inc()
-		requestsTotal.WithLabelValues(injector, outcomeSkipped).Inc()
+		h.Metrics.skips.WithLabelValues(injector, "Operation").Inc()
+		h.Metrics.requests.WithLabelValues(injector, outcomeSkipped).Inc()
 		resp.Warnings = []string{fmt.Sprintf("%s: not injected: operation %s (only CREATE is handled)", injector, req.Operation)}
 		return resp
 	}
@@ -178,9 +162,9 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 			}
 			return deny(code, FailRender, msg)
 		}
-		failuresTotal.WithLabelValues(injector, FailRender).Inc()
-		requestsTotal.WithLabelValues(injector, outcomeRenderAllow).Inc()
-		warningsTotal.WithLabelValues(injector).Inc()
+		h.Metrics.failures.WithLabelValues(injector, FailRender).Inc()
+		h.Metrics.requests.WithLabelValues(injector, outcomeRenderAllow).Inc()
+		h.Metrics.warnings.WithLabelValues(injector).Inc()
 		log.Info("allowed pod without injection after render failure (failurePolicy Ignore)", "error", rerr.Error())
 		resp.Warnings = []string{msg + " (failurePolicy Ignore: admitted without sidecars)"}
 		return resp
@@ -191,12 +175,12 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		resp.Warnings = append(resp.Warnings, injector+": "+wmsg)
 	}
 	if len(res.Warnings) > 0 {
-		warningsTotal.WithLabelValues(injector).Add(float64(len(res.Warnings)))
+		h.Metrics.warnings.WithLabelValues(injector).Add(float64(len(res.Warnings)))
 	}
 	d := res.Decision
 	if !res.Injected {
-		skipsTotal.WithLabelValues(injector, string(d.Code)).Inc()
-		requestsTotal.WithLabelValues(injector, outcomeSkipped).Inc()
+		h.Metrics.skips.WithLabelValues(injector, string(d.Code)).Inc()
+		h.Metrics.requests.WithLabelValues(injector, outcomeSkipped).Inc()
 		// Reinvocation and kube-injected pods come back already injected:
 		// that is expected, so it is logged at V(1) and not warned about.
 		if d.Code == CodeAlreadyInjected {
@@ -207,8 +191,8 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		}
 		return resp
 	}
-	injectionsTotal.WithLabelValues(injector, string(d.Code)).Inc()
-	requestsTotal.WithLabelValues(injector, outcomeInjected).Inc()
+	h.Metrics.injections.WithLabelValues(injector, string(d.Code)).Inc()
+	h.Metrics.requests.WithLabelValues(injector, outcomeInjected).Inc()
 	log.V(1).Info("pod injected", "pod", res.PodName, "reason", d.Reason, "templates", res.Templates)
 	if len(res.Patch) > 0 && string(res.Patch) != "[]" {
 		pt := admissionv1.PatchTypeJSONPatch

@@ -147,15 +147,15 @@ func TestHandlerNoConfig(t *testing.T) {
 func TestHandlerInjectAndMetrics(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(injectionsTotal.WithLabelValues(cfg.Name, string(CodePolicy)))
+	before := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy)))
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(nginxPod), "shop", false), "application/json"))
 	if !resp.Allowed || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch || len(resp.Patch) == 0 {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(injectionsTotal.WithLabelValues(cfg.Name, string(CodePolicy))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy))); got != before+1 {
 		t.Errorf("injections counter %v, want %v", got, before+1)
 	}
-	if testutil.CollectAndCount(durationSeconds) == 0 {
+	if testutil.CollectAndCount(h.Metrics.duration) == 0 {
 		t.Error("no latency observed")
 	}
 }
@@ -186,13 +186,13 @@ func patchesEquivalent(t *testing.T, doc, a, b []byte) bool {
 func TestHandlerSkipWarnings(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(skipsTotal.WithLabelValues(cfg.Name, string(CodeLabel)))
+	before := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel)))
 	pod := `{"metadata":{"generateName":"web-","labels":{"sidecar.hookwright.io/inject":"no"}},"spec":{"containers":[{"name":"a","image":"a"}]}}`
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(pod), "shop", false), "application/json"))
 	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "not injected: label") {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(skipsTotal.WithLabelValues(cfg.Name, string(CodeLabel))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel))); got != before+1 {
 		t.Errorf("skips counter %v", got)
 	}
 	// An ignored value is warned about, and injection goes on by policy.

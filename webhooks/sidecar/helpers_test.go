@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +54,11 @@ func newTestHandler(tb testing.TB, cfg *Config) *Handler {
 	if cfg != nil {
 		s.cur.Store(cfg)
 	}
-	return &Handler{Store: s, Params: testParams, Log: logr.Discard(), Injector: "sidecar-injector"}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &Handler{Store: s, Params: testParams, Log: logr.Discard(), Metrics: m, Injector: "sidecar-injector"}
 }
 
 // reviewFor wraps a pod JSON in an AdmissionReview v1 CREATE request.

@@ -12,6 +12,10 @@
 // InjectedByOther, returned as an admission warning naming the first and
 // shown by check-inject). To combine sidecars, put their templates in one
 // SidecarInjector and select them with the templates annotation.
+//
+// It must not import controllers, internal/ packages or the other server
+// (webhooks/oversell): it uses api/v1alpha1, webhooks/serving and
+// webhooks/jsonscan only.
 package sidecar
 
 import (
@@ -30,7 +34,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// CodeNoTemplates: the pod selects no template (empty annotation list and no defaultTemplates).
+// CodeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
 const CodeNoTemplates Code = "NoTemplates"
 
 // Status is the JSON of the sidecar.hookwright.io/status annotation: what an

@@ -12,6 +12,8 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
 )
 
 // podDoc is a pod decoded only as far as injection needs: top-level and spec
@@ -25,8 +27,21 @@ type podDoc struct {
 	spec     map[string]json.RawMessage
 	specOrig map[string]json.RawMessage
 	lists    map[string]*rawList
+	// read holds the spec lists as the one pass over the pod read them;
+	// list takes them while spec still holds the same bytes.
+	read [2]readList // spec.containers, spec.initContainers
 	// changed holds spec keys rewritten by a strategic merge.
 	changed map[string]bool
+}
+
+// readList is a spec array read in the parse pass: its elements and their
+// names, or the error to report when the list is asked for.
+type readList struct {
+	key   string
+	raw   json.RawMessage
+	orig  []json.RawMessage
+	names []string
+	err   error
 }
 
 // rawList is a spec list (containers, initContainers, volumes,
@@ -47,11 +62,8 @@ type rawList struct {
 func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
 	d := &podDoc{pod: &corev1.Pod{}, changed: map[string]bool{}, lists: map[string]*rawList{}}
 	var err error
-	if d.top, err = splitObject(raw); err != nil {
+	if err = d.split(raw); err != nil {
 		return nil, err
-	}
-	if d.top == nil {
-		return nil, fmt.Errorf("pod is not a JSON object")
 	}
 	if mr, ok := d.top["metadata"]; ok && !isNull(mr) {
 		if err := json.Unmarshal(mr, &d.pod.ObjectMeta); err != nil {
@@ -72,10 +84,9 @@ func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
 	} else {
 		d.meta = map[string]any{}
 	}
-	d.spec = map[string]json.RawMessage{}
 	if sr, ok := d.top["spec"]; ok && !isNull(sr) {
-		if d.spec, err = splitObject(sr); err != nil {
-			return nil, fmt.Errorf("spec: %w", err)
+		if sr[0] != '{' {
+			return nil, fmt.Errorf("spec: not a JSON object")
 		}
 		if needsSpec {
 			if err := json.Unmarshal(sr, &d.pod.Spec); err != nil {
@@ -94,6 +105,85 @@ func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
 	return d, nil
 }
 
+// split reads the pod's top-level members and, in the same pass, the spec's
+// members and the elements and names of its lists (jsonscan.NamedArrayAt):
+// on a pod with thousands of env vars, each pass over the containers costs
+// about as much as the rest of the injection.
+func (d *podDoc) split(raw []byte) error {
+	i := jsonscan.SkipWS(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		if _, err := jsonscan.Object(raw); err != nil {
+			return err
+		}
+		return fmt.Errorf("pod is not a JSON object")
+	}
+	d.top = make(map[string]json.RawMessage, 8)
+	d.spec = map[string]json.RawMessage{}
+	end, err := jsonscan.EachMember(raw, i, "pod", func(key []byte, vs int) (int, error) {
+		k, err := jsonscan.MemberName(key)
+		if err != nil {
+			return 0, err
+		}
+		var ve int
+		switch {
+		case k == "spec" && raw[vs] == '{':
+			ve, err = d.splitSpec(raw, vs)
+		case k == "spec": // a repeated spec that is not an object wins
+			d.spec, d.read = map[string]json.RawMessage{}, [2]readList{}
+			fallthrough
+		default:
+			ve, err = jsonscan.SkipValue(raw, vs)
+		}
+		if err != nil {
+			return 0, err
+		}
+		d.top[k] = raw[vs:ve:ve]
+		return ve, nil
+	})
+	if err != nil {
+		return err
+	}
+	return jsonscan.End(raw, end)
+}
+
+// splitSpec reads the spec object at raw[i] into d.spec and d.read; a
+// repeated spec replaces the earlier one, as in encoding/json.
+func (d *podDoc) splitSpec(raw []byte, i int) (int, error) {
+	d.spec = make(map[string]json.RawMessage, 8)
+	d.read = [2]readList{}
+	return jsonscan.EachMember(raw, i, "spec", func(key []byte, vs int) (int, error) {
+		k, err := jsonscan.MemberName(key)
+		if err != nil {
+			return 0, err
+		}
+		var ve int
+		if k == "containers" || k == "initContainers" {
+			rl := readList{key: k}
+			rl.orig, rl.names, ve, rl.err = jsonscan.NamedArrayAt(raw, vs, "")
+			if _, ok := rl.err.(*jsonscan.TypeError); ok {
+				// Not a list of objects: reported if the list is used.
+				rl.orig, rl.names = nil, nil
+				ve, err = jsonscan.SkipValue(raw, vs)
+			} else {
+				err = rl.err
+			}
+			if err != nil {
+				return 0, err
+			}
+			rl.raw = raw[vs:ve:ve]
+			if k == "containers" {
+				d.read[0] = rl
+			} else {
+				d.read[1] = rl
+			}
+		} else if ve, err = jsonscan.SkipValue(raw, vs); err != nil {
+			return 0, err
+		}
+		d.spec[k] = raw[vs:ve:ve]
+		return ve, nil
+	})
+}
+
 func isNull(r json.RawMessage) bool { return len(r) == 0 || string(r) == "null" }
 
 // list parses spec[key] into raw elements and their names.
@@ -105,18 +195,35 @@ func (d *podDoc) list(key string) (*rawList, error) {
 	if r, ok := d.spec[key]; ok && !isNull(r) {
 		l.present = true
 		var err error
-		if l.orig, err = splitArray(r); err != nil {
+		if rl, ok := d.readList(key); ok && sameBytes(rl.raw, r) {
+			l.orig, l.names, err = rl.orig, rl.names, rl.err
+		} else {
+			l.orig, l.names, err = jsonscan.NamedArray(r)
+		}
+		if err != nil {
 			return nil, &DecodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
 		}
-		l.names = make([]string, len(l.orig))
-		for i, e := range l.orig {
-			if l.names[i], err = nameOf(e); err != nil {
-				return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", key, i, err)}
-			}
+		if l.names == nil {
+			l.names = []string{}
 		}
 	}
 	d.lists[key] = l
 	return l, nil
+}
+
+// readList returns what the parse pass read of spec[key].
+func (d *podDoc) readList(key string) (readList, bool) {
+	for _, rl := range d.read {
+		if rl.key == key {
+			return rl, true
+		}
+	}
+	return readList{}, false
+}
+
+// sameBytes reports whether a and b are the same slice of memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // containerNames returns the names in spec.initContainers, then

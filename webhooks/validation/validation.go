@@ -13,6 +13,9 @@
 // server would run outside the allowed namespaces, with an image not
 // allowed, or with one of the operator's own Secrets mounted is denied,
 // naming the field and the flag (package internal/serverpolicy).
+//
+// It must not import controllers: it compiles CRs with the servers' own
+// code (webhooks/sidecar, webhooks/oversell) and internal/serverpolicy.
 package validation
 
 import (

@@ -51,11 +51,7 @@ func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []strin
 // injected spec.
 func SidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
 	var w []string
-	fp := si.Spec.FailurePolicy
-	if fp == "" {
-		fp = v1alpha1.FailurePolicyFail
-	}
-	if fp == v1alpha1.FailurePolicyFail && si.Spec.NamespaceSelector == nil {
+	if si.WithDefaults().Spec.FailurePolicy == v1alpha1.FailurePolicyFail && si.Spec.NamespaceSelector == nil {
 		w = append(w, "failurePolicy Fail with no spec.namespaceSelector: while the injector is unavailable, "+
 			"no pod can be created in any namespace it serves; select namespaces or use Ignore")
 	}

@@ -6,6 +6,8 @@
 // runtime's stop), and reaps zombies when the pod shares one PID namespace
 // (shareProcessNamespace: true makes it PID 1 for every container), like
 // Kubernetes' build/pause/linux/pause.c.
+//
+// It runs inside an image: it imports the standard library only.
 package main
 
 import (

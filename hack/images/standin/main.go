@@ -24,6 +24,8 @@
 //
 // Every server exits 0 on SIGTERM or SIGINT; bad arguments, and a get that
 // never saw its answer, exit 2.
+//
+// It runs inside images: it imports the standard library only.
 package main
 
 import (

@@ -78,7 +78,10 @@ func start(t *testing.T, role string, args []string, ports int) (*loopback, func
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Logf("%s ended with %v after the test", role, err)
+			}
 		default:
 		}
 	})

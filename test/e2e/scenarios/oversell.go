@@ -236,7 +236,6 @@ func Oversell(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 
-	start = time.Now()
 	if err := c.Delete(ctx, &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: SampleOversellName}}); err != nil {
 		return err
 	}

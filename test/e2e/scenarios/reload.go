@@ -126,7 +126,6 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	before = serverProcs(ctx, e, desired.OversellKind, no.Name)
-	start = time.Now()
 	if err := patchRatios(ctx, e, no.Name, "2.5", ""); err != nil {
 		return err
 	}

@@ -12,6 +12,9 @@
 // config/samples. The operator, its webhook servers and every workload of
 // the scenarios run in real containers on SystemNode; nothing in them knows
 // they are not in any other cluster.
+//
+// It must not import webhooks: the servers are reached through the API
+// server (controllers is imported for its exported names only).
 package scenarios
 
 import (
@@ -396,7 +399,7 @@ func (e *Env) Stop() {
 	}
 }
 
-// Kubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be nil.
+// RunKubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be nil.
 func (e *Env) RunKubectl(ctx context.Context, stdin []byte, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, e.Kubectl, append([]string{"--kubeconfig=" + e.Cluster.Kubeconfig}, args...)...)
 	if stdin != nil {

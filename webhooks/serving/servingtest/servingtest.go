@@ -1,6 +1,8 @@
 // Package servingtest starts a serving.Server on 127.0.0.1 with a fresh
 // serving certificate, for tests of the HTTP envelope under real TLS
 // connections.
+//
+// It is for tests only: no non-test package may import it.
 package servingtest
 
 import (

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
 )
 
 func TestSplitMatchesEncodingJSON(t *testing.T) {
@@ -18,7 +20,7 @@ func TestSplitMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(d), &want); err != nil {
 			t.Fatal(err)
 		}
-		got, err := splitObject([]byte(d))
+		got, err := jsonscan.Object([]byte(d))
 		if err != nil {
 			t.Fatalf("%s: %v", d, err)
 		}
@@ -34,24 +36,24 @@ func TestSplitMatchesEncodingJSON(t *testing.T) {
 	arr := `[ 1, "a,]", {"x":[1]} ,null,[ ] ]`
 	var want []json.RawMessage
 	_ = json.Unmarshal([]byte(arr), &want)
-	got, err := splitArray([]byte(arr))
+	got, err := jsonscan.Array([]byte(arr))
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("splitArray = %q, %v; want %q", got, err, want)
+		t.Errorf("jsonscan.Array = %q, %v; want %q", got, err, want)
 	}
-	if n, err := nameOf([]byte(`{"image":"x","name":"pro\u0078y"}`)); err != nil || n != "proxy" {
-		t.Errorf("nameOf = %q %v", n, err)
+	if _, n, err := jsonscan.NamedArray([]byte(`[{"image":"x","name":"pro\u0078y"}]`)); err != nil || len(n) != 1 || n[0] != "proxy" {
+		t.Errorf("NamedArray names = %q %v", n, err)
 	}
 }
 
 func TestSplitRejectsDamage(t *testing.T) {
 	for _, d := range []string{``, `{`, `{"a"`, `{"a":`, `{"a":1`, `{"a" 1}`, `{"a":1 "b":2}`, `{"a":"unterminated}`, `{a:1}`, `[1,2`, `{"a":[1,2}`, `{"a":}`} {
-		if _, err := splitObject([]byte(d)); err == nil {
-			t.Errorf("splitObject(%q) accepted", d)
+		if _, err := jsonscan.Object([]byte(d)); err == nil {
+			t.Errorf("jsonscan.Object(%q) accepted", d)
 		}
 	}
 	for _, d := range []string{`[`, `[1`, `[1 2]`, `{}`, `["x]`} {
-		if _, err := splitArray([]byte(d)); err == nil {
-			t.Errorf("splitArray(%q) accepted", d)
+		if _, err := jsonscan.Array([]byte(d)); err == nil {
+			t.Errorf("jsonscan.Array(%q) accepted", d)
 		}
 	}
 }
@@ -63,7 +65,7 @@ func FuzzSplitObject(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := splitObject([]byte(s))
+		got, err := jsonscan.Object([]byte(s))
 		var want map[string]json.RawMessage
 		if json.Unmarshal([]byte(s), &want) != nil || want == nil {
 			return

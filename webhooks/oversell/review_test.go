@@ -7,38 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-)
 
-func TestUnescapeMatchesEncodingJSON(t *testing.T) {
-	inputs := []string{
-		`plain`, `q\"uote`, `back\\slash`, `sl\/ash`, `\b\f\n\r\t`, `\u00e9t\u00E9`, `\ud83d\ude00`,
-		`lone \ud83d high`, `lone \ude00 low`, `\ud83d\u0041`, "ünï", "bad\xffutf8",
-	}
-	rng := rand.New(rand.NewPCG(7, 7))
-	for i := 0; i < 2000; i++ {
-		b := make([]rune, rng.IntN(12))
-		for j := range b {
-			b[j] = rune(rng.IntN(0x1_0000))
-		}
-		enc, _ := json.Marshal(string(b))
-		inputs = append(inputs, string(enc[1:len(enc)-1]))
-	}
-	for _, in := range inputs {
-		var want string
-		if err := json.Unmarshal([]byte(`"`+in+`"`), &want); err != nil {
-			t.Fatalf("%q: %v", in, err)
-		}
-		got, ok := unescape([]byte(in))
-		if !ok || got != want {
-			t.Fatalf("unescape(%q) = %q %v, want %q", in, got, ok, want)
-		}
-	}
-	for _, bad := range []string{`\x`, `\u12`, `\u12g4`, "ctl\x01", `end\`} {
-		if _, ok := unescape([]byte(bad)); ok {
-			t.Errorf("unescape(%q) accepted", bad)
-		}
-	}
-}
+	"github.com/hookwright/hookwright/webhooks/jsonscan"
+)
 
 // parseReview agrees with encoding/json on the fields it reads.
 func TestParseReviewMatchesEncodingJSON(t *testing.T) {
@@ -114,7 +85,7 @@ func TestParseReviewErrors(t *testing.T) {
 func checkAgreesWithValid(t *testing.T, b []byte) {
 	t.Helper()
 	_, _, err := parseReview(b)
-	_, isSyntax := err.(*syntaxError)
+	_, isSyntax := err.(*jsonscan.SyntaxError)
 	if valid := json.Valid(b); (valid && isSyntax) || (!valid && err == nil) {
 		t.Fatalf("json.Valid %v, parseReview error %v, for %q", valid, err, b)
 	}
