@@ -281,6 +281,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 	// The servers' EndpointSlices carry their Service's labels (the
 	// EndpointSlice controller copies them): watched for foreign endpoints.
 	by[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: sel}
+	// Server pods, for ServerPodsHealthy (podhealth.go).
+	by[&corev1.Pod{}] = serverPodCache()
 	// cert-manager's Certificates and Issuers are not listed: a ByObject
 	// entry needs their CRDs at start. Their informers start (unfiltered)
 	// only when a CertManager-mode CR is reconciled with cert-manager present.
@@ -345,6 +347,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return out
 	}))
+	b = r.watchServerPods(b) // podhealth.go
 	if r.shared != nil && r.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.allRequests(ctx)
@@ -655,6 +658,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	}
 
 	r.serverAvailable(ctx, op, d.Deployment)
+	r.serverPodHealth(ctx, op, d.Deployment) // podhealth.go
 	if err := r.checkEndpoints(ctx, op, d.Service, d.Deployment); err != nil {
 		return r.applyFailed(ctx, op, err)
 	}

@@ -1,0 +1,250 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+)
+
+// A server pod the kubelet refuses to run (a security context the image
+// cannot satisfy, an image it cannot pull, a container that keeps
+// crashing) shows in its Deployment only as missing available replicas.
+// The operator watches its server pods (cached by label in the server
+// namespaces) and reports the kubelet's reason in ServerPodsHealthy.
+// +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch
+
+// ConditionServerPodsHealthy is True when no server pod reports a
+// failure, False with the kubelet's (or scheduler's, or ReplicaSet
+// controller's) reason otherwise, e.g. CreateContainerConfigError.
+const ConditionServerPodsHealthy = "ServerPodsHealthy"
+
+// ServerPodsHealthy reasons besides the kubelet's own.
+const (
+	ReasonPodsHealthy = "NoPodFailures"
+	// ReasonPodFailing stands for a reported reason that is not a valid
+	// condition reason.
+	ReasonPodFailing = "PodFailing"
+)
+
+// benignWaiting are the waiting reasons of a container on its way to
+// running (pkg/kubelet/kuberuntime/kuberuntime_container.go,
+// pkg/kubelet/kubelet_pods.go): everything else (CreateContainerConfigError,
+// ErrImagePull, ImagePullBackOff, ErrImageNeverPull, InvalidImageName,
+// CrashLoopBackOff, RunContainerError, ...) is a failure.
+var benignWaiting = map[string]bool{"": true, "ContainerCreating": true, "PodInitializing": true}
+
+// PodProblem is one failure reported in a server pod's status (or in the
+// Deployment's, when no pod could be created).
+type PodProblem struct {
+	// Object is "pod NAME" or "Deployment NAME"; Container is "" for a
+	// pod-level problem.
+	Object, Container string
+	// Reason is the kubelet's (scheduler's) one-word reason, Message its
+	// text, both as reported.
+	Reason, Message string
+}
+
+func (p PodProblem) String() string {
+	where := p.Object
+	if p.Container != "" {
+		where += " container " + p.Container
+	}
+	if p.Message == "" {
+		return where + ": " + p.Reason
+	}
+	return where + ": " + p.Reason + ": " + p.Message
+}
+
+// PodProblems lists, sorted by pod and container, what keeps each pod
+// from running as reported in its status: a Failed phase (OutOfcpu,
+// Evicted), PodScheduled False (Unschedulable), and each init or app
+// container waiting for another reason than creation (benignWaiting) or
+// terminated with a non-zero exit code. A CrashLoopBackOff names the last
+// exit as well. Terminating pods are skipped.
+func PodProblems(pods []corev1.Pod) []PodProblem {
+	var out []PodProblem
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			out = append(out, PodProblem{Object: "pod " + p.Name, Reason: or(p.Status.Reason, "Failed"), Message: p.Status.Message})
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason != "" {
+				out = append(out, PodProblem{Object: "pod " + p.Name, Reason: c.Reason, Message: c.Message})
+			}
+		}
+		for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+			for _, cs := range list {
+				if pr, ok := containerProblem(cs); ok {
+					pr.Object = "pod " + p.Name
+					out = append(out, pr)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b PodProblem) int {
+		return strings.Compare(a.Object+"\x00"+a.Container, b.Object+"\x00"+b.Container)
+	})
+	return out
+}
+
+func containerProblem(cs corev1.ContainerStatus) (PodProblem, bool) {
+	switch {
+	case cs.State.Waiting != nil && !benignWaiting[cs.State.Waiting.Reason]:
+		w := cs.State.Waiting
+		msg := w.Message
+		if t := cs.LastTerminationState.Terminated; t != nil {
+			last := fmt.Sprintf("last exit code %d (%s)", t.ExitCode, or(t.Reason, "Error"))
+			if m := strings.TrimSpace(t.Message); m != "" {
+				last += ": " + m
+			}
+			msg = strings.TrimPrefix(strings.Join([]string{msg, last}, "; "), "; ")
+		}
+		return PodProblem{Container: cs.Name, Reason: w.Reason, Message: msg}, true
+	case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
+		t := cs.State.Terminated
+		msg := fmt.Sprintf("exit code %d", t.ExitCode)
+		if m := strings.TrimSpace(t.Message); m != "" {
+			msg += ": " + m
+		}
+		return PodProblem{Container: cs.Name, Reason: or(t.Reason, "Error"), Message: msg}, true
+	}
+	return PodProblem{}, false
+}
+
+// conditionReasonRE is metav1.Condition's reason pattern.
+var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
+
+// maxProblemMessage bounds the condition message (metav1.Condition allows
+// 32768 bytes; a kubelet message can be long).
+const maxProblemMessage = 2048
+
+// ServerPodsState decides ServerPodsHealthy from the server pods and the
+// Deployment's ReplicaFailure condition (the ReplicaSet controller's, e.g.
+// FailedCreate when admission refuses the pods, so none exists). Reason is
+// the first problem's own (the kubelet's word, such as
+// CreateContainerConfigError); the message names up to three problems.
+func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment) (ok bool, reason, message string) {
+	problems := PodProblems(pods)
+	if dep != nil {
+		for _, c := range dep.Status.Conditions {
+			if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
+				problems = append([]PodProblem{{Object: "Deployment " + dep.Name, Reason: or(c.Reason, "ReplicaFailure"), Message: c.Message}}, problems...)
+			}
+		}
+	}
+	if len(problems) == 0 {
+		return true, ReasonPodsHealthy, fmt.Sprintf("%d server pods, none reports a failure", len(pods))
+	}
+	s := make([]string, len(problems))
+	for i, p := range problems {
+		s[i] = p.String()
+	}
+	msg := summarize(s, 3)
+	if len(msg) > maxProblemMessage {
+		msg = msg[:maxProblemMessage-3] + "..."
+	}
+	reason = problems[0].Reason
+	if len(reason) > 1024 || !conditionReasonRE.MatchString(reason) {
+		reason = ReasonPodFailing
+	}
+	return false, reason, msg
+}
+
+// serverPodHealth sets ServerPodsHealthy from the cached server pods of
+// op's Deployment; while ServerAvailable is False it also names the first
+// problem there, so Ready's message leads to it.
+func (r *Reconciler) serverPodHealth(ctx context.Context, op Operand, want *appsv1.Deployment) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(want.Namespace), client.MatchingLabels(SelectorLabels(op))); err != nil {
+		log.FromContext(ctx).Error(err, "list server pods for "+ConditionServerPodsHealthy)
+		return
+	}
+	dep := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
+		dep = nil
+	}
+	ok, reason, msg := ServerPodsState(pods.Items, dep)
+	r.setCondition(op, ConditionServerPodsHealthy, ok, reason, msg)
+	if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionServerAvailable); !ok && c != nil && c.Status == metav1.ConditionFalse && !strings.Contains(c.Message, "; "+reason) {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, c.Reason, c.Message+"; "+reason+" (see "+ConditionServerPodsHealthy+")")
+	}
+}
+
+// serverPodSelector is the label selector of the server pods in the cache.
+func serverPodSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelComponent: "webhook-server"})
+}
+
+// serverPodCache caches server pods only, slimmed to what PodProblems and
+// the watch read (metadata without managedFields, status).
+func serverPodCache() cache.ByObject {
+	return cache.ByObject{Label: serverPodSelector(), Transform: slimPod}
+}
+
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	m := p.ObjectMeta
+	m.ManagedFields = nil
+	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: m, Status: p.Status}, nil
+}
+
+// podHealthKey is what ServerPodsHealthy reads of one pod: a status
+// update that leaves it alone (a probe timestamp) reconciles nothing.
+func podHealthKey(o client.Object) string {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(string(p.Status.Phase))
+	for _, pr := range PodProblems([]corev1.Pod{*p}) {
+		b.WriteString("|" + pr.String())
+	}
+	return b.String()
+}
+
+// watchServerPods re-reconciles a CR when one of its server pods starts
+// or stops reporting a failure, or changes which.
+func (r *Reconciler) watchServerPods(b *builder.Builder) *builder.Builder {
+	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		inst := o.GetLabels()[LabelInstance]
+		if inst == "" {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, req := range r.allRequests(ctx) {
+			if r.Kind.BaseName(req.Name) == inst {
+				out = append(out, req)
+			}
+		}
+		return out
+	}), builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return podHealthKey(e.ObjectOld) != podHealthKey(e.ObjectNew) },
+	}))
+}
