@@ -102,8 +102,8 @@ func TestServerPodsState(t *testing.T) {
 			want: []string{"Deployment hookwright-sidecar-a: FailedCreate: pods \"hookwright-sidecar-a-5d9c-x\" is forbidden: exceeded quota"},
 		},
 		{
-			name: "several, sorted and summarized",
-			pods: []corev1.Pod{waitingPod("d", "ErrImagePull", "x"), waitingPod("c", "ErrImagePull", "x"), waitingPod("b", "ErrImagePull", "x"), waitingPod("a", "ImagePullBackOff", "y")},
+			name:   "several, sorted and summarized",
+			pods:   []corev1.Pod{waitingPod("d", "ErrImagePull", "x"), waitingPod("c", "ErrImagePull", "x"), waitingPod("b", "ErrImagePull", "x"), waitingPod("a", "ImagePullBackOff", "y")},
 			reason: "ImagePullBackOff", want: []string{"pod a container server: ImagePullBackOff: y, pod b", "and 1 more"},
 		},
 		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: ReasonPodFailing, want: []string{"Some reason!: x"}},
