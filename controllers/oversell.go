@@ -69,10 +69,19 @@ func NewOversellReconciler(mgr ctrl.Manager, s Settings) *Reconciler {
 	r.finalizer = OversellFinalizer
 	r.watchNodes = true
 	r.finalize = func(ctx context.Context, o client.Object) (bool, time.Duration, error) {
+		r.reamp.forget(o.GetName())
 		return r.restoreNodes(ctx, o.(*v1alpha1.NodeOversell))
 	}
 	r.afterApply = func(ctx context.Context, o client.Object) (time.Duration, error) {
-		return r.syncNodes(ctx, o.(*v1alpha1.NodeOversell))
+		no := o.(*v1alpha1.NodeOversell)
+		before := no.Status.ResyncedGeneration
+		after, err := r.syncNodes(ctx, no)
+		if err != nil || no.Status.ResyncedGeneration != before {
+			// Just touched every node: the cache has not seen the results.
+			return after, err
+		}
+		again, err := r.reamplify(ctx, no) // oversell_reamplify.go
+		return minPositive(after, again), err
 	}
 	return r
 }

@@ -155,6 +155,9 @@ type Reconciler struct {
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
+	// reamp is the NodeOversell re-amplification back-off
+	// (oversell_reamplify.go).
+	reamp reamplifyBackoff
 }
 
 // rvChange is the resourceVersion before and after one write.
@@ -371,7 +374,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 						return true
 					}
 				}
-				return false
+				// A status write stored without the webhook (oversell_reamplify.go).
+				return nodeWriteLostAmplification(e.ObjectOld, e.ObjectNew)
 			},
 		}))
 	}
