@@ -23,6 +23,10 @@ type TestCA struct {
 
 // NewTestCA makes a self-signed ECDSA P-256 CA valid for 24 hours.
 func NewTestCA(commonName string) (*TestCA, error) {
+	return newCA(commonName, 24*time.Hour)
+}
+
+func newCA(commonName string, validity time.Duration) (*TestCA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -31,7 +35,7 @@ func NewTestCA(commonName string) (*TestCA, error) {
 		SerialNumber:          randomSerial(),
 		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotAfter:              time.Now().Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -49,19 +53,24 @@ func NewTestCA(commonName string) (*TestCA, error) {
 
 // Serving issues a serving certificate for dnsNames and returns PEM cert and key.
 func (ca *TestCA) Serving(dnsNames ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		DNSNames:    dnsNames,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+}
+
+// issue signs tmpl (subject, SANs and extended key usage set by the
+// caller) with a new P-256 key, valid as long as the CA.
+func (ca *TestCA) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: randomSerial(),
-		Subject:      pkix.Name{CommonName: dnsNames[0]},
-		DNSNames:     dnsNames,
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	tmpl.SerialNumber = randomSerial()
+	tmpl.NotBefore = time.Now().Add(-time.Minute)
+	tmpl.NotAfter = ca.Cert.NotAfter
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		return nil, nil, err

@@ -3,11 +3,15 @@
 // optionally kube-controller-manager, kube-scheduler and kwok with simulated
 // nodes, all built from source by hack/tools.sh into bin/.
 //
-// The API server sends its "cluster" egress (webhook calls, service proxy)
-// through an HTTP CONNECT proxy on a unix socket (EgressSelectorConfiguration,
-// KEP-1281), which maps a Service's ClusterIP:port to a local process. TLS
-// stays end to end, so a webhook's caBundle and its serving certificate's SANs
-// are checked for real.
+// The API server sends its "cluster" egress (webhook calls, service proxy,
+// kubelet connections) through an HTTP CONNECT proxy on a unix socket
+// (EgressSelectorConfiguration, KEP-1281), which maps a Service's
+// ClusterIP:port to a local process or, with a real node, dials the
+// ClusterIP from inside the node's namespace (kube-proxy picks the pod) and
+// pod and node IPs from the host (incluster.go). TLS stays end to end, so a
+// webhook's caBundle and its serving certificate's SANs are checked for real.
+// Pods on a real node reach the API server through the kubernetes Service
+// with in-cluster config (incluster.go, pki.go).
 package cluster
 
 import (
@@ -17,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +58,12 @@ type Options struct {
 	NodeHeartbeat time.Duration
 	// APIServerArgs are extra kube-apiserver flags (name without dashes).
 	APIServerArgs map[string][]string
+	// ServiceAccountTokens turns on the ServiceAccount admission plugin
+	// (envtest turns it off), as in every real cluster: pods get their
+	// ServiceAccount's projected token (kube-api-access-*) and are refused
+	// while the ServiceAccount does not exist. Pods on real nodes need it
+	// for in-cluster API access; it needs ControllerManager.
+	ServiceAccountTokens bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -78,9 +89,11 @@ type Cluster struct {
 	Bin string
 
 	opts    Options
+	ca      *TestCA
 	ownDir  bool
 	env     *envtest.Environment
 	procs   []*Process
+	nodesMu sync.Mutex // nodes and their stopped flags (the egress dialer reads them)
 	nodes   []*RealNode
 	stopped bool
 }
@@ -181,14 +194,37 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	svcIP, err := firstIP(c.ServiceCIDR())
+	if err != nil {
+		return nil, err
+	}
+	pki := filepath.Join(c.Dir, "pki")
+	if c.ca, err = writeClusterPKI(pki, svcIP); err != nil {
+		return nil, err
+	}
 	api := c.env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = apiLog, apiLog
+	// envtest keeps the certificates it finds there and hands out
+	// SecureServing.CA to every client config it makes.
+	api.CertDir = pki
+	api.SecureServing.CA = c.ca.CertPEM
 	args := api.Configure()
 	args.Set("egress-selector-config-file", egressCfg)
 	// Nodes and kubelets are simulated: let the NodeRestriction-free RBAC
 	// authorizer and the node authorizer both exist, as in a real cluster.
 	args.Set("authorization-mode", "Node,RBAC")
 	args.Set("enable-admission-plugins", "NodeRestriction")
+	if opts.ServiceAccountTokens {
+		args.Disable("disable-admission-plugins")
+	}
+	// The harness owns the kubernetes Service's endpoints: each real node's
+	// relay (publishAPIEndpoint), not the API server's loopback address.
+	args.Set("endpoint-reconciler-type", "none")
+	args.Set("kubelet-client-certificate", filepath.Join(pki, pkiKubeletClient))
+	args.Set("kubelet-client-key", filepath.Join(pki, pkiKubeletKey))
+	args.Set("kubelet-certificate-authority", filepath.Join(pki, pkiCA))
+	// kubeadm's choice: a node's name needs no resolver.
+	args.Set("kubelet-preferred-address-types", "InternalIP,Hostname")
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v...)
 	}
@@ -219,6 +255,10 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.Clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
 	}
+	if err = c.publishAPIEndpoint(ctx); err != nil {
+		return nil, err
+	}
+	c.Egress.SetDialer(c.dialCluster)
 
 	if opts.ControllerManager {
 		if err = c.startControllerManager(ctx); err != nil {

@@ -47,7 +47,9 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
-		"--service-account-private-key-file="+filepath.Join(certs, "sa-signer.key"),
+		"--service-account-private-key-file="+filepath.Join(certs, pkiSAKey),
+		// kube-root-ca.crt in every namespace: what in-cluster clients trust.
+		"--root-ca-file="+filepath.Join(certs, pkiCA),
 		"--controllers=*,-node-ipam-controller,-persistentvolume-binder-controller,-persistentvolume-attach-detach-controller",
 		// Simulated nodes: give up on a silent node quickly but do not evict
 		// the moment a heartbeat is late.

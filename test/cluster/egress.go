@@ -19,11 +19,13 @@ import (
 // the proxy maps it to a local address where a test runs the real server, and
 // then only relays bytes, so TLS stays end to end.
 //
-// Targets without a mapping are refused with 502: the proxy never dials the
-// address it was asked for.
+// Targets without a mapping go to the dialer set by SetDialer (the
+// cluster's: real nodes' Services, pods and kubelets); without one, or when
+// it answers ErrNoRoute, they are refused with 502.
 type EgressProxy struct {
 	socket string
 	ln     net.Listener
+	dial   func(target string) (net.Conn, error)
 
 	mu     sync.RWMutex
 	routes map[string]string // "10.0.0.12:443" -> "127.0.0.1:39011"
@@ -60,6 +62,14 @@ func (p *EgressProxy) Route(target, local string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.routes[target] = local
+}
+
+// SetDialer sets how unmapped targets are dialled; call it before the API
+// server sends traffic. A dialer returns ErrNoRoute for targets it refuses.
+func (p *EgressProxy) SetDialer(dial func(target string) (net.Conn, error)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dial = dial
 }
 
 // Unroute removes a mapping; later CONNECTs to target get 502.
@@ -131,12 +141,21 @@ func (p *EgressProxy) handle(c net.Conn) {
 	p.mu.Lock()
 	p.hits[target]++
 	local, ok := p.routes[target]
+	dial := p.dial
 	p.mu.Unlock()
-	if !ok {
+	var up net.Conn
+	switch {
+	case ok:
+		up, err = net.DialTimeout("tcp", local, 5*time.Second)
+	case dial != nil:
+		up, err = dial(target)
+	default:
+		err = ErrNoRoute
+	}
+	if errors.Is(err, ErrNoRoute) {
 		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
 		return
 	}
-	up, err := net.DialTimeout("tcp", local, 5*time.Second)
 	if err != nil {
 		fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
 		return

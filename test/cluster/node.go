@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -152,7 +153,9 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 		_ = nn.teardown()
 		return nil, err
 	}
+	c.nodesMu.Lock()
 	c.nodes = append(c.nodes, n)
+	c.nodesMu.Unlock()
 	defer func() {
 		if err != nil {
 			if serr := n.Stop(context.Background()); serr != nil {
@@ -178,7 +181,11 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 	if err != nil {
 		return n, fmt.Errorf("API server port of %s: %w", c.Config.Host, err)
 	}
-	if err := nn.relayLoopback(apiPort); err != nil {
+	if err := nn.relay(fmt.Sprintf("127.0.0.1:%d", apiPort), fmt.Sprintf("127.0.0.1:%d", apiPort)); err != nil {
+		return n, err
+	}
+	// The kubernetes Service's endpoint (incluster.go).
+	if err := nn.relay(fmt.Sprintf("%s:%d", APIRelayIP, apiRelayPort), fmt.Sprintf("127.0.0.1:%d", apiPort)); err != nil {
 		return n, err
 	}
 	if spec.Registry != "" {
@@ -297,8 +304,12 @@ func (n *RealNode) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tlsCert, tlsKey, err := writeKubeletServing(n.c.ca, n.Dir, n.Name, net.ParseIP(n.IP))
+	if err != nil {
+		return err
+	}
 	cfg := filepath.Join(n.Dir, "kubelet-config.yaml")
-	if err := writeFiles(map[string]string{cfg: n.kubeletConfig()}); err != nil {
+	if err := writeFiles(map[string]string{cfg: n.kubeletConfig(tlsCert, tlsKey)}); err != nil {
 		return err
 	}
 	args := []string{
@@ -341,8 +352,12 @@ func (n *RealNode) RestartKubelet(ctx context.Context) error {
 // (cgroup v1, cgroupfs, no CAP_SYS_RESOURCE) it keeps every path under Dir,
 // gives pods no resolver (resolvConf ""; no cluster DNS runs), never
 // garbage-collects images (they cannot be pulled again) and sets eviction
-// thresholds low so a full CI disk does not taint the node.
-func (n *RealNode) kubeletConfig() string {
+// thresholds low so a full CI disk does not taint the node. It serves
+// tlsCert (from the harness CA, which the API server checks with
+// --kubelet-certificate-authority) and accepts the API server's client
+// certificate (KubeletClientUser) from the same CA, so `kubectl logs` and
+// exec work as in a cluster.
+func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	taints := ""
 	for _, t := range n.spec.Taints {
 		taints += fmt.Sprintf("- key: %q\n  value: %q\n  effect: %q\n", t.Key, t.Value, t.Effect)
@@ -362,11 +377,15 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
+tlsCertFile: ` + tlsCert + `
+tlsPrivateKeyFile: ` + tlsKey + `
 authentication:
   anonymous:
     enabled: false
   webhook:
     enabled: true
+  x509:
+    clientCAFile: ` + filepath.Join(n.c.APIServerCertDir(), pkiCA) + `
 authorization:
   mode: Webhook
 clusterDomain: cluster.local
@@ -476,10 +495,17 @@ func (n *RealNode) Log(component string) string {
 // settings the kubelet changed, and delete the Node. It then records what is
 // still there (Leaks). It is safe to call twice.
 func (n *RealNode) Stop(ctx context.Context) error {
-	if n.stopped {
+	if n.c != nil {
+		n.c.nodesMu.Lock()
+	}
+	was := n.stopped
+	n.stopped = true
+	if n.c != nil {
+		n.c.nodesMu.Unlock()
+	}
+	if was {
 		return nil
 	}
-	n.stopped = true
 	var errs []error
 	if k := n.procs["kubelet"]; k != nil && n.c.Clientset != nil {
 		if done, _ := k.Exited(); !done {

@@ -183,14 +183,13 @@ func (n *RealNode) addRegistry(addr string, mirrors []string) error {
 	if err != nil || host != "127.0.0.1" {
 		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
 	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
+	if _, err := strconv.Atoi(p); err != nil {
 		return fmt.Errorf("node registry %q: %w", addr, err)
 	}
 	if len(mirrors) == 0 {
 		mirrors = ociimage.MirroredRegistries
 	}
-	if err := n.net.relayLoopback(port); err != nil {
+	if err := n.net.relay(addr, addr); err != nil {
 		return err
 	}
 	return ociimage.WriteContainerdHosts(filepath.Join(n.Dir, "containerd", "certs.d"), addr, mirrors)

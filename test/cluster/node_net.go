@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -167,6 +169,12 @@ func (n *nodeNet) setup(serviceCIDR string) error {
 		{"addr", "add", n.hostIP() + "/30", "dev", n.hostLink()},
 		{"link", "set", n.hostLink(), "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "addr", "add", APIRelayIP + "/32", "dev", "lo"},
+		// Only sockets marked egressMark (dialIn's) may route a ClusterIP,
+		// so kube-proxy's OUTPUT rules can translate it; everything else
+		// keeps the unreachable route below.
+		{"-n", ns, "rule", "add", "fwmark", fmt.Sprintf("%#x", egressMark), "lookup", egressTable, "pref", "100"},
+		{"-n", ns, "route", "add", serviceCIDR, "dev", "lo", "src", APIRelayIP, "table", egressTable},
 		{"-n", ns, "addr", "add", n.nodeIP() + "/30", "dev", "eth0"},
 		{"-n", ns, "link", "set", "eth0", "up"},
 		{"-n", ns, "route", "add", "unreachable", nodePodRange},
@@ -234,17 +242,17 @@ func (n *nodeNet) inNetns(fn func() error) error {
 	return <-errc
 }
 
-// relayLoopback makes 127.0.0.1:port inside the node's namespace reach
-// 127.0.0.1:port of the host (the API server, a local registry), so the
-// node's kubeconfigs and registry hosts are the host's own addresses.
-func (n *nodeNet) relayLoopback(port int) error {
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+// relay makes listen (an address inside the node's namespace) reach host
+// (an address of the host): 127.0.0.1:port for the API server and a local
+// registry, so the node's kubeconfigs and registry hosts are the host's own
+// addresses, and APIRelayIP:443 for the kubernetes Service.
+func (n *nodeNet) relay(listen, host string) error {
 	var ln net.Listener
 	if err := n.inNetns(func() (err error) {
-		ln, err = net.Listen("tcp", addr)
+		ln, err = net.Listen("tcp", listen)
 		return err
 	}); err != nil {
-		return fmt.Errorf("relay %s into %s: %w", addr, n.netns(), err)
+		return fmt.Errorf("relay %s into %s: %w", listen, n.netns(), err)
 	}
 	n.mu.Lock()
 	n.relays = append(n.relays, ln)
@@ -260,11 +268,44 @@ func (n *nodeNet) relayLoopback(port int) error {
 			n.wg.Add(1)
 			go func() {
 				defer n.wg.Done()
-				relayConn(c, addr)
+				relayConn(c, host)
 			}()
 		}
 	}()
 	return nil
+}
+
+// egressMark marks dialIn's sockets (SO_MARK; kube-proxy's own marks are
+// 0x4000 and 0x8000) and egressTable is the node namespace's routing table
+// for them: a local socket's route is looked up before kube-proxy's OUTPUT
+// DNAT, so a ClusterIP needs a route there, and the namespace's main table
+// has only `unreachable` for the Service CIDR. The table's route goes to lo
+// with source APIRelayIP (on lo, inside the pod range, so replies from pods
+// come back): a packet no rule translated never leaves the namespace.
+const (
+	egressMark  = 0x10000000
+	egressTable = "100"
+)
+
+// dialIn connects to addr from inside the node's namespace with egressMark
+// (the socket is made there; its packets pass the node's kube-proxy rules
+// as any local client's would).
+func (n *nodeNet) dialIn(addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, egressMark)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	var c net.Conn
+	err := n.inNetns(func() (err error) {
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	return c, err
 }
 
 func relayConn(c net.Conn, addr string) {

@@ -73,9 +73,10 @@ func TestMain(m *testing.M) {
 	registryAddr = reg.Addr
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
-		ControllerManager: true,
-		Scheduler:         true,
-		Logf:              func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+		ControllerManager:    true,
+		Scheduler:            true,
+		ServiceAccountTokens: true,
+		Logf:                 func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
@@ -426,8 +427,8 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	}
 }
 
-// podLog reads a container's log file on the node (the API server cannot
-// reach the kubelet's log endpoint: its egress is the test's proxy).
+// podLog reads a container's log files on the node (what is left when a
+// failure may lie on the way to the kubelet).
 func podLog(_ context.Context, p *corev1.Pod) string {
 	dir := filepath.Join(node.Dir, "pod-logs", p.Namespace+"_"+p.Name+"_"+string(p.UID))
 	var b strings.Builder

@@ -17,6 +17,10 @@
 //	get          [--tries N] [--interval D] URL [WANT]: an HTTP client pod;
 //	             GETs URL (5 s timeout) up to N times (30) D apart (1s) and
 //	             exits 0 once a 200 body contains WANT
+//	api          [--tries N] [--interval D] PATH STATUS...: an in-cluster API
+//	             client (client-go's rest.InClusterConfig: the kubernetes
+//	             Service, the pod's ServiceAccount token and CA); GETs each
+//	             PATH until it answers its STATUS and prints each answer
 //
 // Every server exits 0 on SIGTERM or SIGINT; bad arguments, and a get that
 // never saw its answer, exit 2.
@@ -37,6 +41,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func main() {
@@ -159,8 +165,36 @@ func runRole(ctx context.Context, role string, args []string, listen listenFunc,
 			return errors.New("want [--tries N>0] [--interval D] URL [WANT]")
 		}
 		return getUntil(ctx, out, fs.Arg(0), fs.Arg(1), *tries, *interval)
+	case "api":
+		fs := newFlags("api")
+		tries := fs.Int("tries", 30, "attempts per path")
+		interval := fs.Duration("interval", time.Second, "pause between attempts")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 || fs.NArg()%2 != 0 || *tries < 1 {
+			return errors.New("want [--tries N>0] [--interval D] PATH STATUS [PATH STATUS]...")
+		}
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return err
+		}
+		client, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < fs.NArg(); i += 2 {
+			want, err := strconv.Atoi(fs.Arg(i + 1))
+			if err != nil {
+				return fmt.Errorf("status %q: %w", fs.Arg(i+1), err)
+			}
+			if err := apiUntil(ctx, out, client, cfg.Host+fs.Arg(i), want, *tries, *interval); err != nil {
+				return err
+			}
+		}
+		return nil
 	default:
-		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve or get)", role)
+		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve, get or api)", role)
 	}
 }
 
@@ -250,6 +284,43 @@ func getUntil(ctx context.Context, out io.Writer, url, want string, tries int, i
 		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
 	}
 	return fmt.Errorf("GET %s: no 200 answer containing %q after %d tries: %w", url, want, tries, last)
+}
+
+// apiUntil GETs url with client until it answers status want (a transport
+// error is retried: kube-proxy may not have the kubernetes Service's rule
+// yet), and prints the answer on out.
+func apiUntil(ctx context.Context, out io.Writer, client *http.Client, url string, want, tries int, interval time.Duration) error {
+	var last error
+	for i := 0; i < tries; i++ {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(interval):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<12))
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		if resp.StatusCode == want {
+			fmt.Fprintf(out, "api: GET %s: %d %s\n", url, resp.StatusCode, strings.Join(strings.Fields(string(body)), " "))
+			return nil
+		}
+		last = fmt.Errorf("status %d, body %q", resp.StatusCode, body)
+	}
+	return fmt.Errorf("GET %s: no %d answer after %d tries: %w", url, want, tries, last)
 }
 
 func proxyHandler() http.Handler {
