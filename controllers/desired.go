@@ -325,6 +325,12 @@ func build(op Operand, s Settings, args []string) *Desired {
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						// The serving Secret's files are root-owned, mode
+						// 0440: the kubelet gives them this group and the
+						// server process this supplementary group, whatever
+						// uid the image runs as (a real kubelet refused the
+						// server "permission denied" on tls.crt without it).
+						FSGroup: ptr.To(ServerFSGroup),
 					},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:     1,
