@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,10 @@ import (
 // The operator watches its server pods (cached by label in the server
 // namespaces) and reports the kubelet's reason in ServerPodsHealthy.
 // +kubebuilder:rbac:groups="",namespace=system,resources=pods,verbs=get;list;watch
+// A pod waiting for a volume or a sandbox shows only "ContainerCreating":
+// the kubelet reports why in Events (FailedMount: secret "x" not found),
+// which are read for such pods.
+// +kubebuilder:rbac:groups="",namespace=system,resources=events,verbs=list
 
 // ConditionServerPodsHealthy is True when no server pod reports a
 // failure, False with the kubelet's (or scheduler's, or ReplicaSet
@@ -134,6 +139,82 @@ func containerProblem(cs corev1.ContainerStatus) (PodProblem, bool) {
 	return PodProblem{}, false
 }
 
+// starting reports whether a pod is scheduled and still waiting for its
+// containers to be created (a volume to mount, a sandbox), with nothing
+// in its status to say why.
+func starting(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodPending || p.Spec.NodeName == "" && !scheduled(p) {
+		return false
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Waiting == nil || !benignWaiting[cs.State.Waiting.Reason] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func scheduled(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// StartingPodProblems names, for each starting pod (scheduled, containers
+// not yet created) that PodProblems found nothing wrong with, the latest
+// Warning Event about it (matched by UID), such as the kubelet's
+// FailedMount `MountVolume.SetUp failed for volume "serving-cert" : secret
+// "x" not found` or FailedCreatePodSandBox.
+func StartingPodProblems(pods []corev1.Pod, found []PodProblem, events []corev1.Event) []PodProblem {
+	seen := map[string]bool{}
+	for _, p := range found {
+		seen[p.Object] = true
+	}
+	var out []PodProblem
+	for i := range pods {
+		p := &pods[i]
+		if !starting(p) || seen["pod "+p.Name] {
+			continue
+		}
+		var last *corev1.Event
+		for j := range events {
+			e := &events[j]
+			if e.Type != corev1.EventTypeWarning || e.InvolvedObject.UID != p.UID {
+				continue
+			}
+			if last == nil || eventTime(e).After(eventTime(last)) {
+				last = e
+			}
+		}
+		if last != nil {
+			out = append(out, PodProblem{Object: "pod " + p.Name, Reason: last.Reason, Message: last.Message})
+		}
+	}
+	return out
+}
+
+// eventTime is when an Event last happened, whichever API wrote it.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// startingPoll is how often the Events of starting server pods are read
+// again (nothing watches them).
+const startingPoll = 5 * time.Second
+
 // conditionReasonRE is metav1.Condition's reason pattern.
 var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
@@ -141,13 +222,18 @@ var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_
 // 32768 bytes; a kubelet message can be long).
 const maxProblemMessage = 2048
 
-// ServerPodsState decides ServerPodsHealthy from the server pods and the
+// ServerPodsState decides ServerPodsHealthy from the server pods, the
+// Warning Events of those still starting (StartingPodProblems) and the
 // Deployment's ReplicaFailure condition (the ReplicaSet controller's, e.g.
 // FailedCreate when admission refuses the pods, so none exists). Reason is
 // the first problem's own (the kubelet's word, such as
 // CreateContainerConfigError); the message names up to three problems.
-func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment) (ok bool, reason, message string) {
+func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment, events []corev1.Event) (ok bool, reason, message string) {
 	problems := PodProblems(pods)
+	problems = append(problems, StartingPodProblems(pods, problems, events)...)
+	slices.SortStableFunc(problems, func(a, b PodProblem) int {
+		return strings.Compare(a.Object+"\x00"+a.Container, b.Object+"\x00"+b.Container)
+	})
 	if dep != nil {
 		for _, c := range dep.Status.Conditions {
 			if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
@@ -174,23 +260,42 @@ func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment) (ok bool, reason
 }
 
 // serverPodHealth sets ServerPodsHealthy from the cached server pods of
-// op's Deployment; while ServerAvailable is False it also names the first
-// problem there, so Ready's message leads to it.
-func (r *Reconciler) serverPodHealth(ctx context.Context, op Operand, want *appsv1.Deployment) {
+// op's Deployment (and, for pods still starting, their Warning Events read
+// from the API server); while ServerAvailable is False it also names the
+// first problem there, so Ready's message leads to it. It returns when to
+// look again (0: a pod watch event will do).
+func (r *Reconciler) serverPodHealth(ctx context.Context, op Operand, want *appsv1.Deployment) time.Duration {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(want.Namespace), client.MatchingLabels(SelectorLabels(op))); err != nil {
 		log.FromContext(ctx).Error(err, "list server pods for "+ConditionServerPodsHealthy)
-		return
+		return 0
+	}
+	var events []corev1.Event
+	poll := time.Duration(0)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !starting(p) {
+			continue
+		}
+		poll = startingPoll
+		var el corev1.EventList
+		if err := r.APIReader.List(ctx, &el, client.InNamespace(p.Namespace),
+			client.MatchingFields{"involvedObject.uid": string(p.UID), "type": corev1.EventTypeWarning}); err != nil {
+			log.FromContext(ctx).V(1).Info("list Events of a starting server pod", "pod", p.Name, "error", err.Error())
+			continue
+		}
+		events = append(events, el.Items...)
 	}
 	dep := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
 		dep = nil
 	}
-	ok, reason, msg := ServerPodsState(pods.Items, dep)
+	ok, reason, msg := ServerPodsState(pods.Items, dep, events)
 	r.setCondition(op, ConditionServerPodsHealthy, ok, reason, msg)
 	if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionServerAvailable); !ok && c != nil && c.Status == metav1.ConditionFalse && !strings.Contains(c.Message, "; "+reason) {
 		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, c.Reason, c.Message+"; "+reason+" (see "+ConditionServerPodsHealthy+")")
 	}
+	return poll
 }
 
 // serverPodSelector is the label selector of the server pods in the cache.
@@ -199,7 +304,7 @@ func serverPodSelector() labels.Selector {
 }
 
 // serverPodCache caches server pods only, slimmed to what PodProblems and
-// the watch read (metadata without managedFields, status).
+// the watch read (metadata without managedFields, spec.nodeName, status).
 func serverPodCache() cache.ByObject {
 	return cache.ByObject{Label: serverPodSelector(), Transform: slimPod}
 }
@@ -211,7 +316,7 @@ func slimPod(obj any) (any, error) {
 	}
 	m := p.ObjectMeta
 	m.ManagedFields = nil
-	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: m, Status: p.Status}, nil
+	return &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: m, Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}, Status: p.Status}, nil
 }
 
 // podHealthKey is what ServerPodsHealthy reads of one pod: a status

@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func waitingPod(name, reason, msg string) corev1.Pod {
@@ -62,11 +63,18 @@ func TestServerPodsState(t *testing.T) {
 		Message: `pods "hookwright-sidecar-a-5d9c-x" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=0, limited: pods=0`,
 	}}}}
 	oddReason := waitingPod("p", "Some reason!", "x")
+	mounting := waitingPod("mounting", "ContainerCreating", "")
+	mounting.UID = "uid-mounting"
+	mounting.Spec.NodeName = "real-node-0"
+	runningWithUID := runningPod("running")
+	runningWithUID.UID = "uid-running"
+	runningWithUID.Spec.NodeName = "real-node-0"
 
 	for _, tc := range []struct {
 		name   string
 		pods   []corev1.Pod
 		dep    *appsv1.Deployment
+		events []corev1.Event
 		ok     bool
 		reason string
 		// want are substrings of the message.
@@ -106,10 +114,30 @@ func TestServerPodsState(t *testing.T) {
 			pods:   []corev1.Pod{waitingPod("d", "ErrImagePull", "x"), waitingPod("c", "ErrImagePull", "x"), waitingPod("b", "ErrImagePull", "x"), waitingPod("a", "ImagePullBackOff", "y")},
 			reason: "ImagePullBackOff", want: []string{"pod a container server: ImagePullBackOff: y, pod b", "and 1 more"},
 		},
+		{
+			name: "missing Secret volume: the kubelet's Event", pods: []corev1.Pod{mounting, waitingPod("other", "ContainerCreating", "")},
+			events: []corev1.Event{
+				podEvent(mounting.UID, corev1.EventTypeWarning, "FailedMount", `MountVolume.SetUp failed for volume "serving-cert" : secret "old" not found`, 10),
+				podEvent(mounting.UID, corev1.EventTypeWarning, "FailedMount", `MountVolume.SetUp failed for volume "serving-cert" : secret "byo-serving" not found`, 20),
+				podEvent(mounting.UID, corev1.EventTypeNormal, "Scheduled", "Successfully assigned", 30),
+				podEvent("another-pod", corev1.EventTypeWarning, "FailedCreatePodSandBox", "x", 40),
+			},
+			reason: "FailedMount", want: []string{`pod mounting: FailedMount: MountVolume.SetUp failed for volume "serving-cert" : secret "byo-serving" not found`},
+		},
+		{
+			name: "a starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
+			events: []corev1.Event{podEvent(mounting.UID, corev1.EventTypeNormal, "Pulled", "ok", 1)},
+			ok:     true, reason: ReasonPodsHealthy,
+		},
+		{
+			name: "Events of a running pod are not read", pods: []corev1.Pod{runningWithUID},
+			events: []corev1.Event{podEvent(runningWithUID.UID, corev1.EventTypeWarning, "Unhealthy", "Readiness probe failed", 1)},
+			ok:     true, reason: ReasonPodsHealthy,
+		},
 		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: ReasonPodFailing, want: []string{"Some reason!: x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, reason, msg := ServerPodsState(tc.pods, tc.dep)
+			ok, reason, msg := ServerPodsState(tc.pods, tc.dep, tc.events)
 			if ok != tc.ok || reason != tc.reason {
 				t.Errorf("ServerPodsState = %v, %q, %q; want %v, %q", ok, reason, msg, tc.ok, tc.reason)
 			}
@@ -126,7 +154,7 @@ func TestServerPodsState(t *testing.T) {
 }
 
 func TestServerPodsStateBoundsTheMessage(t *testing.T) {
-	_, _, msg := ServerPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil)
+	_, _, msg := ServerPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil, nil)
 	if len(msg) > maxProblemMessage || !strings.HasSuffix(msg, "...") {
 		t.Errorf("message of %d bytes, ends %q", len(msg), msg[len(msg)-5:])
 	}
@@ -145,5 +173,40 @@ func TestPodHealthKey(t *testing.T) {
 	d := waitingPod("a", "CrashLoopBackOff", "back-off 20s")
 	if podHealthKey(&c) == podHealthKey(&d) {
 		t.Error("a new back-off message did not change the key")
+	}
+}
+
+func podEvent(uid types.UID, typ, reason, msg string, at int64) corev1.Event {
+	return corev1.Event{
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", UID: uid},
+		Type:           typ, Reason: reason, Message: msg,
+		LastTimestamp: metav1.Unix(at, 0),
+	}
+}
+
+// Pods still creating containers are polled (their Events are not
+// watched); a pending pod with a status reason, or one not yet scheduled,
+// is not "starting".
+func TestStarting(t *testing.T) {
+	creating := waitingPod("a", "ContainerCreating", "")
+	creating.Spec.NodeName = "n"
+	noStatus := corev1.Pod{Spec: corev1.PodSpec{NodeName: "n"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	unscheduled := corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	pulling := waitingPod("b", "ImagePullBackOff", "")
+	pulling.Spec.NodeName = "n"
+	for _, tc := range []struct {
+		name string
+		pod  corev1.Pod
+		want bool
+	}{
+		{"creating", creating, true},
+		{"no container status yet", noStatus, true},
+		{"not scheduled", unscheduled, false},
+		{"failing with a reason", pulling, false},
+		{"running", runningPod("r"), false},
+	} {
+		if got := starting(&tc.pod); got != tc.want {
+			t.Errorf("%s: starting = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -662,7 +662,9 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	}
 
 	r.serverAvailable(ctx, op, d.Deployment)
-	r.serverPodHealth(ctx, op, d.Deployment) // podhealth.go
+	if poll := r.serverPodHealth(ctx, op, d.Deployment); poll > 0 { // podhealth.go
+		result.RequeueAfter = minPositive(result.RequeueAfter, poll)
+	}
 	if err := r.checkEndpoints(ctx, op, d.Service, d.Deployment); err != nil {
 		return r.applyFailed(ctx, op, err)
 	}
