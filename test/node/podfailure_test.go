@@ -20,15 +20,18 @@ import (
 
 // A server pod spec the real kubelet refuses surfaces on the CR as
 // ServerPodsHealthy False with the kubelet's reason and message, and a
-// False ServerAvailable names it, for three refusals of the operator's
+// False ServerAvailable names it, for four refusals of the operator's
 // own pod spec (runAsNonRoot, every capability dropped, read-only root):
 //   - an image whose user is a name: the kubelet cannot verify runAsNonRoot
 //     (pkg/kubelet/kuberuntime/security_context_others.go, verifyRunAsNonRoot);
 //   - an image the registry does not have: ErrImagePull, then ImagePullBackOff;
-//   - an image whose program exits at once: CrashLoopBackOff, with the exit.
+//   - an image whose program exits at once: CrashLoopBackOff, with the exit;
+//   - a serving Secret (mode Secret) nobody wrote: the pod stays in
+//     ContainerCreating and the kubelet's FailedMount Event says why.
 func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := ctxT(t, 10*time.Minute)
 	startOperator(t)
+	importOperatorImage(ctx, t)
 
 	// The stand-in with its user given by name: runs as nonroot (65532)
 	// from /etc/passwd in any runtime, but the kubelet checks runAsNonRoot
@@ -58,6 +61,8 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 		reasons []string
 		want    string
 		msg     []string
+		// cert is the CR's certificate spec (default SelfSigned).
+		cert v1alpha1.CertificateSpec
 	}{
 		{
 			name: "user-by-name", image: registryHost + "/server:user-by-name",
@@ -68,6 +73,14 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 			name: "absent-image", image: registryHost + "/server:absent",
 			reasons: []string{"ErrImagePull"}, want: "ImagePullBackOff",
 			msg: []string{"container server: ImagePullBackOff: ", registryHost + "/server:absent"},
+		},
+		{
+			// Mode Secret naming a Secret nobody wrote: the pod waits in
+			// ContainerCreating, the reason only in the kubelet's Events.
+			name: "missing-secret", image: ociimage.OperatorName,
+			cert: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "never-written"},
+			want: "FailedMount",
+			msg:  []string{`MountVolume.SetUp failed for volume "serving-cert" : secret "never-written" not found`},
 		},
 		{
 			// The stand-in takes its role from its first argument,
@@ -84,6 +97,7 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 					// No namespace carries the label: the webhook intercepts nothing.
 					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test.hookwright.io/nothing": tc.name}},
 					Server:            v1alpha1.ServerSpec{Replicas: ptr.To[int32](1), Image: tc.image},
+					Certificate:       tc.cert,
 				},
 			}
 			created := time.Now()
@@ -107,6 +121,14 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 						for _, cs := range p.Status.ContainerStatuses {
 							if w := cs.State.Waiting; w != nil && w.Reason == tc.want {
 								podAt = time.Now()
+							}
+						}
+						var evs corev1.EventList
+						if err := env.Client.List(ctx, &evs, client.InNamespace(operatorNS), client.MatchingFields{"involvedObject.uid": string(p.UID)}); err == nil {
+							for _, e := range evs.Items {
+								if e.Reason == tc.want && podAt.IsZero() {
+									podAt = time.Now()
+								}
 							}
 						}
 					}
