@@ -337,19 +337,23 @@ func podHealthKey(o client.Object) string {
 // watchServerPods re-reconciles a CR when one of its server pods starts
 // or stops reporting a failure, or changes which.
 func (r *Reconciler) watchServerPods(b *builder.Builder) *builder.Builder {
-	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		inst := o.GetLabels()[LabelInstance]
-		if inst == "" {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, req := range r.allRequests(ctx) {
-			if r.Kind.BaseName(req.Name) == inst {
-				out = append(out, req)
-			}
-		}
-		return out
-	}), builder.WithPredicates(predicate.Funcs{
+	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.instanceRequests), builder.WithPredicates(predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool { return podHealthKey(e.ObjectOld) != podHealthKey(e.ObjectNew) },
 	}))
+}
+
+// instanceRequests maps an object labelled with a server's instance name
+// (its pods, its Service's EndpointSlices) to the CR of that server.
+func (r *Reconciler) instanceRequests(ctx context.Context, o client.Object) []reconcile.Request {
+	inst := o.GetLabels()[LabelInstance]
+	if inst == "" {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, req := range r.allRequests(ctx) {
+		if r.Kind.BaseName(req.Name) == inst {
+			out = append(out, req)
+		}
+	}
+	return out
 }

@@ -337,19 +337,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return r.allRequests(ctx)
 	}))
 	// A pod joining or leaving a server's Service (endpoints.go).
-	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		inst := o.GetLabels()[LabelInstance]
-		if inst == "" {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, req := range r.allRequests(ctx) {
-			if r.Kind.BaseName(req.Name) == inst {
-				out = append(out, req)
-			}
-		}
-		return out
-	}))
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.instanceRequests))
 	b = r.watchServerPods(b) // podhealth.go
 	if r.shared != nil && r.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
