@@ -55,12 +55,13 @@ const (
 //     or memory other than raw × ratio of its own annotations (a write
 //     stored while no server was reached), or with ratios other than no's
 //     spec (a resync write that reached no server);
-//   - not amplified by any NodeOversell while it publishes cpu or memory.
+//   - not amplified by any NodeOversell that exists (exists: nil means
+//     every name does) while it publishes cpu or memory.
 //
-// Nodes another NodeOversell amplified are its own (overlapping selectors
-// are resolved by the servers), and nodes whose annotations the engine
-// would not trust (oversell.PlausibleRaw) are left to the kubelet.
-func UnamplifiedNodes(nodes []corev1.Node, no *v1alpha1.NodeOversell, sel labels.Selector) []string {
+// Nodes another existing NodeOversell amplified are its own (overlapping
+// selectors are resolved by the servers), and nodes whose annotations the
+// engine would not trust (oversell.PlausibleRaw) are left to the kubelet.
+func UnamplifiedNodes(nodes []corev1.Node, no *v1alpha1.NodeOversell, sel labels.Selector, exists func(name string) bool) []string {
 	want := map[string]oversell.Ratio{}
 	for res, s := range map[string]v1alpha1.Ratio{oversell.CPU.String(): no.Spec.Ratios.CPU, oversell.Memory.String(): no.Spec.Ratios.Memory} {
 		if s == "" {
@@ -79,7 +80,7 @@ func UnamplifiedNodes(nodes []corev1.Node, no *v1alpha1.NodeOversell, sel labels
 			continue
 		}
 		switch by := n.Annotations[v1alpha1.OversellAppliedByKey]; {
-		case by == "":
+		case by == "" || by != no.Name && exists != nil && !exists(by):
 			_, cpu := n.Status.Allocatable[corev1.ResourceCPU]
 			_, mem := n.Status.Allocatable[corev1.ResourceMemory]
 			if cpu || mem {
@@ -236,7 +237,16 @@ func (r *Reconciler) reamplify(ctx context.Context, no *v1alpha1.NodeOversell) (
 	if err != nil {
 		return 0, err
 	}
-	stale := UnamplifiedNodes(nodes, no, sel)
+	var all v1alpha1.NodeOversellList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return 0, err
+	}
+	names := map[string]bool{}
+	for _, o := range all.Items {
+		names[o.Name] = true
+	}
+	exists := func(n string) bool { return names[n] }
+	stale := UnamplifiedNodes(nodes, no, sel, exists)
 	if len(stale) == 0 {
 		r.reamp.forget(no.Name)
 		return 0, nil
@@ -267,7 +277,7 @@ func (r *Reconciler) reamplify(ctx context.Context, no *v1alpha1.NodeOversell) (
 			// The response is the stored node: did the webhook act?
 			mu.Lock()
 			defer mu.Unlock()
-			if len(UnamplifiedNodes([]corev1.Node{*node}, no, sel)) == 0 {
+			if len(UnamplifiedNodes([]corev1.Node{*node}, no, sel, exists)) == 0 {
 				fixed = append(fixed, name)
 			} else {
 				left = append(left, name)

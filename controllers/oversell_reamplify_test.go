@@ -59,6 +59,8 @@ func TestUnamplifiedNodes(t *testing.T) {
 		poolNode("never", "3800m", "7Gi", nil),
 		// Another NodeOversell's (overlapping selectors): not ours.
 		poolNode("theirs", "3800m", "7Gi", amplifiedBy("pool-b", `{"cpu":"3"}`)),
+		// Amplified by a NodeOversell since deleted without its restore.
+		poolNode("orphan", "7600m", "7Gi", amplifiedBy("gone", `{"cpu":"2"}`)),
 		// An implausible record (raw above capacity): the kubelet's job.
 		poolNode("untrusted", "3800m", "7Gi", map[string]string{
 			v1alpha1.OversellAppliedByKey: "pool-a", v1alpha1.OversellRawAllocatableKey: `{"cpu":"64"}`, v1alpha1.OversellRatiosKey: `{"cpu":"2"}`,
@@ -70,15 +72,16 @@ func TestUnamplifiedNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := UnamplifiedNodes(nodes, no, sel)
-	want := []string{"extra-ratio", "never", "old-ratio", "raw-stored"}
+	exists := func(n string) bool { return n == "pool-a" || n == "pool-b" }
+	got := UnamplifiedNodes(nodes, no, sel, exists)
+	want := []string{"extra-ratio", "never", "old-ratio", "orphan", "raw-stored"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("UnamplifiedNodes = %v, want %v", got, want)
 	}
 
 	bad := no.DeepCopy()
 	bad.Spec.Ratios.CPU = "0.5"
-	if got := UnamplifiedNodes(nodes, bad, sel); got != nil {
+	if got := UnamplifiedNodes(nodes, bad, sel, exists); got != nil {
 		t.Errorf("with an invalid ratio: %v, want none", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,9 @@ func (o *outcomes) get() (map[string]int, map[string]string) {
 // dialled in the node's namespace where kube-proxy sends each new
 // connection to a ready endpoint (test/cluster, incluster.go); the
 // container killed is the one serving the API server's connection (its
-// request counter moves). Both Deployments keep the default 2 replicas.
+// request counter moves). With the default 2 replicas only the requests
+// on the broken connection fail; with 1 every call until the restarted
+// container is ready.
 func TestKillServerContainerUnderLoad(t *testing.T) {
 	ctx := ctxT(t, 20*time.Minute)
 	startOperator(t)
@@ -163,9 +166,14 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 	// allocatable), four times a second on top of the real kubelet's.
 	report := fmt.Appendf(nil, `{"status":{"allocatable":{"cpu":%q}}}`, rawQ)
 
-	for _, fp := range []v1alpha1.FailurePolicy{v1alpha1.FailurePolicyFail, v1alpha1.FailurePolicyIgnore} {
-		t.Run(string(fp), func(t *testing.T) {
+	for _, tc := range []struct {
+		fp       v1alpha1.FailurePolicy
+		replicas int32
+	}{{v1alpha1.FailurePolicyFail, 2}, {v1alpha1.FailurePolicyIgnore, 2}, {v1alpha1.FailurePolicyFail, 1}, {v1alpha1.FailurePolicyIgnore, 1}} {
+		fp := tc.fp
+		t.Run(fmt.Sprintf("%s/%d-replicas", fp, tc.replicas), func(t *testing.T) {
 			setFailurePolicy(ctx, t, si, fp)
+			setReplicas(ctx, t, si, no, tc.replicas)
 			var pods, beats outcomes
 			lctx, stop := context.WithCancel(ctx)
 			var wg sync.WaitGroup
@@ -240,7 +248,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 				waitPod(ctx, t, operatorNS, v.pod, "restarted and Ready", func(p *corev1.Pod) bool {
 					return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > v.restarts && podReady(p)
 				})
-				waitAvailable(ctx, t, v.kind, v.cr, 2)
+				waitAvailable(ctx, t, v.kind, v.cr, tc.replicas)
 			}
 			recovered := time.Since(killed)
 			time.Sleep(3 * time.Second)
@@ -249,8 +257,8 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 
 			pc, ps := pods.get()
 			bc, bs := beats.get()
-			t.Logf("figure: failurePolicy %s, SidecarInjector: killed 1 of 2 server containers, Deployment available again after %s; dry-run pod creates: %s",
-				fp, recovered.Round(100*time.Millisecond), fmtCounts(pc))
+			t.Logf("figure: failurePolicy %s, SidecarInjector: killed 1 of %d server containers, Deployment available again after %s; dry-run pod creates: %s",
+				fp, tc.replicas, recovered.Round(100*time.Millisecond), fmtCounts(pc))
 			t.Logf("figure: NodeOversell (Ignore): kubelet status patches during the same window: %s", fmtCounts(bc))
 			for k, m := range ps {
 				t.Logf("sample %s pod create: %s", k, m)
@@ -347,6 +355,8 @@ func busiestServerPod(ctx context.Context, t *testing.T, kind controllers.Kind, 
 	if err := env.Client.List(ctx, &pods, client.InNamespace(operatorNS), client.MatchingLabels{controllers.LabelInstance: kind.BaseName(cr)}); err != nil {
 		t.Fatal(err)
 	}
+	// Not those on their way out (a scale-down).
+	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !podReady(&p) })
 	before := map[string]float64{}
 	for _, p := range pods.Items {
 		before[p.Name] = webhookRequests(ctx, t, p.Status.PodIP, kind)
@@ -363,4 +373,18 @@ func busiestServerPod(ctx context.Context, t *testing.T, kind controllers.Kind, 
 		t.Fatalf("no %s server pod of %s served a request in 2 s", kind.Short, cr)
 	}
 	return best
+}
+
+// setReplicas sets spec.server.replicas of both CRs and waits for their
+// Deployments.
+func setReplicas(ctx context.Context, t *testing.T, si *v1alpha1.SidecarInjector, no *v1alpha1.NodeOversell, n int32) {
+	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"server":{"replicas":%d}}}`, n))
+	for _, o := range []client.Object{si, no} {
+		if err := env.Client.Patch(ctx, o, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAvailable(ctx, t, controllers.SidecarKind, si.Name, n)
+	waitAvailable(ctx, t, controllers.OversellKind, no.Name, n)
 }
