@@ -61,9 +61,9 @@ func runOperator() error {
 		cancel()
 		return err
 	}
-	// The operator image and the test's images of the local registry.
-	servers, err := serverpolicy.New(operatorNS, ociimage.OperatorName, nil,
-		[]string{ociimage.OperatorName, ociimage.StandinName, registryHost + "/*"})
+	// The operator image and the other test images of the local registry.
+	servers, err := serverpolicy.New(operatorNS, serverImage, nil,
+		[]string{ociimage.StandinName, registryHost + "/*"})
 	if err != nil {
 		cancel()
 		return err
@@ -79,7 +79,7 @@ func runOperator() error {
 		return err
 	}
 	if err := controllers.Setup(mgr, controllers.Settings{
-		Namespace: operatorNS, Image: ociimage.OperatorName,
+		Namespace: operatorNS, Image: serverImage,
 		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 	}); err != nil {
 		cancel()

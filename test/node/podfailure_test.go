@@ -31,7 +31,7 @@ import (
 func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	startOperator(t)
-	importOperatorImage(ctx, t)
+	pushOperatorImage(ctx, t)
 
 	// The stand-in with its user given by name: runs as nonroot (65532)
 	// from /etc/passwd in any runtime, but the kubelet checks runAsNonRoot
@@ -77,7 +77,7 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 		{
 			// Mode Secret naming a Secret nobody wrote: the pod waits in
 			// ContainerCreating, the reason only in the kubelet's Events.
-			name: "missing-secret", image: ociimage.OperatorName,
+			name: "missing-secret", image: serverImage,
 			cert: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "never-written"},
 			want: "FailedMount",
 			msg:  []string{`MountVolume.SetUp failed for volume "serving-cert" : secret "never-written" not found`},

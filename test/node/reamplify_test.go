@@ -29,7 +29,7 @@ import (
 func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
 	ctx := ctxT(t, 15*time.Minute)
 	startOperator(t)
-	importOperatorImage(ctx, t)
+	pushOperatorImage(ctx, t)
 	no := realNodeOversell("reamp", 1)
 	if err := env.Client.Create(ctx, no); err != nil {
 		t.Fatal(err)

@@ -131,7 +131,7 @@ func (o *outcomes) get() (map[string]int, map[string]string) {
 func TestKillServerContainerUnderLoad(t *testing.T) {
 	ctx := ctxT(t, 20*time.Minute)
 	startOperator(t)
-	importOperatorImage(ctx, t)
+	pushOperatorImage(ctx, t)
 	if _, err := env.CreateNamespace(ctx, loadNS, map[string]string{"fault-injection": "enabled"}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,29 +25,34 @@ var (
 	operatorImageErr  error
 )
 
-// importOperatorImage builds the operator image (internal/ociimage, as
-// `make image`) and imports it into the node under ociimage.OperatorName,
-// the operator's default server image, once for the package.
-func importOperatorImage(ctx context.Context, t *testing.T) {
+// serverImage is the operator's server image in these tests: the
+// operator image pushed to the test's registry, which the node's
+// containerd pulls from like any registry (imagePullPolicy IfNotPresent).
+const serverImage = registryHost + "/hookwright:v0.1.0"
+
+// pushOperatorImage builds the operator image (internal/ociimage, as
+// `make image`) and pushes it to the registry as serverImage, once for
+// the package.
+func pushOperatorImage(ctx context.Context, t *testing.T) {
 	t.Helper()
 	operatorImageOnce.Do(func() {
-		dir := filepath.Join(node.Dir, "operator-image")
 		root, err := cluster.RepoRoot()
 		if err != nil {
 			operatorImageErr = err
 			return
 		}
-		imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: dir}, ociimage.SetOperator)
+		imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: filepath.Join(node.Dir, "operator-image")}, ociimage.SetOperator)
 		if err != nil {
 			operatorImageErr = err
 			return
 		}
-		archive := filepath.Join(dir, "operator.tar")
-		if err := ociimage.WriteArchive(archive, imgs...); err != nil {
-			operatorImageErr = err
-			return
+		for _, img := range imgs {
+			if img.Name == ociimage.OperatorName {
+				operatorImageErr = ociimage.Push(ctx, registryAddr, ociimage.Named{Name: serverImage, Image: img.Image})
+				return
+			}
 		}
-		operatorImageErr = node.ImportImages(ctx, archive)
+		operatorImageErr = fmt.Errorf("ociimage.Build made no %s", ociimage.OperatorName)
 	})
 	if operatorImageErr != nil {
 		t.Fatalf("operator image: %v", operatorImageErr)
