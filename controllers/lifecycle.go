@@ -174,19 +174,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return r.allRequests(ctx)
 	}))
 	// A pod joining or leaving a server's Service (endpoints.go).
-	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		inst := o.GetLabels()[desired.LabelInstance]
-		if inst == "" {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, req := range r.allRequests(ctx) {
-			if r.kind.Kind().BaseName(req.Name) == inst {
-				out = append(out, req)
-			}
-		}
-		return out
-	}))
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.instanceRequests))
+	b = r.watchServerPods(b) // podhealth.go
 	if r.shared != nil && r.shared.caDir != nil {
 		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return r.allRequests(ctx)
@@ -429,13 +418,15 @@ func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 	return overlapEnds, false, nil
 }
 
-// phaseStatus sets ServerAvailable, EndpointsOwned, ConfigLoaded and Ready.
+// phaseStatus sets ServerAvailable, ServerPodsHealthy, EndpointsOwned,
+// ConfigLoaded and Ready.
 func (r *Reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	r.serverAvailable(ctx, p.op, p.d.Deployment)
+	podPoll := r.serverPodHealth(ctx, p.op, p.d.Deployment) // podhealth.go
 	if err := r.checkEndpoints(ctx, p.op, p.d.Service, p.d.Deployment); err != nil {
 		return 0, false, err
 	}
-	poll := r.configLoaded(ctx, p.op)
+	poll := minPositive(r.configLoaded(ctx, p.op), podPoll)
 	r.setReady(p.op)
 	return poll, false, nil
 }

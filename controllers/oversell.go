@@ -77,12 +77,23 @@ func (oversellKind) Finalizer() string { return OversellFinalizer }
 
 // Finalize restores the nodes the NodeOversell amplified.
 func (k oversellKind) Finalize(ctx context.Context, cr v1alpha1.Object) (bool, time.Duration, error) {
+	k.nodes.Forget(cr.GetName())
 	return k.nodes.Restore(ctx, cr.(*v1alpha1.NodeOversell))
 }
 
-// AfterApply sets the node totals and, once per generation, resyncs nodes.
+// AfterApply sets the node totals and, once per generation, resyncs nodes;
+// otherwise it re-amplifies nodes whose status was stored without the
+// webhook (internal/oversellnodes/reamplify.go).
 func (k oversellKind) AfterApply(ctx context.Context, cr v1alpha1.Object) (time.Duration, error) {
-	return k.nodes.Sync(ctx, cr.(*v1alpha1.NodeOversell))
+	no := cr.(*v1alpha1.NodeOversell)
+	before := no.Status.ResyncedGeneration
+	after, err := k.nodes.Sync(ctx, no)
+	if err != nil || no.Status.ResyncedGeneration != before {
+		// Just touched every node: the cache has not seen the results.
+		return after, err
+	}
+	again, err := k.nodes.Reamplify(ctx, no)
+	return minPositive(after, again), err
 }
 
 // Watch re-reconciles every NodeOversell when a node's labels or oversell
@@ -100,7 +111,8 @@ func (oversellKind) Watch(b *builder.Builder, all handler.MapFunc) *builder.Buil
 					return true
 				}
 			}
-			return false
+			// A status write stored without the webhook.
+			return oversellnodes.WriteLostAmplification(e.ObjectOld, e.ObjectNew)
 		},
 	}))
 }

@@ -70,6 +70,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	nodes := &oversellnodes.Nodes{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + desired.OversellKind.Short), Now: s.Certificates.Now,
+		Settings: s.Settings,
 	}
 	for _, k := range []kind{sidecarKind{}, oversellKind{nodes: nodes}} {
 		r := newReconciler(mgr, s, k)
@@ -138,6 +139,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 	// The servers' EndpointSlices carry their Service's labels (the
 	// EndpointSlice controller copies them): watched for foreign endpoints.
 	by[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: sel}
+	// Server pods, for ServerPodsHealthy (podhealth.go).
+	by[&corev1.Pod{}] = serverPodCache()
 	// cert-manager's Certificates and Issuers are not listed: a ByObject
 	// entry needs their CRDs at start. Their informers start (unfiltered)
 	// only when a CertManager-mode CR is reconciled with cert-manager present.

@@ -22,3 +22,8 @@ const (
 // ratio); the kubelet then rejects new pods there with OutOfcpu/OutOfmemory
 // as soon as it sees the real values.
 const ConditionOvercommitted = "Overcommitted"
+
+// ConditionServerPodsHealthy is True when no server pod reports a
+// failure, False with the kubelet's (or scheduler's, or ReplicaSet
+// controller's) reason otherwise, e.g. CreateContainerConfigError.
+const ConditionServerPodsHealthy = "ServerPodsHealthy"

@@ -36,6 +36,10 @@ const (
 
 	// DefaultReplicas of a server Deployment when spec.server.replicas is unset.
 	DefaultReplicas int32 = 2
+
+	// ServerFSGroup is the server pods' fsGroup: the group of the
+	// operator image's user (65532:65532) and of the mounted serving Secret.
+	ServerFSGroup int64 = 65532
 )
 
 // Object is what every owned object is: Kubernetes metadata and a runtime

@@ -178,10 +178,6 @@ func webhook(op CR, s Settings, fp admissionregistrationv1.FailurePolicyType, ti
 	}
 }
 
-// ServerFSGroup is the server pods' fsGroup: the operator image's group
-// (nonroot, 65532); any uid can read the certificate through it.
-const ServerFSGroup = 65532
-
 func build(op CR, s Settings, args []string) *Desired {
 	name := op.Base()
 	ns := ServerNamespace(op, s)
@@ -254,8 +250,13 @@ func build(op CR, s Settings, args []string) *Desired {
 					// with "permission denied" without it).
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
-						FSGroup:        ptr.To[int64](ServerFSGroup),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						// The serving Secret's files are root-owned, mode
+						// 0440: the kubelet gives them this group and the
+						// server process this supplementary group, whatever
+						// uid the image runs as (a real kubelet refused the
+						// server "permission denied" on tls.crt without it).
+						FSGroup: ptr.To(ServerFSGroup),
 					},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:     1,

@@ -2,9 +2,10 @@
 // totals of the nodes one NodeOversell amplifies, the overcommit check
 // before new ratios apply, the resync that has the webhook re-evaluate every
 // affected node, and the restore of raw allocatable when a node leaves the
-// selector or the NodeOversell is deleted.
+// selector or the NodeOversell is deleted, and the re-amplification of
+// nodes whose status was stored while no oversell server answered.
 //
-// totals.go, restore.go and requests.go are pure functions of nodes and
+// totals.go, restore.go, requests.go and reamplify.go's planning are pure functions of nodes and
 // pods; nodes.go is the I/O shell (Nodes). It must not import controllers/:
 // the NodeOversell adapter there calls it.
 package oversellnodes

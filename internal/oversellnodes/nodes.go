@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // Event reasons of NodeOversell.
@@ -61,6 +62,11 @@ type Nodes struct {
 	Recorder  events.EventRecorder
 	// Now is the clock of the restore deadline and resync stamps; nil means time.Now.
 	Now func() time.Time
+	// Settings name the server namespace (the server's EndpointSlices).
+	Settings desired.Settings
+
+	// reamp is the re-amplification back-off (reamplify.go).
+	reamp reamplifyBackoff
 }
 
 func (n *Nodes) now() time.Time {

@@ -95,6 +95,7 @@ func TestMain(m *testing.M) {
 		fmt.Printf("figure: real node start -> Ready %s (cluster and node up in %s)\n",
 			node.StartedToReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 		code = m.Run()
+		stopOperator()
 	}
 	cluster.RemoveHookwrightBinary()
 	if err := env.Stop(); err != nil {
