@@ -18,8 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const cgroupMount = "/sys/fs/cgroup"
-
 // cgroupHierarchies are the mounted cgroup hierarchies (every v1 one and the
 // unified one), as directories.
 func cgroupHierarchies() []string {

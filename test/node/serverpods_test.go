@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,23 +68,6 @@ func killContainer(ctx context.Context, t *testing.T, containerID string) {
 	if err != nil {
 		t.Fatalf("ctr tasks kill %s: %v\n%s", id, err, out)
 	}
-}
-
-// serverPodAt is the running server pod with IP ip among the pods of
-// instance in the operator namespace.
-func serverPodAt(ctx context.Context, t *testing.T, instance, ip string) *corev1.Pod {
-	t.Helper()
-	var pods corev1.PodList
-	if err := env.Client.List(ctx, &pods, client.InNamespace(operatorNS), client.MatchingLabels{"app.kubernetes.io/instance": instance}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range pods.Items {
-		if pods.Items[i].Status.PodIP == ip {
-			return &pods.Items[i]
-		}
-	}
-	t.Fatalf("no pod of %s has IP %s", instance, ip)
-	return nil
 }
 
 func fmtCounts(m map[string]int) string {
