@@ -15,6 +15,7 @@ import (
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,6 +27,8 @@ import (
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/controllers/csrsigner"
+	"github.com/hookwright/hookwright/internal/csrsign"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
 	"github.com/hookwright/hookwright/webhooks/serving"
@@ -63,6 +66,8 @@ type managerOptions struct {
 	caDir            string
 	webhookPort      int
 	webhookService   string
+	csrSignerName    string
+	csrMaxValidity   time.Duration
 	zap              zap.Options
 }
 
@@ -117,6 +122,12 @@ func init() {
 				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
 				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
 				"where no Service reaches this process) serves none")
+		fs.StringVar(&o.csrSignerName, "csr-signer-name", hookwrightv1alpha1.DefaultCSRSignerName,
+			"signerName the operator signs approved CertificateSigningRequests for (with the installation CA; only serving certificates for Services in "+
+				"--allowed-server-namespaces) and publishes that CA as a ClusterTrustBundle for; another name needs the RBAC of config/rbac's "+
+				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
+		fs.DurationVar(&o.csrMaxValidity, "csr-max-validity", csrsign.DefaultMaxValidity,
+			"longest certificate the signer issues; a request with a longer spec.expirationSeconds is refused, one without gets this")
 		return cmd
 	})
 }
@@ -230,6 +241,14 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
+	}
+	if o.csrSignerName != "" {
+		if _, err := csrsigner.Setup(mgr, csrsigner.Options{
+			SignerName: o.csrSignerName, CASecret: types.NamespacedName{Namespace: o.namespace, Name: controllers.CASecretName},
+			Namespaces: servers.Namespaces, MaxValidity: o.csrMaxValidity,
+		}); err != nil {
+			return fmt.Errorf("set up the CSR signer: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

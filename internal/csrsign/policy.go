@@ -99,6 +99,9 @@ type Policy struct {
 	MaxValidity time.Duration
 }
 
+// AllowsNamespace reports whether Services of ns may be named.
+func (p Policy) AllowsNamespace(ns string) bool { return slices.Contains(p.Namespaces, ns) }
+
 // Request is the part of a CertificateSigningRequest the policy reads.
 type Request struct {
 	// PEM is spec.request.
@@ -221,7 +224,7 @@ func Check(p Policy, r Request) (Grant, error) {
 		if !ok {
 			return Grant{}, refuse(ReasonForbiddenName, "DNS name %q is not <service>.<namespace>.svc[.%s]", n, orDefault(p.ClusterDomain))
 		}
-		if !slices.Contains(p.Namespaces, ns) {
+		if !p.AllowsNamespace(ns) {
 			return Grant{}, refuse(ReasonNamespaceNotAllowed, "DNS name %q: namespace %q is not an allowed server namespace (%s)", n, ns, strings.Join(p.Namespaces, ","))
 		}
 		svc, ok := p.Services[ns+"/"+name]

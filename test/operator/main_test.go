@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -60,7 +62,12 @@ var (
 	clock = &offsetClock{}
 	// caDir is the operator's --ca-dir (empty until a test fills it).
 	caDir string
+	// trustBundles is the CSR signer's ClusterTrustBundle publisher.
+	trustBundles *csrsigner.TrustBundles
 )
+
+// testSignerMaxValidity is the CSR signer's --csr-max-validity.
+const testSignerMaxValidity = 24 * time.Hour
 
 // testCAPolicy makes a CA due for rotation 4 min after it is created (half
 // of its 18 min life: NotBefore is backdated 5 min, NotAfter 13 min on), so
@@ -218,6 +225,12 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
+		return err
+	}
+	if trustBundles, err = csrsigner.Setup(mgr, csrsigner.Options{
+		CASecret:   types.NamespacedName{Namespace: operatorNS, Name: controllers.CASecretName},
+		Namespaces: servers.Namespaces, MaxValidity: testSignerMaxValidity,
+	}); err != nil {
 		return err
 	}
 	go func() {

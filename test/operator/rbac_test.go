@@ -118,6 +118,9 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "rbac.authorization.k8s.io", "rolebindings", opNS, ""},
 		{"create", "", "pods", opNS, ""},
 		{"patch", "", "nodes", "", "kwok-node-0"},
+		{"sign", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
+		{"approve", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
+		{"attest", "certificates.k8s.io", "signers", "", "example.com/other"},
 	} {
 		if can(x) {
 			t.Errorf("the operator's ServiceAccount may %s", str(x))
@@ -131,6 +134,9 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
 		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", controllers.ValidatingConfigName},
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
+		{"sign", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
+		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
+		{"update", "certificates.k8s.io", "certificatesigningrequests/status", "", ""},
 	} {
 		if !can(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
