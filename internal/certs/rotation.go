@@ -55,6 +55,7 @@ const (
 	ReasonNoCA             = "NoCA"
 	ReasonActiveCAUnusable = "ActiveCAUnusable"
 	ReasonCARotationDue    = "CARotationDue"
+	ReasonCARotationAsked  = "CARotationRequested"
 	ReasonBundleOutdated   = "BundleOutdated"
 	ReasonNextCAPublished  = "NextCAPublished"
 	ReasonRetiredCAUnused  = "RetiredCAUnused"
@@ -136,6 +137,9 @@ type Serving struct {
 	Key  []byte // PEM; nil when only the certificate is known
 	// DNSNames wanted for this server, e.g. ServingDNSNames(svc, ns, "").
 	DNSNames []string
+	// RenewRequested: an administrator asked for a new certificate now
+	// (the renew-now annotation on the CR, not yet handled).
+	RenewRequested bool
 }
 
 // State is everything Plan looks at. Maps are keyed by caller-chosen names
@@ -158,6 +162,11 @@ type State struct {
 	// certificate here until every pod has reloaded (e.g. from a served
 	// certificate fingerprint the pods report, or a grace period).
 	Draining [][]byte
+	// RotateRequested: an administrator asked for a CA rotation now (the
+	// rotate-now annotation on the CA Secret, not yet handled). Plan then
+	// stages a next CA at once, with the usual overlap, unless one is
+	// already staged.
+	RotateRequested bool
 }
 
 // Step is Plan's answer: one action, why, and what it touches.
@@ -288,6 +297,11 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		return step, nil
 	}
 
+	if ca.Next == nil && s.RotateRequested {
+		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationAsked
+		step.Message = fmt.Sprintf("rotation of CA %q requested; staging the next CA", ca.Active.Cert.Subject.CommonName)
+		return step, nil
+	}
 	if rotateAt := CARotationTime(ca.Active.Cert, p); ca.Next == nil && !now.Before(rotateAt) {
 		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationDue
 		step.Message = fmt.Sprintf("CA %q rotation due at %s, expires %s", ca.Active.Cert.Subject.CommonName, fmtTime(rotateAt), fmtTime(ca.Active.Cert.NotAfter))
@@ -333,7 +347,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		sv := s.Serving[name]
 		reason, msg := ServingRenewalReason(ServingCheck{
 			CertPEM: sv.Cert, KeyPEM: sv.Key, DNSNames: sv.DNSNames,
-			Signer: ca.Active.Cert, RenewFraction: p.ServingRenewFraction,
+			Signer: ca.Active.Cert, RenewFraction: p.ServingRenewFraction, RenewRequested: sv.RenewRequested,
 		}, now)
 		if reason == "" {
 			continue
