@@ -130,6 +130,9 @@ type Input struct {
 	RenewFraction float64
 	DrainGrace    time.Duration
 	SignerWait    time.Duration
+	// RenewRequested: an administrator asked for a new certificate now
+	// (v1alpha1.AnnotationRenewCertificate not yet handled).
+	RenewRequested bool
 }
 
 // CreateCSR is a request to create.
@@ -345,6 +348,8 @@ func currentState(in Input, hash string, trust []*x509.Certificate) (*x509.Certi
 		return nil, certs.ReasonUnparsable, err.Error()
 	case in.Serving.Hash != hash:
 		return leaf, "RequestChanged", "spec.certificate.csr or the Service names changed"
+	case in.RenewRequested:
+		return leaf, certs.ReasonRenewalRequested, "renewal requested by an administrator"
 	}
 	// A CA rotation at the signer: once the ClusterTrustBundles no longer
 	// hold the issuer, request a certificate from the new CA.

@@ -247,6 +247,13 @@ func TestRenewalDue(t *testing.T) {
 	if p = Compute(in); p.Ready || !strings.Contains(p.Message, certs.ReasonExpired) {
 		t.Fatalf("expired: %+v", p)
 	}
+	// Renew now.
+	in.Now = t0.Add(time.Hour)
+	in.RenewRequested = true
+	if p = Compute(in); !p.Ready || !p.NeedKey || !strings.Contains(p.Message, certs.ReasonRenewalRequested) {
+		t.Fatalf("renew requested: %+v", p)
+	}
+	in.RenewRequested = false
 	// A different signer is a different request.
 	in.Now = t0.Add(time.Hour)
 	in.Spec.SignerName = "example.com/other"
