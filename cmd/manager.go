@@ -239,16 +239,17 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
 		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{Servers: &servers}})
 	}
-	if err := controllers.Setup(mgr, settings); err != nil {
-		return fmt.Errorf("set up controllers: %w", err)
-	}
+	settings.CSR.OwnSigner = o.csrSignerName
 	if o.csrSignerName != "" {
-		if _, err := csrsigner.Setup(mgr, csrsigner.Options{
+		if settings.CSR.Trust, err = csrsigner.Setup(mgr, csrsigner.Options{
 			SignerName: o.csrSignerName, CASecret: types.NamespacedName{Namespace: o.namespace, Name: controllers.CASecretName},
 			Namespaces: servers.Namespaces, MaxValidity: o.csrMaxValidity,
 		}); err != nil {
 			return fmt.Errorf("set up the CSR signer: %w", err)
 		}
+	}
+	if err := controllers.Setup(mgr, settings); err != nil {
+		return fmt.Errorf("set up controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -141,6 +141,8 @@ type Settings struct {
 	// Webhook configures the manager's validating webhook for the CRs
 	// (validation.go); a zero value disables it.
 	Webhook WebhookSettings
+	// CSR configures mode CSR (csrmode.go).
+	CSR CSRSettings
 	// ProxyEnv is added to every server container: the cluster proxy
 	// settings OLM gives the operator (HTTP_PROXY, HTTPS_PROXY, NO_PROXY
 	// and their lower-case forms; operator-lib's proxy.ReadProxyVarsFromEnv).

@@ -42,6 +42,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers/csrsource"
 )
 
 // The operator writes the objects each CR owns, reads Secrets and nodes, and
@@ -152,6 +153,8 @@ type Reconciler struct {
 	// fetchConfigz reads a server pod's /configz (ConfigLoaded); nil
 	// leaves ConfigLoaded unset.
 	fetchConfigz ConfigzFetcher
+	// csr is the mode CSR shell.
+	csr *csrsource.Source
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
@@ -179,6 +182,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Short), Settings: s, Kind: k,
 		shared: &shared{},
 	}
+	r.csr = newCSRSource(mgr, s)
 	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.fetchConfigz = PodsProxyFetcher(cs)
 	} else {
@@ -325,6 +329,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, o := range ownedTypes() {
 		b = b.Owns(o)
 	}
+	b = r.csrWatches(b)
 	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		if o.GetName() != CASecretName || o.GetNamespace() != r.Settings.Namespace {
 			return nil
@@ -546,8 +551,15 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 	mode := CertificateMode(op)
 	var cs CertState
 	var result ctrl.Result
+	var csrOwned []client.Object
 	now := r.now()
 	switch mode {
+	case v1alpha1.CertificateCSR:
+		var err error
+		if cs, csrOwned, err = r.csrMode(ctx, op); err != nil {
+			return r.applyFailed(ctx, op, err)
+		}
+		result.RequeueAfter = cs.RequeueAfter
 	case v1alpha1.CertificateSecret:
 		sec := &corev1.Secret{}
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ServerNamespace(op, r.Settings), Name: op.Certificate.SecretName}, sec)
@@ -628,7 +640,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 			return r.applyFailed(ctx, op, err)
 		}
 	}
-	keep := d.Objects()
+	keep := append(d.Objects(), csrOwned...)
 	if cs.Secret != nil {
 		keep = append(keep, cs.Secret)
 	}

@@ -142,3 +142,18 @@ const (
 	// server pods' labels.
 	ConditionEndpointsOwned = "EndpointsOwned"
 )
+
+// Rotate-now requests (hookwright rotate-ca, hookwright renew-certificate).
+// The value is a token, by convention the request time (RFC 3339); the
+// operator acts once per new token and records the token it handled.
+const (
+	// AnnotationRotateCA on the installation CA Secret (hookwright-ca)
+	// starts a CA rotation at once, with the usual overlap: the next CA is
+	// published everywhere before it signs, the old one stays trusted until
+	// nothing it signed is served.
+	AnnotationRotateCA = "admission.hookwright.io/rotate-ca"
+	// AnnotationRenewCertificate on a SidecarInjector or NodeOversell
+	// re-issues its server's serving certificate at once (mode SelfSigned:
+	// from the installation CA; mode CSR: a new CertificateSigningRequest).
+	AnnotationRenewCertificate = "admission.hookwright.io/renew-certificate"
+)

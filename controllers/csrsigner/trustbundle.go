@@ -124,9 +124,9 @@ func (t *TrustBundles) observe(b []byte) {
 	t.published = b
 }
 
-// detectTrustBundleAPI asks the RESTMapper (discovery) whether the server
+// DetectTrustBundleAPI asks the RESTMapper (discovery) whether the server
 // serves certificates.k8s.io/v1 clustertrustbundles.
-func detectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
+func DetectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
 	_, err := mapper.RESTMapping(ClusterTrustBundleGVK.GroupKind(), ClusterTrustBundleGVK.Version)
 	switch {
 	case err == nil:
@@ -209,7 +209,7 @@ func nextExpiry(b []byte, now time.Time) time.Duration {
 }
 
 func (t *TrustBundles) setup(mgr ctrl.Manager) error {
-	t.available, t.unavailable = detectTrustBundleAPI(mgr.GetRESTMapper())
+	t.available, t.unavailable = DetectTrustBundleAPI(mgr.GetRESTMapper())
 	isCA := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == t.caKey.Namespace && o.GetName() == t.caKey.Name
 	})

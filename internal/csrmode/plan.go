@@ -108,7 +108,8 @@ type Input struct {
 	// Serving is the certificate in the serving Secret (empty: none yet).
 	Serving Serving
 	// PendingKey is the private key (PEM) of the request in progress,
-	// kept in the serving Secret; PendingCSR names that request.
+	// kept in a Secret next to the serving Secret; PendingCSR names that
+	// request, or is empty to take the newest CSR for this key and Spec.
 	PendingKey []byte
 	PendingCSR string
 	// CSRs of the CR (by label), any signer.
@@ -178,8 +179,19 @@ type Plan struct {
 // ServingUsages are the usages every request asks for.
 var ServingUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
 
-// Compute plans one step.
+// Compute plans one step. Until a certificate is served no caBundle is
+// offered for a configuration that does not exist yet: writing one would
+// point the API server at a server that cannot answer (a request waiting
+// for approval can wait for days).
 func Compute(in Input) Plan {
+	p := compute(in)
+	if !p.Ready && !in.PublishedExists {
+		p.CABundle = nil
+	}
+	return p
+}
+
+func compute(in Input) Plan {
 	var p Plan
 	hash := in.Spec.Hash()
 	trustCAs := parse(in.Trust)
@@ -198,10 +210,7 @@ func Compute(in Input) Plan {
 	if current != nil {
 		p.Ready = true
 	}
-	pending := findCSR(in.CSRs, in.PendingCSR)
-	if pending != nil && (pending.Hash != hash || !requestMatchesKey(pending.Request, in.PendingKey)) {
-		pending = nil // made for another request or key: replaced below
-	}
+	pending := findPending(in, hash)
 	// GC: every CSR other than the pending one and the one behind the served
 	// certificate, once nothing waits on it.
 	for _, c := range in.CSRs {
@@ -383,6 +392,25 @@ func anchorsOf(chain, trust []*x509.Certificate, now time.Time) []*x509.Certific
 
 func containsAny(bundle []byte, cas []*x509.Certificate) bool {
 	return slices.ContainsFunc(cas, func(c *x509.Certificate) bool { return certs.BundleContains(bundle, c) })
+}
+
+// findPending is the request in progress: PendingCSR if it was made for
+// this request and key, else (no name recorded) the newest CSR that was.
+func findPending(in Input, hash string) *CSR {
+	ok := func(c *CSR) bool { return c != nil && c.Hash == hash && requestMatchesKey(c.Request, in.PendingKey) }
+	if in.PendingCSR != "" {
+		if c := findCSR(in.CSRs, in.PendingCSR); ok(c) {
+			return c
+		}
+		return nil
+	}
+	var best *CSR
+	for i := range in.CSRs {
+		if c := &in.CSRs[i]; ok(c) && (best == nil || c.Created.After(best.Created)) {
+			best = c
+		}
+	}
+	return best
 }
 
 func findCSR(csrs []CSR, name string) *CSR {

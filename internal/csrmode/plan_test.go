@@ -100,6 +100,9 @@ func TestFirstCertificate(t *testing.T) {
 		t.Fatalf("signer silent: %+v", p)
 	}
 
+	if p.CABundle != nil {
+		t.Fatal("a caBundle before any certificate is served")
+	}
 	in.CSRs[0] = f.sign(in.CSRs[0], f.ca, in.Now, 24*time.Hour)
 	// The configuration exists without the CA: not served yet, but the CA
 	// is published first.
@@ -142,6 +145,11 @@ func TestDeniedAndFailed(t *testing.T) {
 	in.CSRs[0].Denied, in.CSRs[0].Failed, in.CSRs[0].Reason = false, true, csrsign.ReasonForbiddenUsage
 	if p = Compute(in); p.Reason != ReasonFailed || !strings.Contains(p.Message, csrsign.ReasonForbiddenUsage) {
 		t.Fatalf("failed: %+v", p)
+	}
+	// Without a recorded name the CSR is found by its key.
+	in.PendingCSR = ""
+	if p = Compute(in); p.Reason != ReasonFailed {
+		t.Fatalf("found by key: %+v", p)
 	}
 	// Deleting the refused CSR requests again with the same key.
 	in.CSRs = nil

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/certs"
@@ -66,8 +67,13 @@ var (
 	trustBundles *csrsigner.TrustBundles
 )
 
-// testSignerMaxValidity is the CSR signer's --csr-max-validity.
-const testSignerMaxValidity = 24 * time.Hour
+// testSignerMaxValidity is the CSR signer's --csr-max-validity;
+// testSignerWait is how long mode CSR waits for a signer before saying it
+// does not answer.
+const (
+	testSignerMaxValidity = 24 * time.Hour
+	testSignerWait        = 5 * time.Second
+)
 
 // testCAPolicy makes a CA due for rotation 4 min after it is created (half
 // of its 18 min life: NotBefore is backdated 5 min, NotAfter 13 min on), so
@@ -224,13 +230,14 @@ func startOperator(ctx context.Context) error {
 	if _, err := env.ExposeLocal(ctx, operatorNS, controllers.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, settings); err != nil {
-		return err
-	}
 	if trustBundles, err = csrsigner.Setup(mgr, csrsigner.Options{
 		CASecret:   types.NamespacedName{Namespace: operatorNS, Name: controllers.CASecretName},
 		Namespaces: servers.Namespaces, MaxValidity: testSignerMaxValidity,
 	}); err != nil {
+		return err
+	}
+	settings.CSR = controllers.CSRSettings{Trust: trustBundles, OwnSigner: v1alpha1.DefaultCSRSignerName, SignerWait: testSignerWait}
+	if err := controllers.Setup(mgr, settings); err != nil {
 		return err
 	}
 	go func() {
