@@ -29,6 +29,7 @@ import (
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
 	"github.com/hookwright/hookwright/webhooks/serving"
@@ -115,12 +116,12 @@ func init() {
 		fs.StringVar(&o.caDir, "ca-dir", "",
 			"directory of CA files (*.crt, *.pem; in-cluster the hookwright-ca Secret mounted as a volume) to publish in every SelfSigned caBundle "+
 				"together with the operator's own CAs (the union, deduplicated, newest first); watched, a change is published within about a second (default: none)")
-		fs.IntVar(&o.webhookPort, "webhook-port", controllers.ManagerWebhookPort,
+		fs.IntVar(&o.webhookPort, "webhook-port", desired.ManagerWebhookPort,
 			"port of the manager's validating webhook server for SidecarInjector and NodeOversell (TLS, certificate issued by the operator's CA)")
 		fs.StringVar(&o.webhookService, "webhook-service", "",
-			"Service in --namespace (port 443) in front of --webhook-port, e.g. "+controllers.DefaultWebhookService+" (config/manager sets it): "+
+			"Service in --namespace (port 443) in front of --webhook-port, e.g. "+desired.DefaultWebhookService+" (config/manager sets it): "+
 				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
-				controllers.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
+				desired.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
 				"where no Service reaches this process) serves none")
 		fs.StringVar(&o.csrSignerName, "csr-signer-name", hookwrightv1alpha1.DefaultCSRSignerName,
 			"signerName the operator signs approved CertificateSigningRequests for (with the installation CA; only serving certificates for Services in "+
@@ -230,10 +231,13 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	settings := controllers.Settings{
-		Namespace: o.namespace, Image: o.serverImage, CADir: o.caDir,
-		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-		// OLM passes the cluster proxy to the operator; the servers get it too.
-		ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+		Settings: desired.Settings{
+			Namespace: o.namespace, Image: o.serverImage,
+			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+			// OLM passes the cluster proxy to the operator; the servers get it too.
+			ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+		},
+		CADir: o.caDir,
 	}
 	if o.webhookService != "" {
 		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
@@ -241,12 +245,14 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	}
 	settings.CSR.OwnSigner = o.csrSignerName
 	if o.csrSignerName != "" {
-		if settings.CSR.Trust, err = csrsigner.Setup(mgr, csrsigner.Options{
-			SignerName: o.csrSignerName, CASecret: types.NamespacedName{Namespace: o.namespace, Name: controllers.CASecretName},
+		trust, err := csrsigner.Setup(mgr, csrsigner.Options{
+			SignerName: o.csrSignerName, CASecret: types.NamespacedName{Namespace: o.namespace, Name: desired.CASecretName},
 			Namespaces: servers.Namespaces, MaxValidity: o.csrMaxValidity,
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("set up the CSR signer: %w", err)
 		}
+		settings.CSR.Trust = trust
 	}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
@@ -66,9 +67,9 @@ type PodServing struct {
 // ServedGeneration reads one CR's served generation from a /configz body of
 // its kind: a SidecarInjector server serves one injector (Configz.Injector),
 // an oversell server every NodeOversell it accepted.
-func ServedGeneration(kind Kind, crName string, body []byte) PodServing {
+func ServedGeneration(kind desired.Kind, crName string, body []byte) PodServing {
 	switch kind.Short {
-	case SidecarKind.Short:
+	case desired.SidecarKind.Short:
 		var z sidecar.Configz
 		if err := json.Unmarshal(body, &z); err != nil {
 			return PodServing{Problem: "unreadable /configz"}
@@ -134,13 +135,13 @@ func ConfigLoadedState(gen int64, pods []PodServing) (ok bool, reason, message s
 // configLoaded sets ConfigLoaded and status.servedGeneration from the ready
 // pods of op's Deployment and returns when to look again (0: True, nothing
 // to poll).
-func (r *Reconciler) configLoaded(ctx context.Context, op Operand) time.Duration {
+func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
 	if r.fetchConfigz == nil || op.ServedGeneration == nil {
 		return 0
 	}
-	ns := ServerNamespace(op, r.Settings)
+	ns := desired.ServerNamespace(op, r.Settings.Settings)
 	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(SelectorLabels(op))); err != nil {
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
 		log.FromContext(ctx).Error(err, "list server pods for ConfigLoaded")
 		return configLoadedPoll
 	}
@@ -150,7 +151,7 @@ func (r *Reconciler) configLoaded(ctx context.Context, op Operand) time.Duration
 		if !podReady(p) {
 			continue
 		}
-		body, err := r.fetchConfigz(ctx, ns, p.Name, WebhookPort)
+		body, err := r.fetchConfigz(ctx, ns, p.Name, desired.WebhookPort)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("read /configz", "pod", p.Name, "error", err.Error())
 			got = append(got, PodServing{Pod: p.Name, Problem: "unreachable"})

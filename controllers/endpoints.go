@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // A pod anyone may create in a server namespace can copy the server pods'
@@ -84,7 +85,7 @@ func controllerOf(p *corev1.Pod) *metav1.OwnerReference {
 
 // checkEndpoints sets EndpointsOwned for the CR's Service (read uncached:
 // a copied pod or a forged slice carries no label the cache selects).
-func (r *Reconciler) checkEndpoints(ctx context.Context, op Operand, svc *corev1.Service, dep *appsv1.Deployment) error {
+func (r *Reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *corev1.Service, dep *appsv1.Deployment) error {
 	ns := svc.Namespace
 	var eps discoveryv1.EndpointSliceList
 	if err := r.APIReader.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
@@ -94,7 +95,7 @@ func (r *Reconciler) checkEndpoints(ctx context.Context, op Operand, svc *corev1
 	live := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dep), live); err == nil {
 		var rss appsv1.ReplicaSetList
-		if err := r.APIReader.List(ctx, &rss, client.InNamespace(ns), client.MatchingLabels(SelectorLabels(op))); err != nil {
+		if err := r.APIReader.List(ctx, &rss, client.InNamespace(ns), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
 			return fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
 		}
 		for i := range rss.Items {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // laggingClient is a cache stand-in: while frozen, Get serves the snapshot
@@ -116,8 +117,8 @@ func newEnsureReconciler(t *testing.T) (*Reconciler, *laggingClient, client.Clie
 	lc := &laggingClient{Client: api}
 	r := &Reconciler{
 		Client: lc, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),
-		Settings: Settings{Namespace: testSettings.Namespace, Image: testSettings.Image, Repairs: RepairBudget{Max: 5, Window: time.Hour}},
-		Kind:     SidecarKind, Now: func() time.Time { return t0 },
+		Settings: Settings{Settings: testSettings.Settings, Repairs: RepairBudget{Max: 5, Window: time.Hour}},
+		Kind:     desired.SidecarKind, Now: func() time.Time { return t0 },
 	}
 	return r, lc, api
 }
@@ -135,7 +136,7 @@ func tamper(t *testing.T, api client.Client, key client.ObjectKey) {
 	}
 }
 
-func mustEnsure(t *testing.T, r *Reconciler, op Operand, obj client.Object) bool {
+func mustEnsure(t *testing.T, r *Reconciler, op desired.CR, obj client.Object) bool {
 	t.Helper()
 	wrote, err := r.ensure(context.Background(), op, obj)
 	if err != nil {
@@ -150,10 +151,10 @@ func mustEnsure(t *testing.T, r *Reconciler, op Operand, obj client.Object) bool
 // of TestConflictingWriterBackoff, fixed in e19a66c).
 func TestEnsureStaleReadAfterRepair(t *testing.T) {
 	r, lc, api := newEnsureReconciler(t)
-	op := SidecarOperand(testInjector())
-	svc := BuildSidecarInjector(testInjector(), r.Settings, nil).Service
+	op := desired.SidecarCR(testInjector())
+	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
 	key := client.ObjectKeyFromObject(svc)
-	budgetKey := ownedKey(op.Object, "Service", svc)
+	budgetKey := ownedKey(op, "Service", svc)
 
 	if !mustEnsure(t, r, op, svc.DeepCopy()) {
 		t.Fatal("first ensure did not create the Service")
@@ -221,8 +222,8 @@ func TestEnsureStaleReadAfterRepair(t *testing.T) {
 // else (the API server agrees it is gone) is created again.
 func TestEnsureStaleReadAfterCreate(t *testing.T) {
 	r, lc, api := newEnsureReconciler(t)
-	op := SidecarOperand(testInjector())
-	svc := BuildSidecarInjector(testInjector(), r.Settings, nil).Service
+	op := desired.SidecarCR(testInjector())
+	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
 	lc.freeze(t, svc) // not found, and stays so in the cache
 	if !mustEnsure(t, r, op, svc.DeepCopy()) {
 		t.Fatal("not created")
@@ -252,8 +253,8 @@ func TestEnsureStaleReadAfterCreate(t *testing.T) {
 // stays at that version, and spends the budget once at most.
 func TestEnsureNoopApply(t *testing.T) {
 	r, lc, api := newEnsureReconciler(t)
-	op := SidecarOperand(testInjector())
-	svc := BuildSidecarInjector(testInjector(), r.Settings, nil).Service
+	op := desired.SidecarCR(testInjector())
+	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
 	key := client.ObjectKeyFromObject(svc)
 	mustEnsure(t, r, op, svc.DeepCopy())
 	tamper(t, api, key) // drift that the "server" will not change back
@@ -268,7 +269,7 @@ func TestEnsureNoopApply(t *testing.T) {
 	if lc.Writes() != before {
 		t.Fatalf("%d further writes", lc.Writes()-before)
 	}
-	if n := len(r.repairs[ownedKey(op.Object, "Service", svc)]); n > 1 {
+	if n := len(r.repairs[ownedKey(op, "Service", svc)]); n > 1 {
 		t.Fatalf("%d repairs recorded for one no-op apply", n)
 	}
 }
@@ -279,14 +280,14 @@ func TestForgetDeletedCR(t *testing.T) {
 	r, _, api := newEnsureReconciler(t)
 	r.newObject = func() client.Object { return &v1alpha1.SidecarInjector{} }
 	si := testInjector()
-	op := SidecarOperand(si)
+	op := desired.SidecarCR(si)
 	other := testInjector()
 	other.Name = "mesh2"
-	for _, o := range BuildSidecarInjector(si, r.Settings, nil).Objects() {
+	for _, o := range desired.BuildSidecarInjector(si, r.Settings.Settings).Objects() {
 		mustEnsure(t, r, op, o)
 	}
-	oop := SidecarOperand(other)
-	svc2 := BuildSidecarInjector(other, r.Settings, nil).Service
+	oop := desired.SidecarCR(other)
+	svc2 := desired.BuildSidecarInjector(other, r.Settings.Settings).Service
 	mustEnsure(t, r, oop, svc2)
 	tamper(t, api, client.ObjectKeyFromObject(svc2))
 	mustEnsure(t, r, oop, svc2)

@@ -5,6 +5,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
 )
 
 // Operator metrics, served with controller-runtime's on the manager's
@@ -33,7 +34,7 @@ func init() {
 }
 
 // recordCertificate publishes the certificate figures of one CR.
-func recordCertificate(kind, name, namespace, secret string, cs CertState) {
+func recordCertificate(kind, name, namespace, secret string, cs certsource.State) {
 	servingNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	bundleNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	if !cs.NotAfter.IsZero() {

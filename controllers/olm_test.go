@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 func TestUpgradeGateWithoutOLM(t *testing.T) {
@@ -96,7 +98,7 @@ func TestUpgradeableState(t *testing.T) {
 func TestProxyEnvReachesServers(t *testing.T) {
 	s := testSettings
 	s.ProxyEnv = []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "https_proxy", Value: "http://proxy:3128"}}
-	d := BuildNodeOversell(testOversell(), s, nil)
+	d := desired.BuildNodeOversell(testOversell(), s.Settings)
 	env := d.Deployment.Spec.Template.Spec.Containers[0].Env
 	if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" && e.Value == "http://proxy:3128" }) ||
 		!slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAMESPACE" }) {

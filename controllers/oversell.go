@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
@@ -59,12 +60,12 @@ const resyncWorkers = 8
 // lifecycle, plus a finalizer that restores amplified nodes, a nodes/status
 // touch of every affected node on each new generation, and nodesMatched.
 func NewOversellReconciler(mgr ctrl.Manager, s Settings) *Reconciler {
-	r := newReconciler(mgr, s, OversellKind)
+	r := newReconciler(mgr, s, desired.OversellKind)
 	r.newObject = func() client.Object { return &v1alpha1.NodeOversell{} }
 	r.newList = func() client.ObjectList { return &v1alpha1.NodeOversellList{} }
-	r.operand = func(o client.Object) Operand { return OversellOperand(o.(*v1alpha1.NodeOversell)) }
-	r.build = func(o client.Object, s Settings, ca []byte) *Desired {
-		return BuildNodeOversell(o.(*v1alpha1.NodeOversell), s, ca)
+	r.operand = func(o client.Object) desired.CR { return desired.OversellCR(o.(*v1alpha1.NodeOversell)) }
+	r.build = func(o client.Object, s desired.Settings) *desired.Desired {
+		return desired.BuildNodeOversell(o.(*v1alpha1.NodeOversell), s)
 	}
 	r.finalizer = OversellFinalizer
 	r.watchNodes = true
@@ -162,7 +163,7 @@ func (r *Reconciler) syncNodes(ctx context.Context, no *v1alpha1.NodeOversell) (
 	if err != nil {
 		return 0, err
 	}
-	op := OversellOperand(no)
+	op := desired.OversellCR(no)
 	if len(over) > 0 {
 		msg := fmt.Sprintf("generation %d: %d nodes have more requested than their new allocatable: %s", no.Generation, len(over), summarize(over, 10))
 		r.setCondition(op, ConditionOvercommitted, true, ReasonRequestsExceed, msg)
@@ -422,7 +423,7 @@ func RestorePatch(node *corev1.Node) (patch []byte, notes []string) {
 // then restores every node the CR amplified, and reports done once no node
 // carries applied-by=<name> any more (or the deadline passed).
 func (r *Reconciler) restoreNodes(ctx context.Context, no *v1alpha1.NodeOversell) (bool, time.Duration, error) {
-	op := OversellOperand(no)
+	op := desired.OversellCR(no)
 	if _, _, err := r.disarm(ctx, op, op.Kind.BaseName(no.Name)); err != nil {
 		return false, 0, err
 	}

@@ -42,7 +42,9 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers/csrsource"
+	"github.com/hookwright/hookwright/internal/apply"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // The operator writes the objects each CR owns, reads Secrets and nodes, and
@@ -73,14 +75,8 @@ const (
 	EventCreated           = "Created"
 	EventUpdated           = "Updated"
 	EventDriftRepaired     = "DriftRepaired"
-	EventCertificateIssued = "CertificateIssued"
 	EventDeleted           = "Deleted"
-	// EventCertManagerNotInstalled: mode CertManager without cert-manager.
-	EventCertManagerNotInstalled = "CertManagerNotInstalled"
-	EventConflictingWriter       = "ConflictingWriter"
-	// EventCARotation reports a CA step: CreateCA, CreateNextCA,
-	// PublishBundle (during a rotation), PromoteNextCA, DropRetiredCA.
-	EventCARotation = "CARotation"
+	EventConflictingWriter = "ConflictingWriter"
 )
 
 // Condition reasons besides the certificate ones.
@@ -102,10 +98,6 @@ const (
 // predicate of operator-framework/operator-lib.
 const PauseReconcileAnnotation = "admission.hookwright.io/pause-reconcile"
 
-// userSecretResyncTime is how often a user-provided serving Secret (mode
-// Secret) is read again besides its watch events.
-const userSecretResyncTime = 5 * time.Minute
-
 // Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
 // into a ServiceAccount, RBAC, a Deployment, a PodDisruptionBudget, a
 // Service, a serving certificate Secret and a MutatingWebhookConfiguration,
@@ -118,14 +110,14 @@ type Reconciler struct {
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
 	Settings  Settings
-	Kind      Kind
+	Kind      desired.Kind
 	// Now is the clock for certificate decisions; nil means time.Now.
 	Now func() time.Time
 
 	newObject func() client.Object
 	newList   func() client.ObjectList
-	operand   func(client.Object) Operand
-	build     func(client.Object, Settings, []byte) *Desired
+	operand   func(client.Object) desired.CR
+	build     func(client.Object, desired.Settings) *desired.Desired
 	// finalize runs for a CR being deleted; done releases the finalizer.
 	finalizer string
 	finalize  func(ctx context.Context, obj client.Object) (done bool, retry time.Duration, err error)
@@ -144,17 +136,16 @@ type Reconciler struct {
 	// lagging behind that write, not new drift, and must neither be
 	// written again nor spend the repair budget.
 	wrote map[string]rvChange
-	// shared is common to the reconcilers of one manager: the CA lock and
-	// the --ca-dir bundle.
+	// shared is common to the reconcilers of one manager.
 	shared *shared
+	// sources are the certificate modes.
+	sources certsource.Sources
 	// cmWatch adds the watch on owned cert-manager Certificates once their
 	// CRD is served.
 	cmWatch *certManagerWatch
 	// fetchConfigz reads a server pod's /configz (ConfigLoaded); nil
 	// leaves ConfigLoaded unset.
 	fetchConfigz ConfigzFetcher
-	// csr is the mode CSR shell.
-	csr *csrsource.Source
 	// watchNodes re-reconciles every CR when a node's labels or oversell
 	// annotations (applied-by, raw-allocatable, ratios) change (NodeOversell).
 	watchNodes bool
@@ -165,8 +156,6 @@ type rvChange struct{ from, to string }
 
 // shared is what the reconcilers of one manager have in common.
 type shared struct {
-	// caMu serializes the CA Secret's read-plan-write of both kinds.
-	caMu  sync.Mutex
 	caDir *caDir // nil without Settings.CADir
 	// userSecrets caches the metadata of every Secret (see usersecrets.go);
 	// nil when not set up.
@@ -176,13 +165,14 @@ type shared struct {
 	upgrade *UpgradeGate
 }
 
-func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
+func newReconciler(mgr ctrl.Manager, s Settings, k desired.Kind) *Reconciler {
 	r := &Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Short), Settings: s, Kind: k,
 		shared: &shared{},
 	}
-	r.csr = newCSRSource(mgr, s)
+	r.Settings.CSR = csrSettings(mgr, s.CSR)
+	r.sources = certsource.New(r.certEnv())
 	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.fetchConfigz = PodsProxyFetcher(cs)
 	} else {
@@ -191,14 +181,25 @@ func newReconciler(mgr ctrl.Manager, s Settings, k Kind) *Reconciler {
 	return r
 }
 
+// certEnv is what the certificate sources of r use.
+func (r *Reconciler) certEnv() certsource.Env {
+	return certsource.Env{
+		Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
+		Settings: r.Settings.Settings, Certificates: r.Settings.Certificates,
+		Extra:            func() []byte { return r.shared.caDir.Bundle() },
+		WatchCertManager: func() error { return r.cmWatch.ensure() },
+		CSR:              r.Settings.CSR,
+	}
+}
+
 // NewSidecarReconciler reconciles SidecarInjector objects.
 func NewSidecarReconciler(mgr ctrl.Manager, s Settings) *Reconciler {
-	r := newReconciler(mgr, s, SidecarKind)
+	r := newReconciler(mgr, s, desired.SidecarKind)
 	r.newObject = func() client.Object { return &v1alpha1.SidecarInjector{} }
 	r.newList = func() client.ObjectList { return &v1alpha1.SidecarInjectorList{} }
-	r.operand = func(o client.Object) Operand { return SidecarOperand(o.(*v1alpha1.SidecarInjector)) }
-	r.build = func(o client.Object, s Settings, ca []byte) *Desired {
-		return BuildSidecarInjector(o.(*v1alpha1.SidecarInjector), s, ca)
+	r.operand = func(o client.Object) desired.CR { return desired.SidecarCR(o.(*v1alpha1.SidecarInjector)) }
+	r.build = func(o client.Object, s desired.Settings) *desired.Desired {
+		return desired.BuildSidecarInjector(o.(*v1alpha1.SidecarInjector), s)
 	}
 	return r
 }
@@ -243,6 +244,25 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 			return err
 		}
 	}
+	ca := &certsource.CAReconciler{
+		Env: certsource.Env{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("hookwright-ca"),
+			Settings: s.Settings, Certificates: s.Certificates,
+			Extra: func() []byte { return sh.caDir.Bundle() },
+		},
+		// The CSR signer signs with it too, with or without SelfSigned CRs.
+		Always: s.Webhook.Service != "" || s.CSR.OwnSigner != "",
+		Rotating: func(ctx context.Context, rotating bool, why string) {
+			if rotating {
+				holdUpgrade(ctx, sh, caRotationHold, why)
+			} else {
+				releaseUpgrade(ctx, sh, caRotationHold)
+			}
+		},
+	}
+	if err := ca.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if s.Webhook.Service != "" {
 		if s.Webhook.Certs != nil {
 			s.Webhook.Certs.SetReader(mgr.GetClient())
@@ -275,7 +295,7 @@ func ownedTypes() []client.Object {
 // is namespaced too (a cluster-wide watch would be forbidden). None: every
 // namespace.
 func CacheOptions(namespaces ...string) cache.Options {
-	sel := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})
+	sel := labels.SelectorFromSet(labels.Set{desired.LabelManagedBy: desired.ManagedByValue})
 	by := map[client.Object]cache.ByObject{}
 	for _, o := range ownedTypes() {
 		by[o] = cache.ByObject{Label: sel}
@@ -331,14 +351,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b = r.csrWatches(b)
 	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		if o.GetName() != CASecretName || o.GetNamespace() != r.Settings.Namespace {
+		if o.GetName() != desired.CASecretName || o.GetNamespace() != r.Settings.Namespace {
 			return nil
 		}
 		return r.allRequests(ctx)
 	}))
 	// A pod joining or leaving a server's Service (endpoints.go).
 	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		inst := o.GetLabels()[LabelInstance]
+		inst := o.GetLabels()[desired.LabelInstance]
 		if inst == "" {
 			return nil
 		}
@@ -416,11 +436,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	obj := r.newObject()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			forgetMetrics(kindOf(obj), req.Name)
-			obj.SetName(req.Name)
-			r.forget(obj)
+			forgetMetrics(r.Kind.Name, req.Name)
+			r.forget(req.Name)
 			if r.finalizer != "" {
-				r.releaseUpgrade(ctx, restoreHold(req.Name))
+				releaseUpgrade(ctx, r.shared, restoreHold(req.Name))
 			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -479,7 +498,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, obj client.Object) (ct
 		return ctrl.Result{}, nil
 	}
 	// OLM must not replace the operator halfway through a restore.
-	r.holdUpgrade(ctx, restoreHold(obj.GetName()), fmt.Sprintf("%s %s restoring its nodes", kindOf(obj), obj.GetName()))
+	holdUpgrade(ctx, r.shared, restoreHold(obj.GetName()), fmt.Sprintf("%s %s restoring its nodes", r.Kind.Name, obj.GetName()))
 	done, retry, err := r.finalize(ctx, obj)
 	if err != nil || !done {
 		return ctrl.Result{RequeueAfter: retry}, err
@@ -489,7 +508,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, obj client.Object) (ct
 	if err := r.Client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}
-	r.releaseUpgrade(ctx, restoreHold(obj.GetName()))
+	releaseUpgrade(ctx, r.shared, restoreHold(obj.GetName()))
 	return ctrl.Result{}, nil
 }
 
@@ -500,20 +519,20 @@ func restoreHold(name string) string { return "restore/" + name }
 
 // holdUpgrade and releaseUpgrade log a failed OperatorCondition write; the
 // gate retries it (UpgradeGate.Start) and on the next hold or release.
-func (r *Reconciler) holdUpgrade(ctx context.Context, key, why string) {
-	if r.shared == nil {
+func holdUpgrade(ctx context.Context, sh *shared, key, why string) {
+	if sh == nil {
 		return
 	}
-	if err := r.shared.upgrade.Hold(ctx, key, why); err != nil {
+	if err := sh.upgrade.Hold(ctx, key, why); err != nil {
 		log.FromContext(ctx).Error(err, "hold OLM upgrades", "hold", key)
 	}
 }
 
-func (r *Reconciler) releaseUpgrade(ctx context.Context, key string) {
-	if r.shared == nil {
+func releaseUpgrade(ctx context.Context, sh *shared, key string) {
+	if sh == nil {
 		return
 	}
-	if err := r.shared.upgrade.Release(ctx, key); err != nil {
+	if err := sh.upgrade.Release(ctx, key); err != nil {
 		log.FromContext(ctx).Error(err, "release OLM upgrades", "hold", key)
 	}
 }
@@ -536,7 +555,7 @@ func statusOf(o client.Object) any {
 	return nil
 }
 
-func (r *Reconciler) setCondition(op Operand, typ string, ok bool, reason, msg string) {
+func (r *Reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
 	st := metav1.ConditionFalse
 	if ok {
 		st = metav1.ConditionTrue
@@ -547,110 +566,50 @@ func (r *Reconciler) setCondition(op Operand, typ string, ok bool, reason, msg s
 }
 
 // reconcileOperand applies the owned objects and sets the conditions.
-func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Result, error) {
-	mode := CertificateMode(op)
-	var cs CertState
+func (r *Reconciler) reconcileOperand(ctx context.Context, op desired.CR) (ctrl.Result, error) {
 	var result ctrl.Result
-	var csrOwned []client.Object
 	now := r.now()
-	switch mode {
-	case v1alpha1.CertificateCSR:
-		var err error
-		if cs, csrOwned, err = r.csrMode(ctx, op); err != nil {
-			return r.applyFailed(ctx, op, err)
-		}
-		result.RequeueAfter = cs.RequeueAfter
-	case v1alpha1.CertificateSecret:
-		sec := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ServerNamespace(op, r.Settings), Name: op.Certificate.SecretName}, sec)
-		switch {
-		case apierrors.IsNotFound(err):
-			sec = nil
-		case err != nil:
-			return ctrl.Result{}, err
-		}
-		cs = UserSecretState(op, r.Settings, sec, now)
-		// The user's Secret is watched (metadata, usersecrets.go); look
-		// again periodically as well, in case a watch event was missed.
-		result.RequeueAfter = userSecretResyncTime
-	case v1alpha1.CertificateCertManager:
-		var err error
-		if cs, result.RequeueAfter, err = r.certManager(ctx, op, now); err != nil {
-			return r.applyFailed(ctx, op, err)
-		}
-		if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionCertificateReady); cs.Reason == ReasonCertManagerNotInstalled && (c == nil || c.Reason != cs.Reason) {
-			r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventCertManagerNotInstalled, "Reconcile", cs.Message)
-		}
-	default:
-		var err error
-		if cs, err = r.selfSigned(ctx, op, now); err != nil {
-			r.setCondition(op, v1alpha1.ConditionCertificateReady, false, ReasonCAUnusable, err.Error())
-			r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, "certificate: "+err.Error())
-			return ctrl.Result{}, err
-		}
-		if cs.Secret != nil {
-			if _, err := r.ensure(ctx, op, cs.Secret); err != nil {
-				return r.applyFailed(ctx, op, err)
-			}
-			if cs.Issued {
-				r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventCertificateIssued, "Issue",
-					"serving certificate %s/%s issued (%s), valid until %s", cs.Secret.Namespace, cs.Secret.Name, cs.IssueReason, fmtTime(cs.NotAfter))
-			}
-		}
-		if cs.Rotating {
-			r.holdUpgrade(ctx, caRotationHold, "CA rotation ("+describeSteps(nil, cs.Last)+")")
-		} else {
-			r.releaseUpgrade(ctx, caRotationHold)
-		}
-		result.RequeueAfter = cs.RequeueAfter
-		if !cs.DrainingUntil.IsZero() {
-			// The retired CA can be dropped once the grace period ends.
-			result.RequeueAfter = minPositive(result.RequeueAfter, max(cs.DrainingUntil.Sub(now), time.Second))
-		}
+	src := r.sources.For(op)
+	if src == nil {
+		return r.applyFailed(ctx, op, fmt.Errorf("certificate mode %q has no source", desired.CertificateMode(op)))
 	}
+	cs, err := src.Certificate(ctx, op, func(ctx context.Context, obj client.Object) error {
+		_, err := r.ensure(ctx, op, obj)
+		return err
+	})
+	if err != nil {
+		if cs.Reason != "" {
+			r.setCondition(op, v1alpha1.ConditionCertificateReady, false, cs.Reason, cs.Message)
+		}
+		return r.applyFailed(ctx, op, err)
+	}
+	result.RequeueAfter = cs.RequeueAfter
 	r.setCondition(op, v1alpha1.ConditionCertificateReady, cs.Ready, cs.Reason, cs.Message)
-	recordCertificate(kindOf(op.Object), op.Object.GetName(), ServerNamespace(op, r.Settings), ServingSecretName(op), cs)
+	recordCertificate(op.Kind.Name, op.Object.GetName(), desired.ServerNamespace(op, r.Settings.Settings), desired.ServingSecretName(op), cs)
 
-	caBundle := cs.CABundle
-	var overlap CAOverlap
-	if mode != v1alpha1.CertificateSelfSigned && len(caBundle) > 0 {
-		live := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Name: op.Kind.BaseName(op.Object.GetName())}, live); err == nil {
-			if injected := InjectedCABundle(live); mode == v1alpha1.CertificateCertManager && injected != nil {
-				caBundle = injected
-			} else if len(live.Webhooks) > 0 {
-				overlap = OverlapCABundle(caBundle, live.Webhooks[0].ClientConfig.CABundle, previousCAUntil(live.Annotations), now, r.Settings.Certificates.drainGrace())
-				caBundle = overlap.Bundle
-			}
-		}
+	d := r.build(op.Object, r.Settings.Settings)
+	var live *admissionregistrationv1.MutatingWebhookConfiguration
+	if m := (&admissionregistrationv1.MutatingWebhookConfiguration{}); r.Client.Get(ctx, client.ObjectKeyFromObject(d.Webhook), m) == nil {
+		live = m
 	}
-	d := r.build(op.Object, r.Settings, caBundle)
-	if !overlap.Until.IsZero() {
-		if d.Webhook.Annotations == nil {
-			d.Webhook.Annotations = map[string]string{}
-		}
-		d.Webhook.Annotations[AnnotationPreviousCAUntil] = fmtTime(overlap.Until)
-		result.RequeueAfter = minPositive(result.RequeueAfter, max(overlap.Until.Sub(now), time.Second))
-	}
+	published, overlapEnds := certsource.Publish(d.Webhook, live, cs, now, r.Settings.Certificates.Grace())
+	result.RequeueAfter = minPositive(result.RequeueAfter, overlapEnds)
 	for _, o := range d.Objects() {
-		if o == d.Webhook {
+		if o == desired.Object(d.Webhook) {
 			continue
 		}
 		if _, err := r.ensure(ctx, op, o); err != nil {
 			return r.applyFailed(ctx, op, err)
 		}
 	}
-	keep := append(d.Objects(), csrOwned...)
-	if cs.Secret != nil {
-		keep = append(keep, cs.Secret)
-	}
-	if mode == v1alpha1.CertificateCertManager {
-		keep = append(keep, certManagerOwned(op, r.Settings)...)
+	keep := cs.Keep
+	for _, o := range d.Objects() {
+		keep = append(keep, o)
 	}
 	if err := r.pruneOwned(ctx, op, keep); err != nil {
 		return r.applyFailed(ctx, op, err)
 	}
-	if len(cs.CABundle) == 0 {
+	if !published {
 		r.setCondition(op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
 			"MutatingWebhookConfiguration "+d.Webhook.Name+" is not written until a serving certificate is ready")
 	} else {
@@ -680,7 +639,7 @@ func (r *Reconciler) reconcileOperand(ctx context.Context, op Operand) (ctrl.Res
 // applyFailed records a failed write in Ready. A ConflictError is not an
 // error of the reconcile: it becomes a Warning Event and a requeue when the
 // repair budget allows the next repair.
-func (r *Reconciler) applyFailed(ctx context.Context, op Operand, err error) (ctrl.Result, error) {
+func (r *Reconciler) applyFailed(ctx context.Context, op desired.CR, err error) (ctrl.Result, error) {
 	var ce *ConflictError
 	if errors.As(err, &ce) {
 		log.FromContext(ctx).Info("repair budget exhausted; backing off", "object", ce.Object, "writers", ce.Writers, "retryAfter", ce.RetryAfter)
@@ -762,12 +721,12 @@ func otherWriters(obj client.Object) []string {
 	})
 	var out []string
 	for _, m := range mf {
-		if m.Manager == FieldManager || m.Subresource != "" {
+		if m.Manager == apply.FieldManager || m.Subresource != "" {
 			continue
 		}
 		w := fmt.Sprintf("%s (%s", m.Manager, m.Operation)
 		if m.Time != nil {
-			w += " at " + fmtTime(m.Time.Time)
+			w += " at " + m.Time.UTC().Format(time.RFC3339)
 		}
 		out = append(out, w+")")
 	}
@@ -779,7 +738,7 @@ func otherWriters(obj client.Object) []string {
 
 // serverAvailable sets ServerAvailable from the Deployment's availableReplicas
 // as the cache last saw it (a Deployment status change re-triggers us).
-func (r *Reconciler) serverAvailable(ctx context.Context, op Operand, want *appsv1.Deployment) {
+func (r *Reconciler) serverAvailable(ctx context.Context, op desired.CR, want *appsv1.Deployment) {
 	dep := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
 		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNoDeployment, fmt.Sprintf("Deployment %s/%s: %v", want.Namespace, want.Name, err))
@@ -795,7 +754,7 @@ func (r *Reconciler) serverAvailable(ctx context.Context, op Operand, want *apps
 
 // setReady sets Ready from CertificateReady, WebhookConfigured and
 // ServerAvailable, naming the ones that are not True.
-func (r *Reconciler) setReady(op Operand) {
+func (r *Reconciler) setReady(op desired.CR) {
 	var not []string
 	for _, t := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionWebhookConfigured, v1alpha1.ConditionServerAvailable} {
 		if !apimeta.IsStatusConditionTrue(*op.Conditions, t) {
@@ -816,12 +775,12 @@ func (r *Reconciler) setReady(op Operand) {
 
 // ensure server-side applies obj unless the live object (from the cache)
 // already holds every field obj sets. It reports whether it wrote.
-func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) (bool, error) {
+func (r *Reconciler) ensure(ctx context.Context, op desired.CR, obj client.Object) (bool, error) {
 	gvk, err := apiutil.GVKForObject(obj, r.Scheme)
 	if err != nil {
 		return false, err
 	}
-	want, err := ToApplyObject(obj, gvk)
+	want, err := apply.ToApplyObject(obj, gvk)
 	if err != nil {
 		return false, err
 	}
@@ -841,17 +800,17 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		if !metav1.IsControlledBy(live, op.Object) && metav1.GetControllerOf(live) != nil {
 			return false, fmt.Errorf("%s %s is controlled by %s %s, not by %s %s",
 				gvk.Kind, client.ObjectKeyFromObject(obj), metav1.GetControllerOf(live).Kind, metav1.GetControllerOf(live).Name,
-				kindOf(op.Object), op.Object.GetName())
+				op.Kind.Name, op.Object.GetName())
 		}
 		liveMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
 		if err != nil {
 			return false, err
 		}
-		if drift = Drift(want.Object, liveMap); len(drift) == 0 {
+		if drift = apply.Drift(want.Object, liveMap); len(drift) == 0 {
 			return false, nil
 		}
 	}
-	budgetKey := ownedKey(op.Object, gvk.Kind, obj)
+	budgetKey := ownedKey(op, gvk.Kind, obj)
 	wantJSON, err := json.Marshal(want.Object)
 	if err != nil {
 		return false, err
@@ -877,7 +836,7 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 	updated := !created && (!known || last != wantHash)
 	if !created && !updated {
 		if wait := r.checkBudget(budgetKey, now); wait > 0 {
-			repairConflicts.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
+			repairConflicts.WithLabelValues(op.Kind.Name, gvk.Kind).Inc()
 			b := r.budget()
 			return false, &ConflictError{
 				Object:  gvk.Kind + " " + strings.TrimPrefix(client.ObjectKeyFromObject(obj).String(), "/"),
@@ -885,7 +844,7 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 			}
 		}
 	}
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(apply.FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(obj), err)
 	}
 	r.mu.Lock()
@@ -910,7 +869,7 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventUpdated, "Update", "updated %s: %s", name, summarize(drift, 5))
 	default:
 		r.recordRepair(budgetKey, now)
-		driftRepairs.WithLabelValues(kindOf(op.Object), gvk.Kind).Inc()
+		driftRepairs.WithLabelValues(op.Kind.Name, gvk.Kind).Inc()
 		log.FromContext(ctx).Info("drift repaired", "object", name, "fields", drift)
 		r.Recorder.Eventf(op.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
 	}
@@ -919,11 +878,11 @@ func (r *Reconciler) ensure(ctx context.Context, op Operand, obj client.Object) 
 
 // ownedKey identifies one owned object of one CR in the repairs, applied
 // and wrote maps: "<CR kind>/<CR name>|<kind>/<namespace>/<name>".
-func ownedKey(cr client.Object, kind string, obj client.Object) string {
-	return ownedPrefix(cr) + kind + "/" + client.ObjectKeyFromObject(obj).String()
+func ownedKey(cr desired.CR, kind string, obj client.Object) string {
+	return ownedPrefix(cr.Kind, cr.Object.GetName()) + kind + "/" + client.ObjectKeyFromObject(obj).String()
 }
 
-func ownedPrefix(cr client.Object) string { return kindOf(cr) + "/" + cr.GetName() + "|" }
+func ownedPrefix(k desired.Kind, crName string) string { return k.Name + "/" + crName + "|" }
 
 // behindOrUnchanged decides, for an owned object that differs from the
 // desired state, whether a write would be pointless because the last write
@@ -968,8 +927,8 @@ func (r *Reconciler) behindOrUnchanged(ctx context.Context, obj, live client.Obj
 
 // forget drops what the reconciler remembers about the objects of one CR
 // (repair times, applied hashes, written resourceVersions): the CR is gone.
-func (r *Reconciler) forget(cr client.Object) {
-	prefix := ownedPrefix(cr)
+func (r *Reconciler) forget(crName string) {
+	prefix := ownedPrefix(r.Kind, crName)
 	owned := func(k string) bool { return strings.HasPrefix(k, prefix) }
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1012,7 +971,7 @@ func prunable() []client.ObjectList {
 
 // pruneOwned deletes objects op controls (found in the cache by the
 // instance label) that are not in keep.
-func (r *Reconciler) pruneOwned(ctx context.Context, op Operand, keep []client.Object) error {
+func (r *Reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []client.Object) error {
 	key := func(o client.Object) string {
 		gvk, _ := apiutil.GVKForObject(o, r.Scheme)
 		return gvk.Kind + "/" + o.GetNamespace() + "/" + o.GetName()
@@ -1021,7 +980,7 @@ func (r *Reconciler) pruneOwned(ctx context.Context, op Operand, keep []client.O
 	for _, o := range keep {
 		want[key(o)] = true
 	}
-	sel := client.MatchingLabels{LabelInstance: op.Kind.BaseName(op.Object.GetName()), LabelManagedBy: ManagedByValue}
+	sel := client.MatchingLabels{desired.LabelInstance: op.Base(), desired.LabelManagedBy: desired.ManagedByValue}
 	lists := prunable()
 	if r.cmWatch != nil && r.cmWatch.running() {
 		// Only once cert-manager was seen: listing an unserved kind fails.
@@ -1048,7 +1007,7 @@ func (r *Reconciler) pruneOwned(ctx context.Context, op Operand, keep []client.O
 }
 
 // deleteOwned deletes obj if it exists and op controls it.
-func (r *Reconciler) deleteOwned(ctx context.Context, op Operand, obj client.Object) error {
+func (r *Reconciler) deleteOwned(ctx context.Context, op desired.CR, obj client.Object) error {
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -1059,7 +1018,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, op Operand, obj client.Obj
 		return client.IgnoreNotFound(err)
 	}
 	gvk, _ := apiutil.GVKForObject(obj, r.Scheme)
-	r.forgetObject(ownedKey(op.Object, gvk.Kind, obj))
+	r.forgetObject(ownedKey(op, gvk.Kind, obj))
 	r.Recorder.Eventf(op.Object, nil, corev1.EventTypeNormal, EventDeleted, "Delete", "deleted %s %s/%s (no longer desired)", gvk.Kind, obj.GetNamespace(), obj.GetName())
 	return nil
 }

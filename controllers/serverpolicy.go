@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // ReasonServerNotAllowed (Ready, WebhookConfigured) and the Warning Event
@@ -29,14 +30,14 @@ const ReasonServerNotAllowed = "ServerNotAllowed"
 // webhooks, so the API server stops sending objects to a server the
 // operator does not vouch for (an unknown image would see every pod, or
 // every node status write). Ready says which field breaks which rule.
-func (r *Reconciler) refuse(ctx context.Context, op Operand, errs field.ErrorList) error {
+func (r *Reconciler) refuse(ctx context.Context, op desired.CR, errs field.ErrorList) error {
 	msg := "not acted on: " + errs.ToAggregate().Error()
 	if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != ReasonServerNotAllowed || c.Message != msg {
 		log.FromContext(ctx).Info("server not allowed by the operator's policy", "problems", errs.ToAggregate().Error())
 		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, ReasonServerNotAllowed, "Reconcile", msg)
 	}
 	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonServerNotAllowed, msg)
-	name := op.Kind.BaseName(op.Object.GetName())
+	name := op.Base()
 	exists, removed, err := r.disarm(ctx, op, name)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func (r *Reconciler) refuse(ctx context.Context, op Operand, errs field.ErrorLis
 // the operator holds no delete permission on webhook configurations; the
 // garbage collector deletes the configuration with the CR). It reports
 // whether the configuration exists and whether this call removed webhooks.
-func (r *Reconciler) disarm(ctx context.Context, op Operand, name string) (exists, removed bool, err error) {
+func (r *Reconciler) disarm(ctx context.Context, op desired.CR, name string) (exists, removed bool, err error) {
 	live := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -79,6 +80,6 @@ func (r *Reconciler) disarm(ctx context.Context, op Operand, name string) (exist
 	}
 	// The next apply of this configuration (once the CR is allowed) is a
 	// change of the desired state, not drift.
-	r.forgetObject(ownedKey(op.Object, "MutatingWebhookConfiguration", live))
+	r.forgetObject(ownedKey(op, "MutatingWebhookConfiguration", live))
 	return true, true, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 )
 
@@ -18,9 +19,9 @@ func TestEveryServerNamespaceExcludedFromEveryInjector(t *testing.T) {
 	for _, own := range []string{"", "mesh-servers"} {
 		si := testInjector()
 		si.Spec.Server.Namespace = own
-		exprs := BuildSidecarInjector(si, s, nil).Webhook.Webhooks[0].NamespaceSelector.MatchExpressions
+		exprs := desired.BuildSidecarInjector(si, s.Settings).Webhook.Webhooks[0].NamespaceSelector.MatchExpressions
 		excluded := exprs[len(exprs)-1].Values
-		for _, ns := range append(slices.Clone(SystemNamespaces), s.AllowedNamespaces...) {
+		for _, ns := range append(slices.Clone(desired.SystemNamespaces), s.AllowedNamespaces...) {
 			if !slices.Contains(excluded, ns) {
 				t.Errorf("injector with server namespace %q: %s not excluded (%v)", own, ns, excluded)
 			}
@@ -40,13 +41,13 @@ func TestSettingsServerPolicyDefaults(t *testing.T) {
 
 // The policy's reserved Secret names are the operator's own.
 func TestReservedSecretNamesAreTheOperators(t *testing.T) {
-	for _, n := range []string{CASecretName, ManagerCertSecretName} {
+	for _, n := range []string{desired.CASecretName, desired.ManagerCertSecretName} {
 		if !slices.Contains(serverpolicy.ReservedSecretNames, n) {
 			t.Errorf("%s is not reserved", n)
 		}
 	}
-	for _, k := range []Kind{SidecarKind, OversellKind} {
-		name := ServingSecretName(Operand{Object: testInjector(), Kind: k})
+	for _, k := range []desired.Kind{desired.SidecarKind, desired.OversellKind} {
+		name := desired.ServingSecretName(desired.CR{Object: testInjector(), Kind: k})
 		if !slices.ContainsFunc(serverpolicy.ReservedSecretPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			t.Errorf("%s serving Secret %s is not reserved", k.Short, name)
 		}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // The user's serving Secrets (certificate mode Secret) carry no operator
@@ -77,7 +78,7 @@ func (r *Reconciler) usersOf(ctx context.Context, ns, name string) []reconcile.R
 	var reqs []reconcile.Request
 	_ = apimeta.EachListItem(list, func(obj runtime.Object) error {
 		op := r.operand(obj.(client.Object))
-		if CertificateMode(op) == v1alpha1.CertificateSecret && op.Certificate.SecretName == name && ServerNamespace(op, r.Settings) == ns {
+		if desired.CertificateMode(op) == v1alpha1.CertificateSecret && op.Certificate.SecretName == name && desired.ServerNamespace(op, r.Settings.Settings) == ns {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: op.Object.GetName()}})
 		}
 		return nil

@@ -12,10 +12,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -23,8 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // The manager serves a validating webhook for its own CRs (package
@@ -47,23 +47,6 @@ import (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch;create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;patch,resourceNames=hookwright-validation
 
-// Names of the manager's validating webhook.
-const (
-	// ValidatingConfigName is the cluster-scoped ValidatingWebhookConfiguration.
-	ValidatingConfigName = "hookwright-validation"
-	// ValidatingWebhookName is its single webhook.
-	ValidatingWebhookName = "validate.admission.hookwright.io"
-	// ManagerCertSecretName is the manager's serving certificate Secret in
-	// the operator namespace (type kubernetes.io/tls).
-	ManagerCertSecretName = "hookwright-webhook-server-cert"
-	// DefaultWebhookService is the manager's webhook Service of config/webhook
-	// (kustomize prefix "hookwright-").
-	DefaultWebhookService = "hookwright-webhook-service"
-	// ManagerWebhookPort is the manager's webhook server port (the Service's
-	// targetPort "webhook-server").
-	ManagerWebhookPort = 9443
-)
-
 // WebhookSettings configure the manager's validating webhook.
 type WebhookSettings struct {
 	// Service is the Service in the operator namespace, port 443, in front
@@ -72,12 +55,12 @@ type WebhookSettings struct {
 	// Path the webhook is served on (webhooks/validation.Path).
 	Path string
 	// Certs, when set, is given the manager's client so every replica (not
-	// only the leader) serves the certificate from ManagerCertSecretName.
+	// only the leader) serves the certificate from desired.ManagerCertSecretName.
 	Certs *ServingCertSource
 }
 
 // ServingCertSource serves the manager's webhook certificate from the
-// ManagerCertSecretName Secret as read through a client (the manager's
+// desired.ManagerCertSecretName Secret as read through a client (the manager's
 // cache, which holds Secrets labelled managed-by=hookwright), parsing it
 // again only when its resourceVersion changes. Use GetCertificate as
 // tls.Config.GetCertificate.
@@ -90,10 +73,10 @@ type ServingCertSource struct {
 	cert *tls.Certificate
 }
 
-// NewServingCertSource reads ManagerCertSecretName in namespace once a
+// NewServingCertSource reads desired.ManagerCertSecretName in namespace once a
 // reader is set (SetReader; Setup does it).
 func NewServingCertSource(namespace string) *ServingCertSource {
-	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: ManagerCertSecretName}}
+	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
 }
 
 // SetReader sets the client the Secret is read with.
@@ -125,40 +108,6 @@ func (s *ServingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certifica
 	return s.cert, nil
 }
 
-// ValidatingWebhookConfiguration builds the manager's configuration: one
-// webhook calling service ns/svc at path for CREATE and UPDATE of
-// SidecarInjector and NodeOversell, not matching objects being deleted.
-func ValidatingWebhookConfiguration(ns, svc, path string, caBundle []byte) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	scope := admissionregistrationv1.ClusterScope
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "validation",
-		}},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: ValidatingWebhookName,
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: ns, Name: svc, Path: ptr.To(path), Port: ptr.To[int32](443)},
-				CABundle: caBundle,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version},
-					Resources: []string{"sidecarinjectors", "nodeoversells"}, Scope: &scope,
-				},
-			}},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name: "not-being-deleted", Expression: "!has(object.metadata.deletionTimestamp)",
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To[int32](5),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
-}
-
 // ValidationReconciler keeps the manager's serving certificate Secret and
 // ValidatingWebhookConfiguration in place (leader only). It reconciles one
 // key, on changes of the CA Secret, its Secret, its configuration and the
@@ -179,11 +128,11 @@ func (v *ValidationReconciler) now() time.Time {
 }
 
 func (v *ValidationReconciler) setup(mgr ctrl.Manager) error {
-	one := []reconcile.Request{{NamespacedName: client.ObjectKey{Name: ValidatingConfigName}}}
+	one := []reconcile.Request{{NamespacedName: client.ObjectKey{Name: desired.ValidatingConfigName}}}
 	mine := func(_ context.Context, o client.Object) []reconcile.Request {
 		switch {
-		case o.GetNamespace() == v.Settings.Namespace && (o.GetName() == CASecretName || o.GetName() == ManagerCertSecretName),
-			o.GetNamespace() == "" && o.GetName() == ValidatingConfigName:
+		case o.GetNamespace() == v.Settings.Namespace && (o.GetName() == desired.CASecretName || o.GetName() == desired.ManagerCertSecretName),
+			o.GetNamespace() == "" && o.GetName() == desired.ValidatingConfigName:
 			return one
 		}
 		return nil
@@ -206,23 +155,25 @@ func (v *ValidationReconciler) setup(mgr ctrl.Manager) error {
 	return b.Complete(v)
 }
 
-// Reconcile creates the CA Secret if there is none yet, (re)issues the
-// serving certificate when ServingRenewalReason says so against the active
-// CA, and applies the configuration when it differs.
+// Reconcile (re)issues the serving certificate when ServingRenewalReason
+// says so against the active CA, and applies the configuration when it
+// differs. The CA Secret is the CA controller's (certsource.CAReconciler):
+// until it exists, Reconcile waits.
 func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	now := v.now()
 	ns := v.Settings.Namespace
 	policy := v.Settings.Certificates.Policy
-	caData, err := v.caData(ctx, now)
-	if errors.Is(err, errWaitForCA) {
+	caSec := &corev1.Secret{}
+	switch err := v.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: desired.CASecretName}, caSec); {
+	case apierrors.IsNotFound(err):
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	if err != nil {
+	case err != nil:
 		return ctrl.Result{}, err
 	}
+	caData := caSec.Data
 	set := certs.ParseCASecret(caData, now)
 	if set.Active == nil {
-		// The operand reconcilers' planner repairs the CA Secret.
+		// The CA controller repairs the CA Secret.
 		log.FromContext(ctx).Info("no usable signing CA yet; waiting", "problems", set.Problems)
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
@@ -232,11 +183,11 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	// publishes it first), so the configuration carries it before a
 	// certificate from it is served. The first configuration is written
 	// only once the first certificate is in the cache it is served from.
-	bundle := unionBundle(caData[certs.SecretKeyBundle], v.shared.caDir.Bundle())
-	want := ValidatingWebhookConfiguration(ns, v.Settings.Webhook.Service, v.Settings.Webhook.Path, bundle)
+	want := desired.ValidatingWebhookConfiguration(ns, v.Settings.Webhook.Service, v.Settings.Webhook.Path)
+	certsource.PublishValidating(want, caData, v.shared.caDir.Bundle())
 	names := certs.ServingDNSNames(v.Settings.Webhook.Service, ns, "")
 	cur := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: ns, Name: ManagerCertSecretName}
+	key := client.ObjectKey{Namespace: ns, Name: desired.ManagerCertSecretName}
 	switch err := v.APIReader.Get(ctx, key, cur); {
 	case apierrors.IsNotFound(err):
 		cur = nil
@@ -250,7 +201,10 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	}
 	check := certs.ServingCheck{DNSNames: names, Signer: set.Active.Cert, RenewFraction: policy.ServingRenewFraction, KeyPEM: []byte{}}
 	if cur != nil {
-		check.CertPEM, check.KeyPEM = cur.Data[corev1.TLSCertKey], orEmpty(cur.Data[corev1.TLSPrivateKeyKey])
+		check.CertPEM, check.KeyPEM = cur.Data[corev1.TLSCertKey], cur.Data[corev1.TLSPrivateKeyKey]
+		if check.KeyPEM == nil {
+			check.KeyPEM = []byte{} // present but empty: checked
+		}
 	}
 	certPEM := check.CertPEM
 	if reason, msg := certs.ServingRenewalReason(check, now); reason != "" {
@@ -258,14 +212,7 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		sec := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ManagerCertSecretName, Labels: map[string]string{
-				LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "validation",
-			}},
-			Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: kp.CertPEM, corev1.TLSPrivateKeyKey: kp.KeyPEM},
-		}
-		if err := v.apply(ctx, sec); err != nil {
+		if err := v.apply(ctx, desired.ManagerCertSecret(ns, kp.CertPEM, kp.KeyPEM)); err != nil {
 			return ctrl.Result{}, err
 		}
 		log.FromContext(ctx).Info("manager webhook certificate issued", "reason", reason, "message", msg, "notAfter", kp.Cert.NotAfter)
@@ -304,67 +251,10 @@ func (v *ValidationReconciler) waitCached(ctx context.Context, key client.Object
 	}
 }
 
-// caData reads the CA Secret, creating it (as the planner's CreateCA step
-// would) when no CR has created it yet.
-func (v *ValidationReconciler) caData(ctx context.Context, now time.Time) (map[string][]byte, error) {
-	v.shared.caMu.Lock()
-	defer v.shared.caMu.Unlock()
-	key := client.ObjectKey{Namespace: v.Settings.Namespace, Name: CASecretName}
-	sec := &corev1.Secret{}
-	switch err := v.APIReader.Get(ctx, key, sec); {
-	case err == nil:
-		return sec.Data, nil
-	case !apierrors.IsNotFound(err):
-		return nil, err
-	}
-	// With SelfSigned CRs, the planner re-creates a deleted CA Secret
-	// keeping the lost CA trusted while certificates chain to it; only
-	// an installation without any creates it here.
-	if n, err := v.selfSignedCRs(ctx); err != nil || n > 0 {
-		return nil, errors.Join(err, errWaitForCA)
-	}
-	data, err := NewCASecretData(now, v.Settings.Certificates.Policy)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeCASecret(ctx, v.Client, key, nil, data); err != nil {
-		return nil, err
-	}
-	log.FromContext(ctx).Info("installation CA created for the manager's webhook", "secret", key)
-	return data, nil
-}
-
-// errWaitForCA: the operand reconcilers are about to create the CA Secret.
-var errWaitForCA = errors.New("CA Secret missing; the SelfSigned CRs' reconcile creates it")
-
-// selfSignedCRs counts the CRs (from the cache) in SelfSigned mode.
-func (v *ValidationReconciler) selfSignedCRs(ctx context.Context) (int, error) {
-	n := 0
-	var sis v1alpha1.SidecarInjectorList
-	if err := v.Client.List(ctx, &sis); err != nil {
-		return 0, err
-	}
-	for i := range sis.Items {
-		if CertificateMode(SidecarOperand(&sis.Items[i])) == v1alpha1.CertificateSelfSigned {
-			n++
-		}
-	}
-	var nos v1alpha1.NodeOversellList
-	if err := v.Client.List(ctx, &nos); err != nil {
-		return 0, err
-	}
-	for i := range nos.Items {
-		if CertificateMode(OversellOperand(&nos.Items[i])) == v1alpha1.CertificateSelfSigned {
-			n++
-		}
-	}
-	return n, nil
-}
-
 // ensure applies obj when the cached copy lacks any field it sets.
 func (v *ValidationReconciler) ensure(ctx context.Context, obj client.Object) error {
 	gvk := admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
-	want, err := ToApplyObject(obj, gvk)
+	want, err := apply.ToApplyObject(obj, gvk)
 	if err != nil {
 		return err
 	}
@@ -378,17 +268,17 @@ func (v *ValidationReconciler) ensure(ctx context.Context, obj client.Object) er
 		if err != nil {
 			return err
 		}
-		if len(Drift(want.Object, m)) == 0 {
+		if len(apply.Drift(want.Object, m)) == 0 {
 			return nil
 		}
 	}
-	return v.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return v.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(apply.FieldManager), client.ForceOwnership)
 }
 
 func (v *ValidationReconciler) apply(ctx context.Context, obj client.Object) error {
-	want, err := ToApplyObject(obj, corev1.SchemeGroupVersion.WithKind("Secret"))
+	want, err := apply.ToApplyObject(obj, corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err != nil {
 		return err
 	}
-	return v.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return v.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(apply.FieldManager), client.ForceOwnership)
 }

@@ -66,22 +66,6 @@ func TrustBundleName(signerName string) string {
 	return strings.ReplaceAll(signerName, "/", ":") + ":installation-ca"
 }
 
-// DesiredTrustBundle is the trust bundle of a CA Secret at now: the active,
-// next (staged) and retired CAs and CAs whose key broke, unexpired,
-// deduplicated, newest first (PEM, no headers, what the API accepts); nil
-// when there is none.
-func DesiredTrustBundle(caData map[string][]byte, now time.Time) []byte {
-	set := certs.ParseCASecret(caData, now)
-	var all []*x509.Certificate
-	for _, kp := range []*certs.KeyPair{set.Next, set.Active} {
-		if kp != nil {
-			all = append(all, kp.Cert)
-		}
-	}
-	all = append(append(all, set.Retired...), set.Orphans...)
-	return certs.BuildBundle(all, certs.BundleOptions{Now: now, Max: -1, CAOnly: true})
-}
-
 // TrustBundles publishes the installation CA as the ClusterTrustBundle of
 // the signer and tells others what it observed. When the API server does not
 // serve certificates.k8s.io/v1 ClusterTrustBundle it publishes nothing and
@@ -154,7 +138,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	now := t.clock.Now()
-	want := DesiredTrustBundle(sec.Data, now)
+	want := certs.TrustAnchors(sec.Data, now)
 	if len(want) == 0 {
 		return reconcile.Result{}, nil
 	}

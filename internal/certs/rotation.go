@@ -260,6 +260,22 @@ func ParseCASecret(data map[string][]byte, now time.Time) CASet {
 	return set
 }
 
+// TrustAnchors is what a CA Secret asks others to trust at now: the
+// active, next (staged) and retired CAs and CAs whose key broke, unexpired,
+// deduplicated, newest first (PEM without headers, as a ClusterTrustBundle
+// accepts it); nil when there is none.
+func TrustAnchors(caData map[string][]byte, now time.Time) []byte {
+	set := ParseCASecret(caData, now)
+	var all []*x509.Certificate
+	for _, kp := range []*KeyPair{set.Next, set.Active} {
+		if kp != nil {
+			all = append(all, kp.Cert)
+		}
+	}
+	all = append(append(all, set.Retired...), set.Orphans...)
+	return BuildBundle(all, BundleOptions{Now: now, Max: -1, CAOnly: true})
+}
+
 // Plan computes the next step from s at now. It only reads s. The order of
 // checks is what makes rotation safe:
 //

@@ -12,6 +12,7 @@
 package csrmode
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -176,6 +177,9 @@ type Plan struct {
 	RequeueAfter time.Duration
 }
 
+// InProgress reports whether a request is under way (its key is needed).
+func (p Plan) InProgress() bool { return p.Serve == nil && p.Reason != ReasonIssued }
+
 // ServingUsages are the usages every request asks for.
 var ServingUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
 
@@ -193,6 +197,11 @@ func Compute(in Input) Plan {
 
 func compute(in Input) Plan {
 	var p Plan
+	if len(in.PendingKey) > 0 && bytes.Equal(in.PendingKey, in.Serving.Key) {
+		// The key of the served certificate, left over: not a request in
+		// progress (a renewal takes a new key).
+		in.PendingKey, in.PendingCSR = nil, ""
+	}
 	hash := in.Spec.Hash()
 	trustCAs := parse(in.Trust)
 	draining := in.DrainingCAs
@@ -397,7 +406,9 @@ func containsAny(bundle []byte, cas []*x509.Certificate) bool {
 // findPending is the request in progress: PendingCSR if it was made for
 // this request and key, else (no name recorded) the newest CSR that was.
 func findPending(in Input, hash string) *CSR {
-	ok := func(c *CSR) bool { return c != nil && c.Hash == hash && requestMatchesKey(c.Request, in.PendingKey) }
+	ok := func(c *CSR) bool {
+		return c != nil && c.Name != in.Serving.CSR && c.Hash == hash && requestMatchesKey(c.Request, in.PendingKey)
+	}
 	if in.PendingCSR != "" {
 		if c := findCSR(in.CSRs, in.PendingCSR); ok(c) {
 			return c

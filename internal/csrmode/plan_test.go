@@ -123,8 +123,14 @@ func TestFirstCertificate(t *testing.T) {
 		t.Fatalf("first certificate deletes %v, drains %s", p.Delete, p.DrainingCAs)
 	}
 
-	// Steady state: nothing to do until the renewal point (2/3 of 24 h).
-	in.Serving, in.PendingKey, in.PendingCSR = *p.Serve, nil, ""
+	// Steady state: nothing to do until the renewal point (2/3 of 24 h),
+	// also while the key's Secret is not removed yet.
+	in.Serving, in.PendingCSR = *p.Serve, ""
+	p = Compute(in)
+	if p.InProgress() || p.NeedKey || p.Create != nil {
+		t.Fatalf("left-over key: %+v", p)
+	}
+	in.PendingKey = nil
 	p = Compute(in)
 	leaf, _ := certs.ParseCertPEM(in.Serving.Cert)
 	if !p.Ready || p.Reason != ReasonIssued || p.NeedKey || p.Create != nil || p.RequeueAfter != certs.RenewalTime(leaf, 0).Sub(in.Now) {

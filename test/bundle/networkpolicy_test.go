@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // TestNetworkPolicy checks the optional config/networkpolicy: one Ingress
@@ -42,12 +42,12 @@ func TestNetworkPolicy(t *testing.T) {
 	if err != nil || sel.Empty() {
 		t.Fatalf("pod selector %v: %v", np.Spec.PodSelector, err)
 	}
-	s := controllers.Settings{Namespace: "hookwright-system", Image: "example.com/hookwright:v1"}
+	s := desired.Settings{Namespace: "hookwright-system", Image: "example.com/hookwright:v1"}
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "sidecar-injector"}}
 	no := &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: "oversell-pool"}}
-	for name, d := range map[string]*controllers.Desired{
-		"SidecarInjector": controllers.BuildSidecarInjector(si, s, nil),
-		"NodeOversell":    controllers.BuildNodeOversell(no, s, nil),
+	for name, d := range map[string]*desired.Desired{
+		"SidecarInjector": desired.BuildSidecarInjector(si, s),
+		"NodeOversell":    desired.BuildNodeOversell(no, s),
 	} {
 		tmpl := d.Deployment.Spec.Template
 		if !sel.Matches(labels.Set(tmpl.Labels)) {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -27,7 +27,7 @@ const overlapLabel = "oversell-it-overlap"
 // TestOversellOverlappingNodeOversells is issue 11 through the real API
 // server: three NodeOversells select the same nodes, each with its own
 // `hookwright oversell --node-oversell=<name>` server and the webhook
-// configuration the operator builds for it (controllers.BuildNodeOversell:
+// configuration the operator builds for it (desired.BuildNodeOversell:
 // objectSelector = nodeSelector), called in series in name order. Kubelet
 // heartbeats (system:node:<name>, allocatable 3800m/7Gi below capacity
 // 4/8Gi) and another user's writes must each end at raw × the winner's
@@ -95,7 +95,8 @@ func TestOversellOverlappingNodeOversells(t *testing.T) {
 		if err := env.Client.Create(ctx, no); err != nil {
 			t.Fatal(err)
 		}
-		built := controllers.BuildNodeOversell(no, controllers.Settings{Namespace: oversellNS}, servers[name].ca.CertPEM).Webhook
+		built := desired.BuildNodeOversell(no, desired.Settings{Namespace: oversellNS}).Webhook
+		built.Webhooks[0].ClientConfig.CABundle = servers[name].ca.CertPEM
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: built.Name}, Webhooks: built.Webhooks}
 		mwc.Webhooks[0].ClientConfig.Service.Name = "oversell-" + name
 		if err := env.Client.Create(ctx, mwc); err != nil {
@@ -110,7 +111,7 @@ func TestOversellOverlappingNodeOversells(t *testing.T) {
 	// remove deletes a NodeOversell's webhook configuration, then the CR
 	// (the operator's order, restoreNodes).
 	remove := func(name string) {
-		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: controllers.OversellKind.BaseName(name)}}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: desired.OversellKind.BaseName(name)}}
 		if err := env.Client.Delete(ctx, mwc); err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,8 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -106,8 +108,8 @@ func TestCADirAndCARotation(t *testing.T) {
 			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 		}, 60*time.Second)
 	}
-	base := controllers.SidecarKind.BaseName(si.Name)
-	configs := []string{base, controllers.SidecarKind.BaseName(idle.Name)}
+	base := desired.SidecarKind.BaseName(si.Name)
+	configs := []string{base, desired.SidecarKind.BaseName(idle.Name)}
 
 	// (a) --ca-dir: the kubelet's ..data swap reaches every configuration.
 	ca1, err := cluster.NewTestCA("ca-dir-1")
@@ -227,7 +229,7 @@ func TestCADirAndCARotation(t *testing.T) {
 	time.Sleep(2 * time.Second) // a baseline of admissions before rotating
 
 	caSec := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, caSec); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
 		t.Fatal(err)
 	}
 	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
@@ -407,8 +409,8 @@ func TestCADirAndCARotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reasons[controllers.EventCARotation]+idleReasons[controllers.EventCARotation] == 0 {
-		t.Fatalf("no %s events: %v / %v", controllers.EventCARotation, reasons, idleReasons)
+	if reasons[certsource.EventCARotation]+idleReasons[certsource.EventCARotation] == 0 {
+		t.Fatalf("no %s events: %v / %v", certsource.EventCARotation, reasons, idleReasons)
 	}
 	t.Logf("events: %s %v, %s %v", si.Name, reasons, idle.Name, idleReasons)
 	if reasons[controllers.EventDriftRepaired]+idleReasons[controllers.EventDriftRepaired] != 0 {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -36,13 +36,13 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		v1alpha1.ConditionServerAvailable: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 	}, 90*time.Second)
 
-	op := controllers.SidecarOperand(si)
-	base := controllers.SidecarKind.BaseName(si.Name)
+	op := desired.SidecarCR(si)
+	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	var pods []corev1.Pod
 	err := cluster.WaitFor(ctx, 60*time.Second, "2 ready server pods with IPs", func(ctx context.Context) (bool, error) {
 		var list corev1.PodList
-		if err := c.List(ctx, &list, client.InNamespace(operatorNS), client.MatchingLabels(controllers.SelectorLabels(op))); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(operatorNS), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
 			return false, err
 		}
 		pods = pods[:0]
@@ -74,7 +74,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
 	targets := make([]string, len(pods))
 	for i, p := range pods {
-		targets[i] = fmt.Sprintf("%s:%d", p.Status.PodIP, controllers.WebhookPort)
+		targets[i] = fmt.Sprintf("%s:%d", p.Status.PodIP, desired.WebhookPort)
 		env.Egress.Route(targets[i], srv.Addr())
 	}
 	t.Cleanup(func() {

@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
-	"github.com/hookwright/hookwright/controllers/csrsource"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/csrmode"
 	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -60,7 +60,7 @@ func logOnFailure(t *testing.T, name string) {
 // csrsOf lists the CSRs mode CSR made for the CR with uid.
 func csrsOf(ctx context.Context, owner client.Object) ([]certificatesv1.CertificateSigningRequest, error) {
 	var l certificatesv1.CertificateSigningRequestList
-	err := env.Client.List(ctx, &l, client.MatchingLabels{csrsource.LabelOwner: string(owner.GetUID())})
+	err := env.Client.List(ctx, &l, client.MatchingLabels{certsource.LabelCSROwner: string(owner.GetUID())})
 	return l.Items, err
 }
 
@@ -123,7 +123,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	secKey := client.ObjectKey{Namespace: operatorNS, Name: base + "-tls"}
 	// CSR created → certificate in the serving Secret.
 	var csrSeen, served time.Time
@@ -169,7 +169,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 		t.Fatalf("CSR %s: owner %v signer %s usages %v", first.Name, first.OwnerReferences, first.Spec.SignerName, first.Spec.Usages)
 	}
 	if !slices.ContainsFunc(first.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
-		return c.Type == certificatesv1.CertificateApproved && c.Reason == csrsource.ApprovalReason
+		return c.Type == certificatesv1.CertificateApproved && c.Reason == certsource.CSRApprovalReason
 	}) {
 		t.Fatalf("CSR %s not approved by the operator: %+v", first.Name, first.Status.Conditions)
 	}
@@ -219,7 +219,7 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	c := waitReason(t, ctx, si, csrmode.ReasonWaitingForApproval, 60*time.Second)
 	l, err := csrsOf(ctx, si)
 	if err != nil || len(l) != 1 {
@@ -271,7 +271,7 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 	}
 	err = cluster.WaitFor(ctx, 30*time.Second, "Warning event", func(ctx context.Context) (bool, error) {
 		r, err := eventReasons(ctx, "SidecarInjector", si.Name)
-		return r[controllers.EventCSR] > 0, err
+		return r[certsource.EventCSR] > 0, err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestCSRModeExternalSigner(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	c := waitReason(t, ctx, si, csrmode.ReasonSignerSilent, 60*time.Second)
 	t.Logf("silent signer: %s", c.Message)
 

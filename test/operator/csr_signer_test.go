@@ -32,10 +32,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -120,7 +120,7 @@ func publishedTrustBundle(t *testing.T, ctx context.Context) *certificatesv1.Clu
 	ctb := &certificatesv1.ClusterTrustBundle{}
 	err := cluster.WaitFor(ctx, 60*time.Second, "ClusterTrustBundle with the active CA", func(ctx context.Context) (bool, error) {
 		sec := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, sec); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
 			return false, err
 		}
 		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
@@ -161,7 +161,7 @@ func csrService(t *testing.T, ctx context.Context, ns, name string) *corev1.Serv
 func TestCSRSignerRefusesWhatItMustNotSign(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	ctb := publishedTrustBundle(t, ctx)
-	if ctb.Spec.SignerName != v1alpha1.DefaultCSRSignerName || ctb.Labels[controllers.LabelManagedBy] != controllers.ManagedByValue {
+	if ctb.Spec.SignerName != v1alpha1.DefaultCSRSignerName || ctb.Labels[desired.LabelManagedBy] != desired.ManagedByValue {
 		t.Fatalf("ClusterTrustBundle %s: signerName %q labels %v", ctb.Name, ctb.Spec.SignerName, ctb.Labels)
 	}
 	svc := csrService(t, ctx, operatorNS, "csr-policy")
@@ -425,7 +425,7 @@ func TestClusterTrustBundleAPIAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	caSecret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: controllers.CASecretName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: desired.CASecretName},
 		Data:       map[string][]byte{certs.SecretKeyActiveCert: ca.CertPEM, certs.SecretKeyActiveKey: ca.KeyPEM, certs.SecretKeyBundle: ca.CertPEM},
 	}
 	if err := c.Client.Create(ctx, caSecret); err != nil {
@@ -465,7 +465,7 @@ func TestClusterTrustBundleAPIAbsent(t *testing.T) {
 			return false, err
 		}
 		for _, e := range list.Items {
-			if e.Regarding.Name == controllers.CASecretName && e.Reason == csrsigner.EventTrustBundleUnavailable && e.Type == corev1.EventTypeWarning {
+			if e.Regarding.Name == desired.CASecretName && e.Reason == csrsigner.EventTrustBundleUnavailable && e.Type == corev1.EventTypeWarning {
 				return true, nil
 			}
 		}

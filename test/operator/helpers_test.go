@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -64,8 +64,8 @@ func (o owned) fetch(t *testing.T, ctx context.Context, kind string, uid types.U
 		if ref == nil || ref.UID != uid || ref.Kind != kind || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 			t.Fatalf("%T %s: controller reference %+v, want %s with uid %s and blockOwnerDeletion", obj, obj.GetName(), ref, kind, uid)
 		}
-		if obj.GetLabels()[controllers.LabelManagedBy] != controllers.ManagedByValue {
-			t.Fatalf("%T %s: labels %v lack %s", obj, obj.GetName(), obj.GetLabels(), controllers.LabelManagedBy)
+		if obj.GetLabels()[desired.LabelManagedBy] != desired.ManagedByValue {
+			t.Fatalf("%T %s: labels %v lack %s", obj, obj.GetName(), obj.GetLabels(), desired.LabelManagedBy)
 		}
 	}
 }

@@ -31,6 +31,8 @@ import (
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/webhooks/validation"
@@ -213,10 +215,13 @@ func startOperator(ctx context.Context) error {
 		return err
 	}
 	settings := controllers.Settings{
-		Namespace: operatorNS, Image: serverImage, Repairs: testRepairBudget, CADir: caDir,
-		AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-		Certificates: controllers.CertificateSettings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
-		Webhook:      controllers.WebhookSettings{Service: controllers.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
+		Settings: desired.Settings{
+			Namespace: operatorNS, Image: serverImage,
+			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+		},
+		Repairs: testRepairBudget, CADir: caDir,
+		Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+		Webhook:      controllers.WebhookSettings{Service: desired.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
 	}
 	// webhookBypass stands for a CR admitted before the webhook existed or
 	// while it was down: the reconciler must refuse it on its own.
@@ -227,16 +232,16 @@ func startOperator(ctx context.Context) error {
 		}
 		return h.Handle(ctx, req)
 	})})
-	if _, err := env.ExposeLocal(ctx, operatorNS, controllers.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
+	if _, err := env.ExposeLocal(ctx, operatorNS, desired.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
 		return err
 	}
 	if trustBundles, err = csrsigner.Setup(mgr, csrsigner.Options{
-		CASecret:   types.NamespacedName{Namespace: operatorNS, Name: controllers.CASecretName},
+		CASecret:   types.NamespacedName{Namespace: operatorNS, Name: desired.CASecretName},
 		Namespaces: servers.Namespaces, MaxValidity: testSignerMaxValidity,
 	}); err != nil {
 		return err
 	}
-	settings.CSR = controllers.CSRSettings{Trust: trustBundles, OwnSigner: v1alpha1.DefaultCSRSignerName, SignerWait: testSignerWait}
+	settings.CSR = certsource.CSRSettings{Trust: trustBundles, OwnSigner: v1alpha1.DefaultCSRSignerName, SignerWait: testSignerWait}
 	if err := controllers.Setup(mgr, settings); err != nil {
 		return err
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -50,10 +52,10 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
 	}, 30*time.Second)
-	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != controllers.ReasonSecretMissing {
+	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != certsource.ReasonSecretMissing {
 		t.Fatalf("CertificateReady %+v", c)
 	}
-	base := controllers.SidecarKind.BaseName("byo")
+	base := desired.SidecarKind.BaseName("byo")
 	o := ownedKeys(base, operatorNS)
 	dep := &appsv1.Deployment{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.Deploy), dep); err != nil {
@@ -152,13 +154,13 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: metav1.ConditionTrue}, 30*time.Second)
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
 
 	// Replace the serving certificate with one issued 80 of 90 days ago.
 	caSec := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, caSec); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
 		t.Fatal(err)
 	}
 	ca, err := certs.ParseKeyPair(caSec.Data[certs.SecretKeyActiveCert], caSec.Data[certs.SecretKeyActiveKey])
@@ -243,7 +245,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
 	want := string(o.MWC.Webhooks[0].ClientConfig.CABundle)
@@ -325,7 +327,7 @@ func TestPauseReconcile(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
-	o := ownedKeys(controllers.SidecarKind.BaseName(si.Name), operatorNS)
+	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
 	want := string(o.MWC.Webhooks[0].ClientConfig.CABundle)
 

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -70,7 +70,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	}
 
 	// The injector serves: a copied pod with a stale status is injected.
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
 	ct := o.Deploy.Spec.Template.Spec.Containers[0]

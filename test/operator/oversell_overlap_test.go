@@ -17,6 +17,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -51,7 +52,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 		waitConditions(t, ctx, no, func() []metav1.Condition { return no.Status.Conditions }, map[string]metav1.ConditionStatus{
 			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 		}, 60*time.Second)
-		base := controllers.OversellKind.BaseName(no.Name)
+		base := desired.OversellKind.BaseName(no.Name)
 		o := ownedKeys(base, operatorNS)
 		o.fetch(t, ctx, "NodeOversell", no.UID)
 		if wh := o.MWC.Webhooks[0]; !reflect.DeepEqual(wh.ObjectSelector, no.Spec.NodeSelector) {

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -101,7 +101,7 @@ func TestNodeOversellResync100Nodes(t *testing.T) {
 	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 	}, 60*time.Second)
-	base := controllers.OversellKind.BaseName(no.Name)
+	base := desired.OversellKind.BaseName(no.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "NodeOversell", no.UID)
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -71,7 +72,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	if !slices.Contains(no.Finalizers, controllers.OversellFinalizer) {
 		t.Fatalf("finalizers %v", no.Finalizers)
 	}
-	base := controllers.OversellKind.BaseName(no.Name)
+	base := desired.OversellKind.BaseName(no.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "NodeOversell", no.UID)
 	wh := o.MWC.Webhooks[0]

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -109,9 +109,9 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "apps", "deployments", "default", ""},
 		{"create", "apps", "deployments", extraNS, ""},
 		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "someone-elses"},
-		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", controllers.SidecarKind.BaseName("mesh")},
+		{"delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", desired.SidecarKind.BaseName("mesh")},
 		{"delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-elses"},
-		{"delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", controllers.ValidatingConfigName},
+		{"delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", desired.ValidatingConfigName},
 		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-elses"},
 		{"delete", "rbac.authorization.k8s.io", "clusterroles", "", "cluster-admin"},
 		{"delete", "rbac.authorization.k8s.io", "clusterrolebindings", "", "cluster-admin"},
@@ -129,10 +129,10 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	// What it needs (so the denials above are not those of a broken binding).
 	for _, x := range []q{
 		{"create", "apps", "deployments", opNS, ""},
-		{"get", "", "secrets", opNS, controllers.CASecretName},
+		{"get", "", "secrets", opNS, desired.CASecretName},
 		{"watch", "", "secrets", opNS, ""},
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
-		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", controllers.ValidatingConfigName},
+		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", desired.ValidatingConfigName},
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
 		{"sign", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -34,7 +34,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"byo-rotation": "enabled"}}
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: secretName}
 	si.Spec.Server.Replicas = ptr.To[int32](1)
-	base := controllers.SidecarKind.BaseName(name)
+	base := desired.SidecarKind.BaseName(name)
 	issue := func(cn string) (*cluster.TestCA, map[string][]byte) {
 		ca, err := cluster.NewTestCA(cn)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -60,9 +61,9 @@ func TestServerPolicy(t *testing.T) {
 	forbidden(si, "spec.server.image", serverpolicy.ImagesFlag)
 	no := &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: "deputy-secret"}, Spec: v1alpha1.NodeOversellSpec{
 		Ratios:      v1alpha1.OversellRatios{CPU: "2"},
-		Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: controllers.CASecretName},
+		Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: desired.CASecretName},
 	}}
-	forbidden(no, "spec.certificate.secretName", controllers.CASecretName)
+	forbidden(no, "spec.certificate.secretName", desired.CASecretName)
 	// Allowed: the second allowed namespace and an allowed image prefix.
 	ok := sampleInjector(t, "deputy-allowed")
 	ok.Spec.Server.Namespace = serverNS
@@ -96,7 +97,7 @@ func TestServerPolicy(t *testing.T) {
 	}
 	refused(sneaky, func() []metav1.Condition { return sneaky.Status.Conditions }, "spec.server.namespace")
 	// The refusal comes before any write of this reconcile: nothing exists.
-	base := controllers.SidecarKind.BaseName(sneaky.Name)
+	base := desired.SidecarKind.BaseName(sneaky.Name)
 	for _, obj := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: base, Namespace: "kube-system"}},
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: base}},
@@ -114,7 +115,7 @@ func TestServerPolicy(t *testing.T) {
 	if err := c.Create(ctx, turned); err != nil {
 		t.Fatal(err)
 	}
-	o := ownedKeys(controllers.SidecarKind.BaseName(turned.Name), operatorNS)
+	o := ownedKeys(desired.SidecarKind.BaseName(turned.Name), operatorNS)
 	defer deleteAndWait(t, ctx, turned, o)
 	conds := func() []metav1.Condition { return turned.Status.Conditions }
 	waitConditions(t, ctx, turned, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 60*time.Second)
@@ -151,7 +152,7 @@ func TestForeignEndpointsReported(t *testing.T) {
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	defer deleteAndWait(t, ctx, si, ownedKeys(base, operatorNS))
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{

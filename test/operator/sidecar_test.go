@@ -16,6 +16,8 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -55,13 +57,13 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 		t.Fatalf("observedGeneration %d, generation %d", si.Status.ObservedGeneration, si.Generation)
 	}
 
-	base := controllers.SidecarKind.BaseName(si.Name)
+	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
 
 	// The CA Secret and the serving certificate behind the caBundle.
 	ca := &corev1.Secret{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.CASecretName}, ca); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, ca); err != nil {
 		t.Fatal(err)
 	}
 	caBundle := ca.Data[certs.SecretKeyBundle]
@@ -227,7 +229,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	err = cluster.WaitFor(ctx, 10*time.Second, "Created, DriftRepaired and CertificateIssued events", func(ctx context.Context) (bool, error) {
 		reasons, err = eventReasons(ctx, "SidecarInjector", si.Name)
 		// 8 objects created, the MWC once more; the MWC repaired 3 times (one series).
-		return reasons[controllers.EventCreated] >= 8 && reasons[controllers.EventDriftRepaired] >= 1 && reasons[controllers.EventCertificateIssued] >= 1, err
+		return reasons[controllers.EventCreated] >= 8 && reasons[controllers.EventDriftRepaired] >= 1 && reasons[certsource.EventCertificateIssued] >= 1, err
 	})
 	if err != nil {
 		t.Fatalf("%v: %v", err, reasons)

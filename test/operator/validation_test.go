@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -28,7 +28,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	c := env.Client
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	key := client.ObjectKey{Name: controllers.ValidatingConfigName}
+	key := client.ObjectKey{Name: desired.ValidatingConfigName}
 	err := cluster.WaitFor(ctx, 60*time.Second, "ValidatingWebhookConfiguration with a caBundle", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, vwc); err != nil {
 			return false, client.IgnoreNotFound(err)
@@ -61,7 +61,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 		t.Fatalf("%v; last error %v", err, denied)
 	}
 	t.Logf("bad SidecarInjector denied after %s: %v", time.Since(start).Round(time.Millisecond), denied)
-	for _, want := range []string{controllers.ValidatingWebhookName, "SidecarInjector bad-template", "template: proxy:4:", "nosuchfunc"} {
+	for _, want := range []string{desired.ValidatingWebhookName, "SidecarInjector bad-template", "template: proxy:4:", "nosuchfunc"} {
 		if !strings.Contains(denied.Error(), want) {
 			t.Errorf("denial %q lacks %q", denied, want)
 		}
@@ -116,14 +116,14 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	if err := c.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
 	}
-	if err := certs.VerifyServing(srv, got.Webhooks[0].ClientConfig.CABundle, controllers.DefaultWebhookService+"."+operatorNS+".svc", time.Now()); err != nil {
+	if err := certs.VerifyServing(srv, got.Webhooks[0].ClientConfig.CABundle, desired.DefaultWebhookService+"."+operatorNS+".svc", time.Now()); err != nil {
 		t.Fatalf("manager serving certificate vs caBundle: %v", err)
 	}
 }
 
 func certsFromSecret(ctx context.Context) (*x509.Certificate, error) {
 	s := &corev1.Secret{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: controllers.ManagerCertSecretName}, s); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.ManagerCertSecretName}, s); err != nil {
 		return nil, err
 	}
 	return certs.ParseCertPEM(s.Data["tls.crt"])

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )
@@ -49,7 +49,7 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: OperatorNamespace, Name: prefix + "leader-election-rolebinding"}},
 	}
 	svc := &corev1.Service{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: controllers.DefaultWebhookService}, svc); err == nil {
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: desired.DefaultWebhookService}, svc); err == nil {
 		c.UnrouteService(svc)
 		objs = append(objs, svc)
 	}
@@ -93,7 +93,7 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 	r.check("%s installed (InstallPlan %s Complete, CSV Succeeded); its operator pod %s runs on %s, Ready by its /readyz",
 		in.CSV(), in.InstallPlans[0], opPod, SystemNode)
 
-	name := controllers.SidecarKind.BaseName(SampleInjectorName)
+	name := desired.SidecarKind.BaseName(SampleInjectorName)
 	if err := c.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -24,7 +24,7 @@ const (
 
 // serverProcs returns pod UID → "pid/starts" of the pod runner's processes
 // for the CR's server Deployment.
-func serverProcs(e *Env, kind controllers.Kind, cr string) map[types.UID]string {
+func serverProcs(e *Env, kind desired.Kind, cr string) map[types.UID]string {
 	out := map[types.UID]string{}
 	prefix := kind.BaseName(cr) + "-"
 	for _, p := range e.Runner.Pods() {
@@ -65,7 +65,7 @@ func patchProxyImage(ctx context.Context, e *Env, image string) error {
 // with no server restart, and a changed ratio reaches every node's
 // allocatable.
 func HotReload(ctx context.Context, e *Env, r *Result) error {
-	before := serverProcs(e, controllers.SidecarKind, SampleInjectorName)
+	before := serverProcs(e, desired.SidecarKind, SampleInjectorName)
 	if len(before) == 0 {
 		return fmt.Errorf("no injector server processes")
 	}
@@ -93,7 +93,7 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 	}
 	took := time.Since(start)
 	r.timing("proxy tag 1.4.2 → 1.4.3: next pod carries the new tag", took, time.Second)
-	after := serverProcs(e, controllers.SidecarKind, SampleInjectorName)
+	after := serverProcs(e, desired.SidecarKind, SampleInjectorName)
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		return fmt.Errorf("injector servers changed: before %v, after %v", before, after)
 	}
@@ -118,7 +118,7 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 	if err := e.WaitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
-	before = serverProcs(e, controllers.OversellKind, no.Name)
+	before = serverProcs(e, desired.OversellKind, no.Name)
 	start = time.Now()
 	if err := patchRatios(ctx, e, no.Name, "2.5", ""); err != nil {
 		return err
@@ -128,7 +128,7 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("cpu ratio 2 → 2.5: every pool node shows 10 CPU", took, 5*time.Second)
-	if after := serverProcs(e, controllers.OversellKind, no.Name); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := serverProcs(e, desired.OversellKind, no.Name); fmt.Sprint(after) != fmt.Sprint(before) {
 		return fmt.Errorf("oversell servers changed: before %v, after %v", before, after)
 	}
 	r.check("cpu ratio 2 → 2.5: 10 CPU on every pool node, same oversell server processes")

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -56,7 +56,7 @@ func injectionWorks(ctx context.Context, e *Env, name string) (time.Duration, er
 // ownedConfigs lists the operator's MutatingWebhookConfigurations.
 func ownedConfigs(ctx context.Context, e *Env) ([]admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	var l admissionregistrationv1.MutatingWebhookConfigurationList
-	err := e.Cluster.Client.List(ctx, &l, client.MatchingLabels{controllers.LabelManagedBy: controllers.ManagedByValue})
+	err := e.Cluster.Client.List(ctx, &l, client.MatchingLabels{desired.LabelManagedBy: desired.ManagedByValue})
 	return l.Items, err
 }
 
@@ -66,7 +66,7 @@ func ownedConfigs(ctx context.Context, e *Env) ([]admissionregistrationv1.Mutati
 // configuration.
 func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 	c := e.Cluster.Client
-	name := controllers.SidecarKind.BaseName(SampleInjectorName)
+	name := desired.SidecarKind.BaseName(SampleInjectorName)
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, mwc); err != nil {
 		return err

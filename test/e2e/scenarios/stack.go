@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )
@@ -271,16 +271,16 @@ func (e *Env) WaitReady(ctx context.Context, timeout time.Duration) error {
 			return false, err
 		}
 		type cr struct {
-			kind  controllers.Kind
+			kind  desired.Kind
 			obj   client.Object
 			conds []metav1.Condition
 		}
 		var crs []cr
 		for i := range sis.Items {
-			crs = append(crs, cr{controllers.SidecarKind, &sis.Items[i], sis.Items[i].Status.Conditions})
+			crs = append(crs, cr{desired.SidecarKind, &sis.Items[i], sis.Items[i].Status.Conditions})
 		}
 		for i := range nos.Items {
-			crs = append(crs, cr{controllers.OversellKind, &nos.Items[i], nos.Items[i].Status.Conditions})
+			crs = append(crs, cr{desired.OversellKind, &nos.Items[i], nos.Items[i].Status.Conditions})
 		}
 		routes := e.Runner.Routes()
 		for _, x := range crs {

@@ -1,4 +1,4 @@
-package controllers
+package desired
 
 import (
 	"fmt"
@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
@@ -39,90 +38,12 @@ type Desired struct {
 // Objects lists the non-nil objects in apply order: identity and RBAC before
 // the Deployment that uses them, the webhook configuration last so the API
 // server is only pointed at a Service once it exists.
-func (d *Desired) Objects() []client.Object {
-	out := []client.Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.Deployment}
+func (d *Desired) Objects() []Object {
+	out := []Object{d.ServiceAccount, d.ClusterRole, d.ClusterRoleBinding, d.Deployment}
 	if d.PodDisruptionBudget != nil {
 		out = append(out, d.PodDisruptionBudget)
 	}
 	return append(out, d.Service, d.Webhook)
-}
-
-// ServerNamespace is spec.server.namespace, or the operator namespace.
-func ServerNamespace(op Operand, s Settings) string {
-	if op.Server.Namespace != "" {
-		return op.Server.Namespace
-	}
-	return s.Namespace
-}
-
-// CertificateMode is spec.certificate.mode with its default (SelfSigned).
-func CertificateMode(op Operand) v1alpha1.CertificateMode {
-	if op.Certificate.Mode == "" {
-		return v1alpha1.CertificateSelfSigned
-	}
-	return op.Certificate.Mode
-}
-
-// ServingSecretName is the Secret the server mounts: the user's in mode
-// Secret, cert-manager's in mode CertManager (CertManagerSecretName), else
-// "<base>-tls", written by the operator.
-func ServingSecretName(op Operand) string {
-	switch CertificateMode(op) {
-	case v1alpha1.CertificateSecret:
-		return op.Certificate.SecretName
-	case v1alpha1.CertificateCertManager:
-		return CertManagerSecretName(op)
-	}
-	return op.Kind.BaseName(op.Object.GetName()) + "-tls"
-}
-
-// SelectorLabels select the server pods of op.
-func SelectorLabels(op Operand) map[string]string {
-	return map[string]string{
-		LabelName:     "hookwright-" + op.Kind.Short,
-		LabelInstance: op.Kind.BaseName(op.Object.GetName()),
-	}
-}
-
-// CommonLabels are on every owned object.
-func CommonLabels(op Operand) map[string]string {
-	l := SelectorLabels(op)
-	l[LabelComponent] = "webhook-server"
-	l[LabelManagedBy] = ManagedByValue
-	return l
-}
-
-// OwnerReference makes op's CR the controller of an owned object, so the
-// garbage collector deletes the object with the CR. Namespaced dependents of
-// a cluster-scoped owner are valid (KEP-1465 "owner references": only
-// cluster-scoped dependents of namespaced owners are not).
-func OwnerReference(op Operand) metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion:         v1alpha1.GroupVersion.String(),
-		Kind:               kindOf(op.Object),
-		Name:               op.Object.GetName(),
-		UID:                op.Object.GetUID(),
-		Controller:         ptr.To(true),
-		BlockOwnerDeletion: ptr.To(true),
-	}
-}
-
-func kindOf(obj client.Object) string {
-	switch obj.(type) {
-	case *v1alpha1.SidecarInjector:
-		return "SidecarInjector"
-	case *v1alpha1.NodeOversell:
-		return "NodeOversell"
-	}
-	panic(fmt.Sprintf("controllers: unexpected operand type %T", obj))
-}
-
-func meta(op Operand, name, namespace string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: name, Namespace: namespace,
-		Labels:          CommonLabels(op),
-		OwnerReferences: []metav1.OwnerReference{OwnerReference(op)},
-	}
 }
 
 // DefaultResources of the server container when spec.server.resources is
@@ -139,10 +60,11 @@ func DefaultResources() corev1.ResourceRequirements {
 	}
 }
 
-// BuildSidecarInjector returns the objects a SidecarInjector owns. caBundle
-// is the PEM trust bundle for the webhook configuration.
-func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []byte) *Desired {
-	op := SidecarOperand(si)
+// BuildSidecarInjector returns the objects a SidecarInjector owns. The
+// webhook configuration has no caBundle: internal/certsource.Publish
+// writes it.
+func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
+	op := SidecarCR(si)
 	d := build(op, s, []string{"injector", "--injector=" + si.Name, "--operator-namespace=" + s.Namespace})
 
 	// The user's namespaceSelector, always narrowed to exclude the control
@@ -163,7 +85,7 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings, caBundle []b
 	})
 	fp := admissionregistrationv1.FailurePolicyType(or(string(si.Spec.FailurePolicy), string(v1alpha1.FailurePolicyFail)))
 	rp := admissionregistrationv1.ReinvocationPolicyType(or(string(si.Spec.ReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)))
-	wh := webhook(op, s, caBundle, fp, or32(si.Spec.TimeoutSeconds, 10), admissionregistrationv1.RuleWithOperations{
+	wh := webhook(op, s, fp, or32(si.Spec.TimeoutSeconds, 10), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 	})
@@ -210,13 +132,13 @@ func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
 // nodes/status still reaches the server, which restores the node; a label
 // removed through nodes, a narrowed selector or a deletion is restored by
 // the operator (syncNodes, restoreNodes).
-func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings, caBundle []byte) *Desired {
-	op := OversellOperand(no)
+func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
+	op := OversellCR(no)
 	d := build(op, s, []string{"oversell", "--node-oversell=" + no.Name})
 	// Always Ignore: the CRD accepts only Ignore, and an object stored with
 	// Fail before that rule (kept through updates by validation ratcheting)
 	// must not let a server outage block every node's status writes.
-	wh := webhook(op, s, caBundle, admissionregistrationv1.Ignore, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
+	wh := webhook(op, s, admissionregistrationv1.Ignore, or32(no.Spec.TimeoutSeconds, 2), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
 	})
@@ -236,17 +158,16 @@ func excludedNamespaces(namespaces ...string) []string {
 	return out
 }
 
-func webhook(op Operand, s Settings, caBundle []byte, fp admissionregistrationv1.FailurePolicyType, timeout int32, rule admissionregistrationv1.RuleWithOperations) admissionregistrationv1.MutatingWebhook {
+func webhook(op CR, s Settings, fp admissionregistrationv1.FailurePolicyType, timeout int32, rule admissionregistrationv1.RuleWithOperations) admissionregistrationv1.MutatingWebhook {
 	return admissionregistrationv1.MutatingWebhook{
 		Name: op.Kind.WebhookName,
 		ClientConfig: admissionregistrationv1.WebhookClientConfig{
 			Service: &admissionregistrationv1.ServiceReference{
 				Namespace: ServerNamespace(op, s),
-				Name:      op.Kind.BaseName(op.Object.GetName()),
+				Name:      op.Base(),
 				Path:      ptr.To(op.Kind.Path),
 				Port:      ptr.To[int32](443),
 			},
-			CABundle: caBundle,
 		},
 		Rules:                   []admissionregistrationv1.RuleWithOperations{rule},
 		FailurePolicy:           &fp,
@@ -257,8 +178,8 @@ func webhook(op Operand, s Settings, caBundle []byte, fp admissionregistrationv1
 	}
 }
 
-func build(op Operand, s Settings, args []string) *Desired {
-	name := op.Kind.BaseName(op.Object.GetName())
+func build(op CR, s Settings, args []string) *Desired {
+	name := op.Base()
 	ns := ServerNamespace(op, s)
 	selector := SelectorLabels(op)
 	replicas := DefaultReplicas
@@ -390,20 +311,6 @@ func build(op Operand, s Settings, args []string) *Desired {
 	}
 	d.Webhook = &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: meta(op, name, "")}
 	return d
-}
-
-// ServingSecret is the kubernetes.io/tls Secret of a self-signed serving
-// certificate: tls.crt, tls.key and ca.crt (PEM).
-func ServingSecret(op Operand, s Settings, certPEM, keyPEM, caPEM []byte) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: meta(op, ServingSecretName(op), ServerNamespace(op, s)),
-		Type:       corev1.SecretTypeTLS,
-		Data: map[string][]byte{
-			corev1.TLSCertKey:       certPEM,
-			corev1.TLSPrivateKeyKey: keyPEM,
-			"ca.crt":                caPEM,
-		},
-	}
 }
 
 func or(v, def string) string {

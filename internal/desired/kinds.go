@@ -1,14 +1,13 @@
-package controllers
+package desired
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
@@ -16,14 +15,11 @@ import (
 
 // Labels and names shared by every object the operator owns.
 const (
-	// FieldManager is the server-side apply field manager of every write.
-	FieldManager = "hookwright"
-
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelComponent = "app.kubernetes.io/component"
 	// LabelManagedBy is set on every owned object and on the CA Secret; the
-	// manager's cache only holds objects carrying it (see CacheByObject).
+	// manager's cache only holds objects carrying it.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedByValue = "hookwright"
 
@@ -42,9 +38,18 @@ const (
 	DefaultReplicas int32 = 2
 )
 
-// Kind is what differs between the two custom resources in the objects the
-// lifecycle reconciler builds for them.
+// Object is what every owned object is: Kubernetes metadata and a runtime
+// type (the same method set as controller-runtime's client.Object).
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// Kind is what differs between the two custom resources in the objects
+// built for them.
 type Kind struct {
+	// Name is the CR's API kind ("SidecarInjector" or "NodeOversell").
+	Name string
 	// Short names the server in object names ("sidecar" or "oversell").
 	Short string
 	// Resource is the plural resource of the CR, for the server's ClusterRole.
@@ -56,10 +61,10 @@ type Kind struct {
 }
 
 var (
-	// SidecarKind describes SidecarInjector operands.
-	SidecarKind = Kind{Short: "sidecar", Resource: "sidecarinjectors", WebhookName: "inject.sidecar.hookwright.io", Path: "/inject"}
-	// OversellKind describes NodeOversell operands.
-	OversellKind = Kind{Short: "oversell", Resource: "nodeoversells", WebhookName: "oversell.hookwright.io", Path: "/oversell"}
+	// SidecarKind describes SidecarInjector CRs.
+	SidecarKind = Kind{Name: "SidecarInjector", Short: "sidecar", Resource: "sidecarinjectors", WebhookName: "inject.sidecar.hookwright.io", Path: "/inject"}
+	// OversellKind describes NodeOversell CRs.
+	OversellKind = Kind{Name: "NodeOversell", Short: "oversell", Resource: "nodeoversells", WebhookName: "oversell.hookwright.io", Path: "/oversell"}
 )
 
 // BaseName is the name of every object owned by the CR named crName:
@@ -82,9 +87,9 @@ func (k Kind) BaseName(crName string) string {
 	return clean + "-" + suffix
 }
 
-// Operand is the kind-independent view of a SidecarInjector or NodeOversell.
-type Operand struct {
-	Object      client.Object
+// CR is the kind-independent view of a SidecarInjector or NodeOversell.
+type CR struct {
+	Object      Object
 	Kind        Kind
 	Server      v1alpha1.ServerSpec
 	Certificate v1alpha1.CertificateSpec
@@ -95,25 +100,28 @@ type Operand struct {
 	ServedGeneration *int64
 }
 
-// SidecarOperand views a SidecarInjector; the pointers alias si's status.
-func SidecarOperand(si *v1alpha1.SidecarInjector) Operand {
-	return Operand{
+// SidecarCR views a SidecarInjector; the pointers alias si's status.
+func SidecarCR(si *v1alpha1.SidecarInjector) CR {
+	return CR{
 		Object: si, Kind: SidecarKind, Server: si.Spec.Server, Certificate: si.Spec.Certificate,
 		Conditions: &si.Status.Conditions, ObservedGeneration: &si.Status.ObservedGeneration,
 		ServedGeneration: &si.Status.ServedGeneration,
 	}
 }
 
-// OversellOperand views a NodeOversell; the pointers alias no's status.
-func OversellOperand(no *v1alpha1.NodeOversell) Operand {
-	return Operand{
+// OversellCR views a NodeOversell; the pointers alias no's status.
+func OversellCR(no *v1alpha1.NodeOversell) CR {
+	return CR{
 		Object: no, Kind: OversellKind, Server: no.Spec.Server, Certificate: no.Spec.Certificate,
 		Conditions: &no.Status.Conditions, ObservedGeneration: &no.Status.ObservedGeneration,
 		ServedGeneration: &no.Status.ServedGeneration,
 	}
 }
 
-// Settings are the operator-wide inputs of the desired state.
+// Base is the name of every object cr owns (Kind.BaseName).
+func (cr CR) Base() string { return cr.Kind.BaseName(cr.Object.GetName()) }
+
+// Settings are the operator-wide inputs of the desired objects.
 type Settings struct {
 	// Namespace is the operator's namespace: home of the CA Secret, default
 	// server namespace, and excluded from injection.
@@ -121,46 +129,17 @@ type Settings struct {
 	// Image is the default server image (--server-image).
 	Image string
 	// AllowedNamespaces are the namespaces servers may run in
-	// (--allowed-server-namespaces); empty means Namespace only. The cache
-	// of namespaced objects is restricted to them (CacheOptions) and every
-	// one is excluded from every SidecarInjector's namespaceSelector.
+	// (--allowed-server-namespaces); empty means Namespace only. Every one
+	// is excluded from every SidecarInjector's namespaceSelector.
 	AllowedNamespaces []string
 	// AllowedImages are the server image patterns allowed besides Image
 	// (--allowed-server-images; serverpolicy.MatchImage); empty means Image only.
 	AllowedImages []string
-	// Repairs limits drift repairs per owned object; zero values mean
-	// DefaultRepairBudget.
-	Repairs RepairBudget
-	// Certificates tunes SelfSigned mode (CA and serving lifetimes,
-	// rotation, clock, drain grace).
-	Certificates CertificateSettings
-	// CADir, if set, is a directory of CA files (*.crt, *.pem; in-cluster
-	// the CA Secret mounted as a volume) whose CAs are published in every
-	// SelfSigned caBundle together with the operator's own CAs.
-	CADir string
-	// Webhook configures the manager's validating webhook for the CRs
-	// (validation.go); a zero value disables it.
-	Webhook WebhookSettings
-	// CSR configures mode CSR (csrmode.go).
-	CSR CSRSettings
 	// ProxyEnv is added to every server container: the cluster proxy
 	// settings OLM gives the operator (HTTP_PROXY, HTTPS_PROXY, NO_PROXY
 	// and their lower-case forms; operator-lib's proxy.ReadProxyVarsFromEnv).
 	ProxyEnv []corev1.EnvVar
 }
-
-// RepairBudget bounds how often one owned object is repaired: at most Max
-// repairs in any Window. Past that, another writer is fighting the operator
-// (a GitOps tool or an injector rewriting caBundle): the operator stops,
-// reports the writers from managedFields in a Warning Event and the Ready
-// (and WebhookConfigured) condition, and tries again when the window allows.
-type RepairBudget struct {
-	Max    int
-	Window time.Duration
-}
-
-// DefaultRepairBudget allows 5 repairs of one object per minute.
-var DefaultRepairBudget = RepairBudget{Max: 5, Window: time.Minute}
 
 // ServerPolicy is where and what the operator may run for a CR (the same
 // policy the validating webhook enforces). Patterns are checked by the

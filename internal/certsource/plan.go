@@ -1,4 +1,4 @@
-package controllers
+package certsource
 
 import (
 	"crypto/x509"
@@ -13,70 +13,62 @@ import (
 // Serving Secret annotations that keep a replaced serving certificate
 // trusted while pods may still serve it (certs.State.Draining).
 const (
-	// AnnotationDrainingCerts holds the replaced certificate(s) (PEM).
-	AnnotationDrainingCerts = "admission.hookwright.io/draining-certificates"
-	// AnnotationDrainingUntil is when they stop counting (RFC 3339).
-	AnnotationDrainingUntil = "admission.hookwright.io/draining-until"
+	// annotationDrainingCerts holds the replaced certificate(s) (PEM).
+	annotationDrainingCerts = "admission.hookwright.io/draining-certificates"
+	// annotationDrainingUntil is when they stop counting (RFC 3339).
+	annotationDrainingUntil = "admission.hookwright.io/draining-until"
 )
-
-// DefaultDrainGrace covers the kubelet's update of a mounted Secret (its
-// sync period plus cache TTL, about 1–2 min) and certwatcher's reload.
-const DefaultDrainGrace = 5 * time.Minute
 
 // rotationPoll is how often a reconcile looks again while a rotation waits
 // on other CRs (their configurations or serving certificates).
 const rotationPoll = time.Second
 
-// CertificateSettings tune SelfSigned mode.
-type CertificateSettings struct {
-	// Policy sets CA and serving lifetimes, rotation points and the delay
-	// before a published next CA signs; zero fields take internal/certs
-	// defaults (CA 5 years, rotated at 2/3; serving 90 days, renewed at 2/3;
-	// promote 10 s after publishing).
-	Policy certs.Policy
-	// Clock is the time of certificate decisions; nil is the system clock.
-	Clock certs.Clock
-	// DrainGrace is how long a replaced serving certificate keeps its CA in
-	// the caBundle (pods reload the mounted Secret with a delay); 0 means
-	// DefaultDrainGrace.
-	DrainGrace time.Duration
-}
+// role is whose share of the plan a reconcile applies.
+type role int
 
-func (c CertificateSettings) drainGrace() time.Duration {
-	if c.DrainGrace <= 0 {
-		return DefaultDrainGrace
-	}
-	return c.DrainGrace
-}
+const (
+	// installation: the CA controller applies the steps on the CA Secret
+	// (CreateCA, CreateNextCA, PromoteNextCA, DropRetiredCA, and refreshing
+	// its ca.crt) and stops at every per-CR step.
+	installation role = iota
+	// ownCR: a CR's reconcile publishes its own configuration and issues
+	// its own serving certificate, and stops at every CA Secret step.
+	ownCR
+)
 
-// CertInputs is the installation-wide certificate state one reconcile sees.
-type CertInputs struct {
+// inputs is the installation-wide certificate state one reconcile sees.
+type inputs struct {
+	// Role is whose share of the plan is applied.
+	Role role
 	// Own is the key of the reconciled CR's serving certificate in
 	// State.Serving, OwnConfig of its configuration in State.Published
-	// (absent there while the configuration does not exist).
+	// (absent there while the configuration does not exist); empty for the
+	// installation role.
 	Own, OwnConfig string
 	// State: the CA Secret data, the caBundle of every existing SelfSigned
 	// configuration as read back, every SelfSigned serving certificate, and
 	// the draining ones.
 	State certs.State
 	// Extra are CAs (PEM) published besides the operator's (--ca-dir); they
-	// must already be filtered out of State.Published (see PlannerView).
+	// must already be filtered out of State.Published (see plannerView).
 	Extra []byte
 	Now   time.Time
 	// Settings of SelfSigned mode.
-	Settings CertificateSettings
+	Settings Settings
 }
 
-// CertOutcome is what one reconcile does about certificates.
-type CertOutcome struct {
-	// CA is the CA Secret data to write; nil when unchanged.
+// outcome is what one reconcile does about certificates.
+type outcome struct {
+	// CA is the CA Secret data to write; nil when unchanged (installation
+	// role only).
 	CA map[string][]byte
-	// Steps applied in this reconcile, in order (CreateCA, CreateNextCA,
-	// PromoteNextCA, DropRetiredCA, PublishBundle of the Secret or own
-	// configuration, IssueServing of the own certificate).
+	// Steps applied in this reconcile, in order: CreateCA, CreateNextCA,
+	// PromoteNextCA, DropRetiredCA and PublishBundle of the CA Secret's
+	// ca.crt (installation); PublishBundle of the own configuration and
+	// IssueServing of the own certificate (ownCR).
 	Steps []certs.Step
 	// Last is the step the planner stopped at: None, or one waiting on
-	// other CRs or on the own configuration being observed.
+	// the other role, on other CRs or on the own configuration being observed.
 	Last certs.Step
 	// Serving is the own serving certificate and key (empty when not issued yet).
 	Serving certs.Serving
@@ -93,19 +85,25 @@ type CertOutcome struct {
 	RequeueAfter time.Duration
 }
 
-// AdvanceCertificates runs certs.Plan and certs.Apply until the plan needs
-// something this reconcile cannot do or observe: a configuration of another
-// CR to be republished, another CR's certificate to be issued, or its own
-// configuration written and read back. It applies installation-wide steps
-// (CA creation, staging, promotion, dropping) and only the own share of
-// per-CR steps, so two CRs never write each other's objects. It only
-// computes; the caller writes CA and the own objects. The error is a
+// advance runs certs.Plan and certs.Apply until the plan needs something
+// this reconcile cannot do or observe: a step of the other role, a
+// configuration of another CR to be republished, another CR's certificate
+// to be issued, or its own configuration written and read back. So two
+// reconciles never write each other's objects: only the CA controller
+// writes the CA Secret, only a CR's reconcile its own Secret and
+// configuration. It only computes; the caller writes. The error is a
 // certificate generation failure or certs.ErrBundleTooLarge.
-func AdvanceCertificates(in CertInputs) (CertOutcome, error) {
-	var out CertOutcome
+func advance(in inputs) (outcome, error) {
+	var out outcome
 	st := in.State
 	pol := in.Settings.Policy
 	var planBundle []byte
+	apply := func(step certs.Step) error {
+		var err error
+		st, err = certs.Apply(st, step, in.Now, pol)
+		out.Steps = append(out.Steps, step)
+		return err
+	}
 	for range 12 {
 		step, err := certs.Plan(st, in.Now, pol)
 		if err != nil {
@@ -115,67 +113,67 @@ func AdvanceCertificates(in CertInputs) (CertOutcome, error) {
 		if len(step.Bundle) > 0 {
 			planBundle = step.Bundle
 		}
-		done := false
-		switch step.Kind {
-		case certs.StepCreateCA, certs.StepCreateNextCA, certs.StepPromoteNextCA, certs.StepDropRetiredCA:
-			if st, err = certs.Apply(st, step, in.Now, pol); err != nil {
-				return out, err
-			}
-			out.CA = st.CA
-			out.Steps = append(out.Steps, step)
-		case certs.StepPublishBundle:
-			own := slices.Contains(step.Configs, in.OwnConfig)
-			mine := step
-			mine.Configs = nil
-			if own {
-				mine.Configs = []string{in.OwnConfig}
-			}
-			if own || step.SecretBundleStale {
-				if st, err = certs.Apply(st, mine, in.Now, pol); err != nil {
+		done := true
+		switch {
+		case step.Kind == certs.StepNone:
+			out.RequeueAfter = step.RequeueAfter
+		case isCAStep(step.Kind):
+			if in.Role == installation {
+				if err := apply(step); err != nil {
 					return out, err
 				}
-				out.Steps = append(out.Steps, mine)
+				out.CA, done = st.CA, false
 			}
+		case step.Kind == certs.StepPublishBundle && in.Role == installation:
 			if step.SecretBundleStale {
-				out.CA = st.CA
-			}
-			// Stop once the own configuration is to be written: the next
-			// steps may only follow once it is read back from the API.
-			if own || len(step.Configs) > 0 {
-				out.RequeueAfter = rotationPoll
-				done = true
-			}
-		case certs.StepIssueServing:
-			if !slices.Contains(step.Targets, in.Own) {
-				if step.Rotating {
-					out.RequeueAfter = rotationPoll
+				mine := step
+				mine.Configs = nil
+				if err := apply(mine); err != nil {
+					return out, err
 				}
-				done = true
-				break
+				out.CA, done = st.CA, len(step.Configs) > 0
 			}
+			if done && step.Rotating {
+				out.RequeueAfter = rotationPoll
+			}
+		case step.Kind == certs.StepPublishBundle:
+			if slices.Contains(step.Configs, in.OwnConfig) {
+				mine := step
+				mine.Configs, mine.SecretBundleStale = []string{in.OwnConfig}, false
+				if err := apply(mine); err != nil {
+					return out, err
+				}
+			}
+			// Stop once a configuration is to be written: the next steps
+			// may only follow once it is read back from the API.
+			if len(step.Configs) > 0 {
+				out.RequeueAfter = rotationPoll
+			}
+		case step.Kind == certs.StepIssueServing && in.Role == ownCR && slices.Contains(step.Targets, in.Own):
 			mine := step
 			mine.Targets = []string{in.Own}
 			prev := st.Serving[in.Own].Cert
-			if st, err = certs.Apply(st, mine, in.Now, pol); err != nil {
+			if err := apply(mine); err != nil {
 				return out, err
 			}
-			out.Steps = append(out.Steps, mine)
 			out.IssueReason = step.TargetReasons[in.Own]
 			if _, perr := certs.ParseCertPEM(prev); perr == nil {
 				// Pods serve the replaced certificate until they reload.
 				st.Draining = append(slices.Clone(st.Draining), prev)
 				out.Draining = append(out.Draining, prev...)
-				out.DrainingUntil = in.Now.Add(in.Settings.drainGrace())
+				out.DrainingUntil = in.Now.Add(in.Settings.Grace())
 			}
-		default: // StepNone
-			out.RequeueAfter = step.RequeueAfter
-			done = true
+			done = false
+		case step.Kind == certs.StepIssueServing && step.Rotating:
+			out.RequeueAfter = rotationPoll
 		}
 		if done {
 			break
 		}
 	}
-	out.Serving = st.Serving[in.Own]
+	if in.Role == ownCR {
+		out.Serving = st.Serving[in.Own]
+	}
 	if len(planBundle) == 0 {
 		planBundle = st.CA[certs.SecretKeyBundle]
 	}
@@ -183,6 +181,15 @@ func AdvanceCertificates(in CertInputs) (CertOutcome, error) {
 		out.Bundle = unionBundle(planBundle, in.Extra)
 	}
 	return out, nil
+}
+
+// isCAStep reports whether k changes the CA Secret's CAs.
+func isCAStep(k certs.StepKind) bool {
+	switch k {
+	case certs.StepCreateCA, certs.StepCreateNextCA, certs.StepPromoteNextCA, certs.StepDropRetiredCA:
+		return true
+	}
+	return false
 }
 
 // unionBundle is the published caBundle: every CA of a and b, deduplicated,
@@ -197,12 +204,12 @@ func unionBundle(a, b []byte) []byte {
 	return certs.BuildBundle(all, certs.BundleOptions{Max: -1})
 }
 
-// PlannerView removes from a published caBundle the CAs that only come from
+// plannerView removes from a published caBundle the CAs that only come from
 // extra (the --ca-dir bundle), so the planner compares the configuration
 // against its own CAs: those in the CA Secret (active, next, retired, ca.crt)
 // stay even when extra has them too, as in-cluster the ca-dir is that very
 // Secret mounted. An unparsable bundle is returned as is.
-func PlannerView(published, extra []byte, caData map[string][]byte) []byte {
+func plannerView(published, extra []byte, caData map[string][]byte) []byte {
 	ex, err := certs.ParseCertsPEM(extra)
 	if err != nil || len(published) == 0 {
 		return published
@@ -229,14 +236,14 @@ func PlannerView(published, extra []byte, caData map[string][]byte) []byte {
 	return certs.EncodeCertsPEM(kept)
 }
 
-// DrainingFromAnnotations returns the draining certificates recorded on a
+// drainingFromAnnotations returns the draining certificates recorded on a
 // serving Secret if their grace period has not ended at now.
-func DrainingFromAnnotations(ann map[string]string, now time.Time) ([]byte, time.Time) {
-	until, err := time.Parse(time.RFC3339, ann[AnnotationDrainingUntil])
-	if err != nil || !now.Before(until) || ann[AnnotationDrainingCerts] == "" {
+func drainingFromAnnotations(ann map[string]string, now time.Time) ([]byte, time.Time) {
+	until, err := time.Parse(time.RFC3339, ann[annotationDrainingUntil])
+	if err != nil || !now.Before(until) || ann[annotationDrainingCerts] == "" {
 		return nil, time.Time{}
 	}
-	return []byte(ann[AnnotationDrainingCerts]), until
+	return []byte(ann[annotationDrainingCerts]), until
 }
 
 // splitPEM returns each CERTIFICATE of a PEM bundle as its own PEM.

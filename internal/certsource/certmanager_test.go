@@ -1,7 +1,6 @@
-package controllers
+package certsource
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,59 +10,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
-
-func certManagerInjector(ref *v1alpha1.IssuerReference) Operand {
-	si := testInjector()
-	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager, IssuerRef: ref}
-	return SidecarOperand(si)
-}
-
-func TestCertManagerObjects(t *testing.T) {
-	op := certManagerInjector(nil)
-	iss := CertManagerIssuer(op, testSettings)
-	if iss == nil || iss.Spec.SelfSigned == nil || iss.Name != "hookwright-sidecar-mesh" || iss.Namespace != "hookwright-system" {
-		t.Fatalf("issuer %+v", iss)
-	}
-	crt := CertManagerCertificate(op, testSettings)
-	want := []string{"hookwright-sidecar-mesh.hookwright-system.svc", "hookwright-sidecar-mesh.hookwright-system.svc.cluster.local"}
-	if !slices.Equal(crt.Spec.DNSNames, want) || crt.Spec.SecretName != "hookwright-sidecar-mesh-cm-tls" ||
-		crt.Spec.IssuerRef != (cmmeta.IssuerReference{Name: "hookwright-sidecar-mesh", Kind: "Issuer", Group: "cert-manager.io"}) {
-		t.Fatalf("certificate spec %+v", crt.Spec)
-	}
-	if ServingSecretName(op) != crt.Spec.SecretName {
-		t.Fatalf("server mounts %s, Certificate writes %s", ServingSecretName(op), crt.Spec.SecretName)
-	}
-	if d := BuildSidecarInjector(op.Object.(*v1alpha1.SidecarInjector), testSettings, nil); d.Deployment.Spec.Template.Spec.Volumes[0].Secret.SecretName != crt.Spec.SecretName {
-		t.Fatalf("Deployment mounts %s", d.Deployment.Spec.Template.Spec.Volumes[0].Secret.SecretName)
-	}
-
-	// A named issuer: no Issuer of our own, kind and group defaulted.
-	op = certManagerInjector(&v1alpha1.IssuerReference{Name: "corp-ca", Kind: "ClusterIssuer"})
-	if CertManagerIssuer(op, testSettings) != nil {
-		t.Fatal("an Issuer is created although the CR names one")
-	}
-	if ref := CertManagerCertificate(op, testSettings).Spec.IssuerRef; ref != (cmmeta.IssuerReference{Name: "corp-ca", Kind: "ClusterIssuer", Group: "cert-manager.io"}) {
-		t.Fatalf("issuerRef %+v", ref)
-	}
-}
-
-// The self-signed Issuer's empty `selfSigned: {}` is what selects its type:
-// it must survive the pruning of empty maps in the apply content.
-func TestToApplyObjectKeepsSelfSigned(t *testing.T) {
-	iss := CertManagerIssuer(certManagerInjector(nil), testSettings)
-	u, err := ToApplyObject(iss, cmapi.SchemeGroupVersion.WithKind("Issuer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, ok, _ := unstructured.NestedMap(u.Object, "spec", "selfSigned"); !ok || len(v) != 0 {
-		t.Fatalf("spec.selfSigned %v %v in %v", v, ok, u.Object)
-	}
-}
 
 func TestCertManagerState(t *testing.T) {
 	op := certManagerInjector(nil)
@@ -72,12 +23,12 @@ func TestCertManagerState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crt := CertManagerCertificate(op, testSettings)
+	crt := desired.CertManagerCertificate(op, testSettings)
 	certPEM, keyPEM, err := ca.Serving(crt.Spec.DNSNames...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, SecretKeyCA: ca.CertPEM}}
+	secret := &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, desired.SecretKeyCA: ca.CertPEM}}
 	notAfter := metav1.NewTime(now.Add(90 * 24 * time.Hour).Truncate(time.Second))
 	ready := func(st cmmeta.ConditionStatus) *cmapi.Certificate {
 		c := crt.DeepCopy()
@@ -101,11 +52,11 @@ func TestCertManagerState(t *testing.T) {
 		{"not ready, old Secret still serves", ready(cmmeta.ConditionFalse), secret, false, ReasonCertificateNotReady, true, "Issuing"},
 		{"ready", ready(cmmeta.ConditionTrue), secret, true, ReasonValid, true, notAfter.UTC().Format(time.RFC3339)},
 		{"ready, no ca.crt", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, false, ReasonSecretInvalid, false, "no ca.crt"},
-		{"ready, wrong CA", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, SecretKeyCA: otherCA(t)}}, false, ReasonSecretInvalid, false, "does not verify"},
+		{"ready, wrong CA", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, desired.SecretKeyCA: otherCA(t)}}, false, ReasonSecretInvalid, false, "does not verify"},
 		{"ready, Secret gone", ready(cmmeta.ConditionTrue), nil, false, ReasonCertificatePending, false, "not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := CertManagerState(op, testSettings, tc.crt, tc.secret, now)
+			st := certManagerState(op, testSettings, tc.crt, tc.secret, now)
 			if st.Ready != tc.ready || st.Reason != tc.reason || (len(st.CABundle) > 0) != tc.bundle || !strings.Contains(st.Message, tc.msg) {
 				t.Fatalf("state ready=%v reason=%s bundle=%d message=%q", st.Ready, st.Reason, len(st.CABundle), st.Message)
 			}
@@ -143,8 +94,14 @@ func TestInjectedCABundle(t *testing.T) {
 		{"annotated, not injected yet", mwc(inject, ""), ""},
 		{"from secret", mwc(map[string]string{cmapi.WantInjectFromSecretAnnotation: "ns/s"}, "s"), "s"},
 	} {
-		if got := string(InjectedCABundle(tc.live)); got != tc.want {
+		if got := string(injectedCABundle(tc.live)); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+func certManagerInjector(ref *v1alpha1.IssuerReference) desired.CR {
+	si := testInjector()
+	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager, IssuerRef: ref}
+	return desired.SidecarCR(si)
 }

@@ -1,4 +1,4 @@
-package controllers
+package certsource
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func TestOverlapCABundle(t *testing.T) {
 		{name: "next carries the previous CA itself", next: cat(newCA, oldCA), live: oldCA, at: now},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := OverlapCABundle(tc.next, tc.live, tc.liveUntil, tc.at, grace)
+			got := overlapCABundle(tc.next, tc.live, tc.liveUntil, tc.at, grace)
 			if !got.Until.Equal(tc.until) {
 				t.Errorf("until %s, want %s", got.Until, tc.until)
 			}
@@ -74,8 +74,8 @@ func TestOverlapCABundle(t *testing.T) {
 			}
 		})
 	}
-	if !previousCAUntil(map[string]string{AnnotationPreviousCAUntil: fmtTime(now)}).Equal(now) || !previousCAUntil(nil).IsZero() ||
-		!previousCAUntil(map[string]string{AnnotationPreviousCAUntil: "soon"}).IsZero() {
+	if !previousCAUntil(map[string]string{annotationPreviousCAUntil: fmtTime(now)}).Equal(now) || !previousCAUntil(nil).IsZero() ||
+		!previousCAUntil(map[string]string{annotationPreviousCAUntil: "soon"}).IsZero() {
 		t.Error("previousCAUntil round trip")
 	}
 }

@@ -1,6 +1,9 @@
-package controllers
+package desired
 
 import (
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"bytes"
 	"os"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -56,6 +61,15 @@ func testOversell() *v1alpha1.NodeOversell {
 	}
 }
 
+// withCA sets the caBundle of d's webhooks as internal/certsource.Publish
+// does, so the golden files show where it goes.
+func withCA(d *Desired, ca string) *Desired {
+	for i := range d.Webhook.Webhooks {
+		d.Webhook.Webhooks[i].ClientConfig.CABundle = []byte(ca)
+	}
+	return d
+}
+
 // renderGolden renders every desired object as a YAML stream, each in its
 // server-side apply form (what is sent to the API server).
 func renderGolden(t *testing.T, d *Desired) []byte {
@@ -70,7 +84,7 @@ func renderGolden(t *testing.T, d *Desired) []byte {
 		if err != nil {
 			t.Fatal(err)
 		}
-		u, err := ToApplyObject(o, gvk)
+		u, err := apply.ToApplyObject(o, gvk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,18 +119,18 @@ func checkGolden(t *testing.T, name string, got []byte) {
 }
 
 func TestGoldenSidecarInjector(t *testing.T) {
-	checkGolden(t, "sidecarinjector.golden.yaml", renderGolden(t, BuildSidecarInjector(testInjector(), testSettings, []byte("CA-PEM"))))
+	checkGolden(t, "sidecarinjector.golden.yaml", renderGolden(t, withCA(BuildSidecarInjector(testInjector(), testSettings), "CA-PEM")))
 }
 
 func TestGoldenNodeOversell(t *testing.T) {
-	checkGolden(t, "nodeoversell.golden.yaml", renderGolden(t, BuildNodeOversell(testOversell(), testSettings, []byte("CA-PEM"))))
+	checkGolden(t, "nodeoversell.golden.yaml", renderGolden(t, withCA(BuildNodeOversell(testOversell(), testSettings), "CA-PEM")))
 }
 
 func TestBuildIsDeterministicAndPure(t *testing.T) {
 	si := testInjector()
 	before := si.DeepCopy()
-	a := renderGolden(t, BuildSidecarInjector(si, testSettings, []byte("x")))
-	b := renderGolden(t, BuildSidecarInjector(si, testSettings, []byte("x")))
+	a := renderGolden(t, withCA(BuildSidecarInjector(si, testSettings), "x"))
+	b := renderGolden(t, withCA(BuildSidecarInjector(si, testSettings), "x"))
 	if !bytes.Equal(a, b) {
 		t.Fatal("two builds differ")
 	}
@@ -154,7 +168,7 @@ func TestNamespaceSelectorAlwaysExcludesSystemAndOperator(t *testing.T) {
 			si := testInjector()
 			si.Spec.NamespaceSelector = tc.sel
 			si.Spec.Server.Namespace = tc.serverNS
-			wh := BuildSidecarInjector(si, testSettings, nil).Webhook.Webhooks[0]
+			wh := BuildSidecarInjector(si, testSettings).Webhook.Webhooks[0]
 			exprs := wh.NamespaceSelector.MatchExpressions
 			if len(exprs) != tc.wantExpr {
 				t.Fatalf("%d expressions, want %d: %+v", len(exprs), tc.wantExpr, exprs)
@@ -172,7 +186,7 @@ func TestNamespaceSelectorAlwaysExcludesSystemAndOperator(t *testing.T) {
 
 func TestDefaultsAndOverrides(t *testing.T) {
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
-	d := BuildSidecarInjector(si, testSettings, nil)
+	d := BuildSidecarInjector(si, testSettings)
 	wh := d.Webhook.Webhooks[0]
 	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 10 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector == nil ||
 		len(wh.ObjectSelector.MatchLabels) != 0 || len(wh.ObjectSelector.MatchExpressions) != 1 {
@@ -189,7 +203,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	}
 
 	no := testOversell()
-	d = BuildNodeOversell(no, testSettings, nil)
+	d = BuildNodeOversell(no, testSettings)
 	wh = d.Webhook.Webhooks[0]
 	if *wh.FailurePolicy != "Ignore" || *wh.TimeoutSeconds != 2 || wh.ReinvocationPolicy != nil || wh.NamespaceSelector != nil {
 		t.Fatalf("oversell defaults: %+v", wh)
@@ -203,7 +217,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 		t.Fatalf("oversell server args %v lack --node-oversell=%s", args, no.Name)
 	}
 	no.Spec.NodeSelector = nil
-	if wh := BuildNodeOversell(no, testSettings, nil).Webhook.Webhooks[0]; wh.ObjectSelector != nil {
+	if wh := BuildNodeOversell(no, testSettings).Webhook.Webhooks[0]; wh.ObjectSelector != nil {
 		t.Fatalf("an absent nodeSelector (every node) must give no objectSelector, got %+v", wh.ObjectSelector)
 	}
 	no = testOversell()
@@ -234,14 +248,14 @@ func TestDefaultsAndOverrides(t *testing.T) {
 func TestNodeOversellWebhookIsAlwaysIgnore(t *testing.T) {
 	no := testOversell()
 	no.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	wh := BuildNodeOversell(no, testSettings, nil).Webhook.Webhooks[0]
+	wh := BuildNodeOversell(no, testSettings).Webhook.Webhooks[0]
 	if *wh.FailurePolicy != "Ignore" {
 		t.Fatalf("failurePolicy %s for a stored Fail, want Ignore", *wh.FailurePolicy)
 	}
 }
 
 func TestLeastPrivilegeRules(t *testing.T) {
-	for _, d := range []*Desired{BuildSidecarInjector(testInjector(), testSettings, nil), BuildNodeOversell(testOversell(), testSettings, nil)} {
+	for _, d := range []*Desired{BuildSidecarInjector(testInjector(), testSettings), BuildNodeOversell(testOversell(), testSettings)} {
 		if len(d.ClusterRole.Rules) != 1 {
 			t.Fatalf("rules %+v", d.ClusterRole.Rules)
 		}
@@ -255,14 +269,14 @@ func TestLeastPrivilegeRules(t *testing.T) {
 			}
 		}
 	}
-	if got := BuildSidecarInjector(testInjector(), testSettings, nil).ClusterRole.Rules[0].ResourceNames; !slices.Equal(got, []string{"mesh"}) {
+	if got := BuildSidecarInjector(testInjector(), testSettings).ClusterRole.Rules[0].ResourceNames; !slices.Equal(got, []string{"mesh"}) {
 		t.Fatalf("injector resourceNames %v", got)
 	}
 }
 
 func TestOwnerReferencesOnEveryObject(t *testing.T) {
 	si := testInjector()
-	for _, o := range BuildSidecarInjector(si, testSettings, nil).Objects() {
+	for _, o := range BuildSidecarInjector(si, testSettings).Objects() {
 		refs := o.GetOwnerReferences()
 		if len(refs) != 1 || refs[0].UID != si.UID || refs[0].Kind != "SidecarInjector" || !*refs[0].Controller || !*refs[0].BlockOwnerDeletion ||
 			refs[0].APIVersion != "admission.hookwright.io/v1alpha1" {
@@ -300,7 +314,7 @@ func TestBaseName(t *testing.T) {
 		t.Error("a dotted name collides with its dashed form")
 	}
 	// Service names are DNS-1035 labels; the serving Secret adds "-tls".
-	if n := ServingSecretName(SidecarOperand(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: long}})); len(validation.IsDNS1123Subdomain(n)) > 0 {
+	if n := ServingSecretName(SidecarCR(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: long}})); len(validation.IsDNS1123Subdomain(n)) > 0 {
 		t.Errorf("secret name %q invalid", n)
 	}
 }
@@ -317,7 +331,7 @@ func TestInjectorObjectSelectorExcludesOptOut(t *testing.T) {
 	}{{"no user selector", nil}, {"user selector", user}} {
 		t.Run(tc.name, func(t *testing.T) {
 			si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: v1alpha1.SidecarInjectorSpec{ObjectSelector: tc.sel}}
-			got := BuildSidecarInjector(si, testSettings, nil).Webhook.Webhooks[0].ObjectSelector
+			got := BuildSidecarInjector(si, testSettings).Webhook.Webhooks[0].ObjectSelector
 			sel, err := metav1.LabelSelectorAsSelector(got)
 			if err != nil {
 				t.Fatal(err)
@@ -350,5 +364,64 @@ func TestInjectorObjectSelectorExcludesOptOut(t *testing.T) {
 				t.Error("user selector lost or modified")
 			}
 		})
+	}
+}
+
+// TestDriftTypedRoundTrip: a desired object and the same object as stored
+// (converted the same way, with server defaults added) show no drift.
+func TestDriftTypedRoundTrip(t *testing.T) {
+	d := withCA(BuildSidecarInjector(testInjector(), testSettings), "CA")
+	want, err := apply.ToApplyObject(d.Deployment, appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := d.Deployment.DeepCopy()
+	live.UID, live.ResourceVersion, live.Generation = "uid", "12", 4
+	live.Spec.RevisionHistoryLimit = new(int32)
+	live.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	live.Spec.Template.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	live.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	live.Status.AvailableReplicas = 2
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := apply.Drift(want.Object, m); got != nil {
+		t.Fatalf("drift against defaulted live object: %v", got)
+	}
+	live.Spec.Template.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem = new(bool)
+	m, _ = runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+	if got := apply.Drift(want.Object, m); !slices.Equal(got, []string{"spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem"}) {
+		t.Fatalf("drift = %v", got)
+	}
+}
+
+func TestToApplyObjectPrunes(t *testing.T) {
+	u, err := apply.ToApplyObject(BuildSidecarInjector(testInjector(), testSettings).ServiceAccount, corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := u.Object["metadata"].(map[string]any)
+	if _, ok := md["creationTimestamp"]; ok {
+		t.Fatal("creationTimestamp kept")
+	}
+	if _, ok := u.Object["status"]; ok {
+		t.Fatal("status kept")
+	}
+	if u.GetAPIVersion() != "v1" || u.GetKind() != "ServiceAccount" {
+		t.Fatalf("gvk %s %s", u.GetAPIVersion(), u.GetKind())
+	}
+}
+
+// The self-signed Issuer's empty `selfSigned: {}` is what selects its type:
+// it must survive the pruning of empty maps in the apply content.
+func TestToApplyObjectKeepsSelfSigned(t *testing.T) {
+	iss := CertManagerIssuer(certManagerInjector(nil), testSettings)
+	u, err := apply.ToApplyObject(iss, cmapi.SchemeGroupVersion.WithKind("Issuer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, _ := unstructured.NestedMap(u.Object, "spec", "selfSigned"); !ok || len(v) != 0 {
+		t.Fatalf("spec.selfSigned %v %v in %v", v, ok, u.Object)
 	}
 }

@@ -1,4 +1,10 @@
-package controllers
+// Package apply holds the operator's server-side apply content and drift
+// detection: ToApplyObject turns a desired object into exactly the fields
+// the operator claims, and Drift compares them with the live object.
+//
+// It must not import a Kubernetes client nor the operator's other
+// packages: both are pure functions of their arguments.
+package apply
 
 import (
 	"fmt"
@@ -9,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
+
+// FieldManager is the server-side apply field manager of every write.
+const FieldManager = "hookwright"
 
 // ToApplyObject converts a typed desired object into the unstructured
 // content sent with server-side apply: apiVersion and kind set from gvk,

@@ -1,0 +1,44 @@
+package controllers
+
+import (
+	"time"
+
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
+)
+
+// Settings are the operator-wide inputs of the reconcilers.
+type Settings struct {
+	// Settings are the inputs of the desired objects: operator namespace,
+	// default server image, server policy, proxy environment.
+	desired.Settings
+	// Repairs limits drift repairs per owned object; zero values mean
+	// DefaultRepairBudget.
+	Repairs RepairBudget
+	// Certificates tunes SelfSigned mode (CA and serving lifetimes,
+	// rotation, clock, drain grace).
+	Certificates certsource.Settings
+	// CADir, if set, is a directory of CA files (*.crt, *.pem; in-cluster
+	// the CA Secret mounted as a volume) whose CAs are published in every
+	// SelfSigned caBundle together with the operator's own CAs.
+	CADir string
+	// Webhook configures the manager's validating webhook for the CRs
+	// (validation.go); a zero value disables it.
+	Webhook WebhookSettings
+	// CSR configures mode CSR (Trust nil: detected at setup; Clientset
+	// nil: made from the manager's config).
+	CSR certsource.CSRSettings
+}
+
+// RepairBudget bounds how often one owned object is repaired: at most Max
+// repairs in any Window. Past that, another writer is fighting the operator
+// (a GitOps tool or an injector rewriting caBundle): the operator stops,
+// reports the writers from managedFields in a Warning Event and the Ready
+// (and WebhookConfigured) condition, and tries again when the window allows.
+type RepairBudget struct {
+	Max    int
+	Window time.Duration
+}
+
+// DefaultRepairBudget allows 5 repairs of one object per minute.
+var DefaultRepairBudget = RepairBudget{Max: 5, Window: time.Minute}
