@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
+	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -83,8 +84,23 @@ func (c *CAReconciler) advance(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	if out.CA != nil && (g.CASecret == nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal)) {
-		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA)
+	// A rotate-now request is handled once a next CA is staged (by it, or
+	// by a rotation already under way).
+	var ann map[string]string
+	if tok := rotateToken(g.CASecret); tok != "" {
+		data := out.CA
+		if data == nil {
+			data = g.CASecret.Data
+		}
+		if certs.ParseCASecret(data, now).Next != nil {
+			ann = map[string]string{AnnotationRotateCAHandled: tok}
+			if out.CA == nil {
+				out.CA = g.CASecret.Data
+			}
+		}
+	}
+	if out.CA != nil && (g.CASecret == nil || ann != nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal)) {
+		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA, ann)
 		if err != nil {
 			return out, err
 		}
@@ -103,11 +119,15 @@ func (c *CAReconciler) rotating(ctx context.Context, out outcome) {
 	}
 }
 
+// AnnotationRotateCAHandled on the CA Secret is the last
+// v1alpha1.AnnotationRotateCA token the CA controller acted on.
+const AnnotationRotateCAHandled = "admission.hookwright.io/rotate-ca-handled"
+
 // writeCASecret creates the CA Secret (cur nil) or patches it to data with
 // an optimistic lock, so a concurrent writer (another replica that still
 // thinks it leads) makes this reconcile retry instead of one CA
 // overwriting another. It returns the Secret as written.
-func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte) (*corev1.Secret, error) {
+func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte, ann map[string]string) (*corev1.Secret, error) {
 	if cur == nil {
 		sec := desired.CASecret(namespace, data)
 		if err := c.Create(ctx, sec, client.FieldOwner(apply.FieldManager)); err != nil {
@@ -117,6 +137,10 @@ func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *
 	}
 	next := cur.DeepCopy()
 	next.Data = data
+	if len(ann) > 0 && next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	maps.Copy(next.Annotations, ann)
 	if next.Labels == nil {
 		next.Labels = map[string]string{}
 	}
