@@ -166,4 +166,37 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	if set := certs.ParseCASecret(caSec.Data, time.Now()); set.Next != nil || !set.Active.Cert.Equal(newCA.Cert) {
 		t.Fatal(fmt.Errorf("a second rotation started"))
 	}
+
+	// `hookwright renew-certificate` for the SelfSigned CR: one new
+	// certificate, once.
+	secKey := client.ObjectKey{Namespace: operatorNS, Name: bases[0] + "-tls"}
+	before := &corev1.Secret{}
+	if err := env.Client.Get(ctx, secKey, before); err != nil {
+		t.Fatal(err)
+	}
+	renew := time.Now()
+	cmd = exec.CommandContext(ctx, bin, "renew-certificate", "sidecarinjector/"+self.Name)
+	cmd.Env = append(cmd.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hookwright renew-certificate: %v\n%s", err, out)
+	}
+	var renewed *corev1.Secret
+	err = cluster.WaitFor(ctx, 30*time.Second, "SelfSigned certificate renewed", func(ctx context.Context) (bool, error) {
+		renewed = &corev1.Secret{}
+		if err := env.Client.Get(ctx, secKey, renewed); err != nil {
+			return false, err
+		}
+		return string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("renew-certificate → new SelfSigned certificate in %s", time.Since(renew).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	if err := env.Client.Get(ctx, secKey, before); err != nil {
+		t.Fatal(err)
+	}
+	if string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]) {
+		t.Fatal("renewed more than once for one request")
+	}
 }
