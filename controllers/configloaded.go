@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/webhooks/oversell"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // ConfigLoaded is read from the servers themselves: each ready server pod
@@ -64,47 +61,6 @@ type PodServing struct {
 	Problem string
 }
 
-// ServedGeneration reads one CR's served generation from a /configz body of
-// its kind: a SidecarInjector server serves one injector (Configz.Injector),
-// an oversell server every NodeOversell it accepted.
-func ServedGeneration(kind desired.Kind, crName string, body []byte) PodServing {
-	switch kind.Short {
-	case desired.SidecarKind.Short:
-		var z sidecar.Configz
-		if err := json.Unmarshal(body, &z); err != nil {
-			return PodServing{Problem: "unreadable /configz"}
-		}
-		switch {
-		case z.Injector != crName:
-			return PodServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
-		case !z.Loaded:
-			return PodServing{Problem: "not loaded"}
-		case z.LastError != "":
-			return PodServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
-		}
-		return PodServing{Generation: z.Generation}
-	default:
-		var z oversell.Configz
-		if err := json.Unmarshal(body, &z); err != nil {
-			return PodServing{Problem: "unreadable /configz"}
-		}
-		if !z.Synced {
-			return PodServing{Problem: "not synced"}
-		}
-		for _, p := range z.NodeOversells {
-			if p.Name == crName {
-				return PodServing{Generation: p.Generation}
-			}
-		}
-		for _, ig := range z.Ignored {
-			if ig.Name == crName {
-				return PodServing{Generation: 0, Problem: "ignored: " + ig.Reason}
-			}
-		}
-		return PodServing{Problem: "not served"}
-	}
-}
-
 // ConfigLoadedState decides ConfigLoaded for generation gen from what the
 // ready pods report: True when every one serves gen; served is the lowest
 // generation served by a ready pod (0 with none).
@@ -136,7 +92,7 @@ func ConfigLoadedState(gen int64, pods []PodServing) (ok bool, reason, message s
 // pods of op's Deployment and returns when to look again (0: True, nothing
 // to poll).
 func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
-	if r.fetchConfigz == nil || op.ServedGeneration == nil {
+	if r.fetchConfigz == nil {
 		return 0
 	}
 	ns := desired.ServerNamespace(op, r.Settings.Settings)
@@ -157,13 +113,13 @@ func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 			got = append(got, PodServing{Pod: p.Name, Problem: "unreachable"})
 			continue
 		}
-		s := ServedGeneration(op.Kind, op.Object.GetName(), body)
+		s := r.kind.ServedGeneration(op.Object.GetName(), body)
 		s.Pod = p.Name
 		got = append(got, s)
 	}
 	ok, reason, msg, served := ConfigLoadedState(op.Object.GetGeneration(), got)
 	r.setCondition(op, v1alpha1.ConditionConfigLoaded, ok, reason, msg)
-	*op.ServedGeneration = served
+	op.Object.SetServedGeneration(served)
 	if ok {
 		return 0
 	}

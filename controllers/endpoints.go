@@ -123,7 +123,7 @@ func (r *Reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *cor
 	}
 	msg := fmt.Sprintf("Service %s/%s also reaches %s: they receive admission reviews; remove them, and check who may create pods in %s",
 		ns, svc.Name, summarize(foreign, 5), ns)
-	if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionEndpointsOwned); c == nil || c.Message != msg {
+	if c := apimeta.FindStatusCondition(op.Conditions(), v1alpha1.ConditionEndpointsOwned); c == nil || c.Message != msg {
 		r.Recorder.Eventf(op.Object, svc, corev1.EventTypeWarning, ReasonForeignEndpoints, "Check", msg)
 	}
 	r.setCondition(op, v1alpha1.ConditionEndpointsOwned, false, ReasonForeignEndpoints, msg)

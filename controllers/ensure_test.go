@@ -2,13 +2,9 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,93 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/desired"
+	corev1 "k8s.io/api/core/v1"
 )
 
-// laggingClient is a cache stand-in: while frozen, Get serves the snapshot
-// taken when it was frozen (a watch cache that has not seen the latest
-// writes yet); writes go through and are counted. noopApply makes Apply
-// answer like an API server whose apply changed nothing: the object comes
-// back at its current resourceVersion and nothing is stored.
-type laggingClient struct {
-	client.Client
-	mu        sync.Mutex
-	frozen    map[client.ObjectKey]client.Object // nil value: not found
-	writes    int
-	noopApply bool
-}
-
-func (c *laggingClient) freeze(t *testing.T, obj client.Object) {
-	t.Helper()
-	cur := obj.DeepCopyObject().(client.Object)
-	err := c.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), cur)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.frozen == nil {
-		c.frozen = map[client.ObjectKey]client.Object{}
-	}
-	if err != nil {
-		c.frozen[client.ObjectKeyFromObject(obj)] = nil
-		return
-	}
-	c.frozen[client.ObjectKeyFromObject(obj)] = cur
-}
-
-func (c *laggingClient) thaw() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.frozen = nil
-}
-
-func (c *laggingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	c.mu.Lock()
-	snap, ok := c.frozen[key]
-	c.mu.Unlock()
-	if !ok {
-		return c.Client.Get(ctx, key, obj, opts...)
-	}
-	if snap == nil {
-		return c.Client.Get(ctx, client.ObjectKey{Namespace: "absent", Name: "absent"}, obj)
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(snap)
-	if err != nil {
-		return err
-	}
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(u, obj)
-}
-
-func (c *laggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	c.mu.Lock()
-	c.writes++
-	noop := c.noopApply
-	c.mu.Unlock()
-	if noop {
-		u, ok := obj.(interface {
-			GetName() string
-			GetNamespace() string
-			SetResourceVersion(string)
-		})
-		if !ok {
-			return fmt.Errorf("apply configuration %T has no object metadata", obj)
-		}
-		cur := &metav1.PartialObjectMetadata{}
-		cur.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Service"))
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: u.GetName()}, cur); err != nil {
-			return err
-		}
-		u.SetResourceVersion(cur.GetResourceVersion())
-		return nil
-	}
-	return c.Client.Apply(ctx, obj, opts...)
-}
-
-func (c *laggingClient) Writes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.writes
-}
-
-func newEnsureReconciler(t *testing.T) (*Reconciler, *laggingClient, client.Client) {
+func newEnsureReconciler(t *testing.T) (*Reconciler, client.Client) {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -114,13 +29,13 @@ func newEnsureReconciler(t *testing.T) (*Reconciler, *laggingClient, client.Clie
 		t.Fatal(err)
 	}
 	api := fake.NewClientBuilder().WithScheme(s).Build()
-	lc := &laggingClient{Client: api}
 	r := &Reconciler{
-		Client: lc, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),
-		Settings: Settings{Settings: testSettings.Settings, Repairs: RepairBudget{Max: 5, Window: time.Hour}},
-		Kind:     desired.SidecarKind, Now: func() time.Time { return t0 },
+		Client: api, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),
+		Settings: Settings{Settings: testSettings.Settings, Repairs: apply.Budget{Max: 5, Window: time.Hour}},
+		kind:     sidecarKind{}, Now: func() time.Time { return t0 },
 	}
-	return r, lc, api
+	r.applier = newApplier(r)
+	return r, api
 }
 
 // tamper changes the Service's selector as another writer would.
@@ -136,149 +51,17 @@ func tamper(t *testing.T, api client.Client, key client.ObjectKey) {
 	}
 }
 
-func mustEnsure(t *testing.T, r *Reconciler, op desired.CR, obj client.Object) bool {
+func mustEnsure(t *testing.T, r *Reconciler, op desired.CR, obj client.Object) {
 	t.Helper()
-	wrote, err := r.ensure(context.Background(), op, obj)
-	if err != nil {
+	if _, err := r.ensure(context.Background(), op, obj); err != nil {
 		t.Fatal(err)
-	}
-	return wrote
-}
-
-// TestEnsureStaleReadAfterRepair: after a repair, reads of the owned object
-// at the resourceVersion the repair replaced are the cache lagging behind
-// the repair, not new drift: no write, no repair-budget spend (the CI flake
-// of TestConflictingWriterBackoff, fixed in e19a66c).
-func TestEnsureStaleReadAfterRepair(t *testing.T) {
-	r, lc, api := newEnsureReconciler(t)
-	op := desired.SidecarCR(testInjector())
-	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
-	key := client.ObjectKeyFromObject(svc)
-	budgetKey := ownedKey(op, "Service", svc)
-
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("first ensure did not create the Service")
-	}
-	tamper(t, api, key)
-	lc.freeze(t, svc) // the cache sees the tampered object ...
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("tampered Service not repaired")
-	}
-	if n := len(r.repairs[budgetKey]); n != 1 {
-		t.Fatalf("repairs after one repair: %d", n)
-	}
-	before := lc.Writes()
-	// ... and keeps serving it after the repair: every reconcile until the
-	// watch event arrives sees the pre-repair version.
-	for i := range 10 {
-		if mustEnsure(t, r, op, svc.DeepCopy()) {
-			t.Fatalf("stale read %d was written again", i+1)
-		}
-	}
-	if w := lc.Writes() - before; w != 0 {
-		t.Fatalf("%d writes on stale reads", w)
-	}
-	if n := len(r.repairs[budgetKey]); n != 1 {
-		t.Fatalf("stale reads spent the repair budget: %d repairs recorded", n)
-	}
-	// The cache catches up: in sync, nothing to do.
-	lc.thaw()
-	if mustEnsure(t, r, op, svc.DeepCopy()) || lc.Writes() != before {
-		t.Fatal("write after the cache caught up")
-	}
-	// A real second tamper is drift again: repaired and counted.
-	tamper(t, api, key)
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("second tamper not repaired")
-	}
-	if n := len(r.repairs[budgetKey]); n != 2 {
-		t.Fatalf("repairs after two repairs: %d", n)
-	}
-	// A desired-state change while the cache lags behind a repair waits
-	// for the repair's event (no write now), then is written as an update
-	// (outside the budget).
-	tamper(t, api, key)
-	lc.freeze(t, svc)
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("third tamper not repaired")
-	}
-	changed := svc.DeepCopy()
-	changed.Labels["extra"] = "x"
-	before = lc.Writes()
-	if mustEnsure(t, r, op, changed.DeepCopy()) || lc.Writes() != before {
-		t.Fatal("wrote while the cache was behind the last write")
-	}
-	lc.thaw()
-	if !mustEnsure(t, r, op, changed.DeepCopy()) {
-		t.Fatal("changed desired state not written once the cache caught up")
-	}
-	if n := len(r.repairs[budgetKey]); n != 3 {
-		t.Fatalf("an update was counted as a repair: %d repairs", n)
-	}
-}
-
-// TestEnsureStaleReadAfterCreate: a cache that has not seen a created
-// object yet does not cause a second create; an object deleted by someone
-// else (the API server agrees it is gone) is created again.
-func TestEnsureStaleReadAfterCreate(t *testing.T) {
-	r, lc, api := newEnsureReconciler(t)
-	op := desired.SidecarCR(testInjector())
-	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
-	lc.freeze(t, svc) // not found, and stays so in the cache
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("not created")
-	}
-	for range 5 {
-		if mustEnsure(t, r, op, svc.DeepCopy()) {
-			t.Fatal("created again while the cache lagged")
-		}
-	}
-	if lc.Writes() != 1 {
-		t.Fatalf("%d writes, want 1", lc.Writes())
-	}
-	if err := api.Delete(context.Background(), svc.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
-	lc.thaw()
-	if !mustEnsure(t, r, op, svc.DeepCopy()) {
-		t.Fatal("deleted object not created again")
-	}
-	if len(r.repairs) != 0 {
-		t.Fatalf("creates spent the repair budget: %v", r.repairs)
-	}
-}
-
-// TestEnsureNoopApply: an apply that does not move the resourceVersion (the
-// drift was a field the server normalises) is not repeated while the object
-// stays at that version, and spends the budget once at most.
-func TestEnsureNoopApply(t *testing.T) {
-	r, lc, api := newEnsureReconciler(t)
-	op := desired.SidecarCR(testInjector())
-	svc := desired.BuildSidecarInjector(testInjector(), r.Settings.Settings).Service
-	key := client.ObjectKeyFromObject(svc)
-	mustEnsure(t, r, op, svc.DeepCopy())
-	tamper(t, api, key) // drift that the "server" will not change back
-	lc.noopApply = true
-	mustEnsure(t, r, op, svc.DeepCopy())
-	before := lc.Writes()
-	for range 10 {
-		if mustEnsure(t, r, op, svc.DeepCopy()) {
-			t.Fatal("no-op apply repeated")
-		}
-	}
-	if lc.Writes() != before {
-		t.Fatalf("%d further writes", lc.Writes()-before)
-	}
-	if n := len(r.repairs[ownedKey(op, "Service", svc)]); n > 1 {
-		t.Fatalf("%d repairs recorded for one no-op apply", n)
 	}
 }
 
 // TestForgetDeletedCR: the per-object memory of a CR is dropped when the CR
 // is gone, so years of created and deleted CRs do not grow it.
 func TestForgetDeletedCR(t *testing.T) {
-	r, _, api := newEnsureReconciler(t)
-	r.newObject = func() client.Object { return &v1alpha1.SidecarInjector{} }
+	r, api := newEnsureReconciler(t)
 	si := testInjector()
 	op := desired.SidecarCR(si)
 	other := testInjector()
@@ -291,7 +74,7 @@ func TestForgetDeletedCR(t *testing.T) {
 	mustEnsure(t, r, oop, svc2)
 	tamper(t, api, client.ObjectKeyFromObject(svc2))
 	mustEnsure(t, r, oop, svc2)
-	n := r.remembered()
+	n := r.applier.Remembered()
 	if n == 0 {
 		t.Fatal("nothing remembered")
 	}
@@ -299,14 +82,13 @@ func TestForgetDeletedCR(t *testing.T) {
 	if _, err := r.Reconcile(context.Background(), requestFor("mesh")); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.remembered(); got != 3 { // mesh2: applied, wrote, repairs
-		t.Fatalf("%d entries remembered after mesh was deleted (from %d), want mesh2's 3: repairs %v applied %d wrote %v",
-			got, n, r.repairs, len(r.applied), r.wrote)
+	if got := r.applier.Remembered(); got != 3 { // mesh2: applied, wrote, repairs
+		t.Fatalf("%d entries remembered after mesh was deleted (from %d), want mesh2's 3 (repairs, applied, wrote)", got, n)
 	}
 	if _, err := r.Reconcile(context.Background(), requestFor("mesh2")); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.remembered(); got != 0 {
+	if got := r.applier.Remembered(); got != 0 {
 		t.Fatalf("%d entries remembered after every CR was deleted", got)
 	}
 }

@@ -32,7 +32,7 @@ const ReasonServerNotAllowed = "ServerNotAllowed"
 // every node status write). Ready says which field breaks which rule.
 func (r *Reconciler) refuse(ctx context.Context, op desired.CR, errs field.ErrorList) error {
 	msg := "not acted on: " + errs.ToAggregate().Error()
-	if c := apimeta.FindStatusCondition(*op.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != ReasonServerNotAllowed || c.Message != msg {
+	if c := apimeta.FindStatusCondition(op.Conditions(), v1alpha1.ConditionReady); c == nil || c.Reason != ReasonServerNotAllowed || c.Message != msg {
 		log.FromContext(ctx).Info("server not allowed by the operator's policy", "problems", errs.ToAggregate().Error())
 		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, ReasonServerNotAllowed, "Reconcile", msg)
 	}
@@ -80,6 +80,6 @@ func (r *Reconciler) disarm(ctx context.Context, op desired.CR, name string) (ex
 	}
 	// The next apply of this configuration (once the CR is allowed) is a
 	// change of the desired state, not drift.
-	r.forgetObject(ownedKey(op, "MutatingWebhookConfiguration", live))
+	r.applier.ForgetObject(owner(op), "MutatingWebhookConfiguration", live)
 	return true, true, nil
 }

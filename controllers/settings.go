@@ -1,8 +1,7 @@
 package controllers
 
 import (
-	"time"
-
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
 )
@@ -13,8 +12,8 @@ type Settings struct {
 	// default server image, server policy, proxy environment.
 	desired.Settings
 	// Repairs limits drift repairs per owned object; zero values mean
-	// DefaultRepairBudget.
-	Repairs RepairBudget
+	// apply.DefaultBudget.
+	Repairs apply.Budget
 	// Certificates tunes SelfSigned mode (CA and serving lifetimes,
 	// rotation, clock, drain grace).
 	Certificates certsource.Settings
@@ -29,16 +28,3 @@ type Settings struct {
 	// nil: made from the manager's config).
 	CSR certsource.CSRSettings
 }
-
-// RepairBudget bounds how often one owned object is repaired: at most Max
-// repairs in any Window. Past that, another writer is fighting the operator
-// (a GitOps tool or an injector rewriting caBundle): the operator stops,
-// reports the writers from managedFields in a Warning Event and the Ready
-// (and WebhookConfigured) condition, and tries again when the window allows.
-type RepairBudget struct {
-	Max    int
-	Window time.Duration
-}
-
-// DefaultRepairBudget allows 5 repairs of one object per minute.
-var DefaultRepairBudget = RepairBudget{Max: 5, Window: time.Minute}

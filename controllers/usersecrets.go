@@ -70,14 +70,14 @@ func (r *Reconciler) userSecretSource(c cache.Cache) source.Source {
 // usersOf lists (from the cache) the CRs that use the Secret ns/name as
 // their user-provided serving certificate.
 func (r *Reconciler) usersOf(ctx context.Context, ns, name string) []reconcile.Request {
-	list := r.newList()
+	list := r.kind.NewList()
 	if err := r.Client.List(ctx, list); err != nil {
 		log.FromContext(ctx).Error(err, "list CRs for a changed Secret")
 		return nil
 	}
 	var reqs []reconcile.Request
 	_ = apimeta.EachListItem(list, func(obj runtime.Object) error {
-		op := r.operand(obj.(client.Object))
+		op := desired.NewCR(r.kind.Kind(), obj.(v1alpha1.Object))
 		if desired.CertificateMode(op) == v1alpha1.CertificateSecret && op.Certificate.SecretName == name && desired.ServerNamespace(op, r.Settings.Settings) == ns {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: op.Object.GetName()}})
 		}

@@ -129,20 +129,6 @@ type CertificateSpec struct {
 	CSR *CSRCertificate `json:"csr,omitempty"`
 }
 
-// Condition types shared by both kinds.
-const (
-	ConditionReady             = "Ready"
-	ConditionCertificateReady  = "CertificateReady"
-	ConditionWebhookConfigured = "WebhookConfigured"
-	ConditionServerAvailable   = "ServerAvailable"
-	ConditionConfigLoaded      = "ConfigLoaded"
-	// ConditionEndpointsOwned is True when every endpoint behind the
-	// server's Service is a pod of the server's Deployment, False (reason
-	// ForeignEndpoints) naming the others, e.g. a pod that copied the
-	// server pods' labels.
-	ConditionEndpointsOwned = "EndpointsOwned"
-)
-
 // Rotate-now requests (hookwright rotate-ca, hookwright renew-certificate).
 // The value is a token, by convention the request time (RFC 3339); the
 // operator acts once per new token and records the token it handled.

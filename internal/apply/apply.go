@@ -1,9 +1,11 @@
-// Package apply holds the operator's server-side apply content and drift
-// detection: ToApplyObject turns a desired object into exactly the fields
-// the operator claims, and Drift compares them with the live object.
+// Package apply writes the objects the operator owns with server-side
+// apply: ToApplyObject turns a desired object into exactly the fields the
+// operator claims and Drift compares them with the live object (apply.go,
+// pure functions); Applier (applier.go, the I/O shell) writes only on
+// drift, within a repair budget, and reports each write as an Event.
 //
-// It must not import a Kubernetes client nor the operator's other
-// packages: both are pure functions of their arguments.
+// It must not import the operator's other packages (desired objects come
+// in as client.Object): the reconcilers call it, never the reverse.
 package apply
 
 import (

@@ -59,7 +59,7 @@ func (m *certManager) Certificate(ctx context.Context, cr desired.CR, apply Appl
 		st := State{Reason: ReasonCertManagerNotInstalled, RequeueAfter: certManagerRecheck, Keep: keep, Message: fmt.Sprintf(
 			"certificate mode CertManager: the API server does not serve %s/%s %s; install cert-manager (checking again every %s)",
 			certManagerGroupKind.Group, cmapi.SchemeGroupVersion.Version, certManagerGroupKind.Kind, certManagerRecheck)}
-		if c := apimeta.FindStatusCondition(*cr.Conditions, v1alpha1.ConditionCertificateReady); c == nil || c.Reason != st.Reason {
+		if c := apimeta.FindStatusCondition(cr.Conditions(), v1alpha1.ConditionCertificateReady); c == nil || c.Reason != st.Reason {
 			m.env.Recorder.Eventf(cr.Object, nil, corev1.EventTypeWarning, EventCertManagerNotInstalled, "Reconcile", st.Message)
 		}
 		return st, nil

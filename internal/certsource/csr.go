@@ -166,7 +166,7 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 				"serving certificate %s/%s issued through CSR %s by signer %s", ns, sec.Name, p.Serve.CSR, spec.SignerName)
 		default:
 			// A Warning once per reason, when the condition changes to it.
-			if cond := apimeta.FindStatusCondition(*cr.Conditions, v1alpha1.ConditionCertificateReady); p.Warning != "" && (cond == nil || cond.Reason != p.Reason) {
+			if cond := apimeta.FindStatusCondition(cr.Conditions(), v1alpha1.ConditionCertificateReady); p.Warning != "" && (cond == nil || cond.Reason != p.Reason) {
 				c.env.Recorder.Eventf(cr.Object, nil, corev1.EventTypeWarning, EventCSR, "Request", p.Warning)
 			}
 			if obs.serving != nil && p.Ready {

@@ -89,34 +89,27 @@ func (k Kind) BaseName(crName string) string {
 
 // CR is the kind-independent view of a SidecarInjector or NodeOversell.
 type CR struct {
-	Object      Object
-	Kind        Kind
+	// Object is the CR itself; its status is written through its accessors.
+	Object v1alpha1.Object
+	Kind   Kind
+	// Server and Certificate are its spec.server and spec.certificate.
 	Server      v1alpha1.ServerSpec
 	Certificate v1alpha1.CertificateSpec
-	Conditions  *[]metav1.Condition
-	// ObservedGeneration points into the CR's status.
-	ObservedGeneration *int64
-	// ServedGeneration points into the CR's status (ConfigLoaded).
-	ServedGeneration *int64
 }
 
-// SidecarCR views a SidecarInjector; the pointers alias si's status.
-func SidecarCR(si *v1alpha1.SidecarInjector) CR {
-	return CR{
-		Object: si, Kind: SidecarKind, Server: si.Spec.Server, Certificate: si.Spec.Certificate,
-		Conditions: &si.Status.Conditions, ObservedGeneration: &si.Status.ObservedGeneration,
-		ServedGeneration: &si.Status.ServedGeneration,
-	}
+// NewCR views o, a CR of kind k.
+func NewCR(k Kind, o v1alpha1.Object) CR {
+	return CR{Object: o, Kind: k, Server: o.ServerSpec(), Certificate: o.CertificateSpec()}
 }
 
-// OversellCR views a NodeOversell; the pointers alias no's status.
-func OversellCR(no *v1alpha1.NodeOversell) CR {
-	return CR{
-		Object: no, Kind: OversellKind, Server: no.Spec.Server, Certificate: no.Spec.Certificate,
-		Conditions: &no.Status.Conditions, ObservedGeneration: &no.Status.ObservedGeneration,
-		ServedGeneration: &no.Status.ServedGeneration,
-	}
-}
+// SidecarCR views a SidecarInjector.
+func SidecarCR(si *v1alpha1.SidecarInjector) CR { return NewCR(SidecarKind, si) }
+
+// OversellCR views a NodeOversell.
+func OversellCR(no *v1alpha1.NodeOversell) CR { return NewCR(OversellKind, no) }
+
+// Conditions are the CR's status.conditions.
+func (cr CR) Conditions() []metav1.Condition { return *cr.Object.StatusConditions() }
 
 // Base is the name of every object cr owns (Kind.BaseName).
 func (cr CR) Base() string { return cr.Kind.BaseName(cr.Object.GetName()) }

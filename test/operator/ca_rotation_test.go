@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -413,7 +413,7 @@ func TestCADirAndCARotation(t *testing.T) {
 		t.Fatalf("no %s events: %v / %v", certsource.EventCARotation, reasons, idleReasons)
 	}
 	t.Logf("events: %s %v, %s %v", si.Name, reasons, idle.Name, idleReasons)
-	if reasons[controllers.EventDriftRepaired]+idleReasons[controllers.EventDriftRepaired] != 0 {
+	if reasons[apply.EventDriftRepaired]+idleReasons[apply.EventDriftRepaired] != 0 {
 		t.Errorf("planned changes (ca-dir, rotation) reported as drift repairs: %v / %v", reasons, idleReasons)
 	}
 	// OLM was told to hold upgrades during the rotation (olm_test.go).

@@ -30,6 +30,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -54,7 +55,7 @@ var (
 
 // testRepairBudget is the default count with a shorter window, so the
 // conflicting-writer test sees the back-off end.
-var testRepairBudget = controllers.RepairBudget{Max: 5, Window: 10 * time.Second}
+var testRepairBudget = apply.Budget{Max: 5, Window: 10 * time.Second}
 
 var (
 	env    *cluster.Cluster

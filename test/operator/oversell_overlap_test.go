@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -142,7 +142,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 
 	relabel("none")
 	expect("no NodeOversell selects the node: the operator restores it", "3800m", "7Gi", "")
-	if r, err := eventReasons(ctx, "NodeOversell", "ovd-b"); err != nil || r[controllers.EventNodesRestored] == 0 {
+	if r, err := eventReasons(ctx, "NodeOversell", "ovd-b"); err != nil || r[oversellnodes.EventNodesRestored] == 0 {
 		t.Fatalf("ovd-b events %v (%v)", r, err)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -175,8 +176,8 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{controllers.ConditionOvercommitted: metav1.ConditionTrue}, 10*time.Second)
-	oc := metaCond(no.Status.Conditions, controllers.ConditionOvercommitted)
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionOvercommitted: metav1.ConditionTrue}, 10*time.Second)
+	oc := metaCond(no.Status.Conditions, v1alpha1.ConditionOvercommitted)
 	if !strings.Contains(oc, "ov-node-0 (cpu requested 9 > allocatable 7600m)") {
 		t.Fatalf("Overcommitted message %q", oc)
 	}
@@ -211,7 +212,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 			t.Fatalf("annotation %s=%s left after deletion", k, v)
 		}
 	}
-	if r, err := eventReasons(ctx, "NodeOversell", "pool"); err != nil || r[controllers.EventNodesRestored] == 0 || r[controllers.EventNodesResynced] == 0 {
+	if r, err := eventReasons(ctx, "NodeOversell", "pool"); err != nil || r[oversellnodes.EventNodesRestored] == 0 || r[oversellnodes.EventNodesResynced] == 0 {
 		t.Fatalf("events %v (%v)", r, err)
 	}
 	gc := o.waitGone(t, ctx)

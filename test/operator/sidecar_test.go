@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -229,7 +229,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	err = cluster.WaitFor(ctx, 10*time.Second, "Created, DriftRepaired and CertificateIssued events", func(ctx context.Context) (bool, error) {
 		reasons, err = eventReasons(ctx, "SidecarInjector", si.Name)
 		// 8 objects created, the MWC once more; the MWC repaired 3 times (one series).
-		return reasons[controllers.EventCreated] >= 8 && reasons[controllers.EventDriftRepaired] >= 1 && reasons[certsource.EventCertificateIssued] >= 1, err
+		return reasons[apply.EventCreated] >= 8 && reasons[apply.EventDriftRepaired] >= 1 && reasons[certsource.EventCertificateIssued] >= 1, err
 	})
 	if err != nil {
 		t.Fatalf("%v: %v", err, reasons)

@@ -1,34 +1,13 @@
-package controllers
+package oversellnodes
 
 import (
-	"context"
 	"fmt"
-	"slices"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
-)
-
-// The overcommit check lists the pods bound to each selected node.
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
-
-// ConditionOvercommitted is True when, at the last new generation of a
-// NodeOversell, some selected node had more cpu or memory requested by its
-// pods than the allocatable the new ratios give it (e.g. after lowering a
-// ratio); the kubelet then rejects new pods there with OutOfcpu/OutOfmemory
-// as soon as it sees the real values.
-const ConditionOvercommitted = "Overcommitted"
-
-// Reasons of ConditionOvercommitted, and its Event.
-const (
-	ReasonRequestsExceed   = "RequestsExceedAllocatable"
-	ReasonWithinAllocation = "WithinAllocatable"
-	EventOvercommitted     = "Overcommitted"
 )
 
 // PodRequests is the cpu and memory a pod reserves on its node, as the
@@ -75,37 +54,6 @@ func PodRequests(p *corev1.Pod) corev1.ResourceList {
 	maxInto(sum, initMax)
 	add(sum, p.Spec.Overhead)
 	return sum
-}
-
-// overcommitted checks every selected node that carries a recorded raw
-// allocatable against the new ratios of no: it returns one line per node
-// whose pods request more than raw × ratio, sorted. The nodes' pods are
-// listed resyncWorkers at a time (one uncached list per node: the resync
-// that follows waits for this).
-func (r *Reconciler) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, nodes []string, byName map[string]*corev1.Node) ([]string, error) {
-	lines := make([][]string, len(nodes))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(resyncWorkers)
-	for i, name := range nodes {
-		raw, _, err := nodeAmounts(byName[name].Annotations, byName[name].Status.Capacity)
-		if err != nil {
-			continue // not amplified yet: the kubelet's value is already real
-		}
-		g.Go(func() error {
-			var pods corev1.PodList
-			if err := r.APIReader.List(gctx, &pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
-				return fmt.Errorf("list pods on %s: %w", name, err)
-			}
-			lines[i] = nodeOvercommit(no, name, byName[name], raw, pods.Items)
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	out := slices.Concat(lines...)
-	slices.Sort(out)
-	return out, nil
 }
 
 // nodeOvercommit is one line per resource of node whose non-terminated

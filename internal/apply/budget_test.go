@@ -1,4 +1,4 @@
-package controllers
+package apply
 
 import (
 	"slices"
@@ -7,12 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/hookwright/hookwright/internal/apply"
 )
 
 func TestRepairBudget(t *testing.T) {
-	r := &Reconciler{Settings: Settings{Repairs: RepairBudget{Max: 3, Window: time.Minute}}}
+	r := &Applier{Budget: Budget{Max: 3, Window: time.Minute}}
 	now := t0
 	for i := range 3 {
 		if w := r.checkBudget("k", now); w != 0 {
@@ -31,7 +29,7 @@ func TestRepairBudget(t *testing.T) {
 	if w := r.checkBudget("k", t0.Add(time.Minute)); w != 0 {
 		t.Fatalf("after the window: wait %s", w)
 	}
-	if d := (&Reconciler{}).budget(); d != DefaultRepairBudget {
+	if d := (&Applier{}).budget(); d != DefaultBudget {
 		t.Fatalf("default budget %+v", d)
 	}
 }
@@ -39,7 +37,7 @@ func TestRepairBudget(t *testing.T) {
 func TestOtherWriters(t *testing.T) {
 	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
-		{Manager: apply.FieldManager, Operation: metav1.ManagedFieldsOperationApply, Time: at(3 * time.Second)},
+		{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply, Time: at(3 * time.Second)},
 		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(time.Second)},
 		{Manager: "argocd", Operation: metav1.ManagedFieldsOperationApply, Time: at(2 * time.Second)},
 		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: at(4 * time.Second)},

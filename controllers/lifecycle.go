@@ -1,0 +1,611 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
+	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/desired"
+)
+
+// The operator writes the objects each CR owns, reads Secrets and nodes, and
+// records events. No wildcards: every resource and verb is listed. Writes
+// are server-side apply (patch; create when the object is new) and delete.
+// The leader election Lease is granted by config/rbac/leader_election_role.yaml.
+//
+// Namespaced objects only in server namespaces: the markers with
+// namespace=system make the Role manager-role of the operator's namespace
+// (kustomize renames "system"); config/server-namespace/role.yaml is the
+// same rules as a ClusterRole to bind with a RoleBinding in each other
+// --allowed-server-namespaces entry (TestServerNamespaceRoleMatches keeps
+// them equal). Cluster-scoped owned objects (the servers' ClusterRoles and
+// bindings, webhook configurations) are created and patched but never
+// deleted: their names never change while the CR lives, and the garbage
+// collector deletes them with the CR through their ownerReferences.
+// +kubebuilder:rbac:groups="",namespace=system,resources=serviceaccounts;services,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=apps,namespace=system,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,namespace=system,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+
+// Event reasons.
+const (
+	EventConflictingWriter = "ConflictingWriter"
+)
+
+// Condition reasons besides the certificate ones.
+const (
+	ReasonConfigured    = "Configured"
+	ReasonApplyFailed   = "ApplyFailed"
+	ReasonNoCertificate = "NoCertificate"
+	ReasonAvailable     = "MinimumReplicasAvailable"
+	ReasonUnavailable   = "NoReplicasAvailable"
+	ReasonNoDeployment  = "DeploymentMissing"
+	ReasonReady         = "Ready"
+	ReasonNotReady      = "NotReady"
+	ReasonConflicting   = "ConflictingWriter"
+	ReasonPaused        = "ReconcilePaused"
+)
+
+// PauseReconcileAnnotation set to "true" on a CR stops the operator from
+// changing anything it owns until the annotation is removed, like the pause
+// predicate of operator-framework/operator-lib.
+const PauseReconcileAnnotation = "admission.hookwright.io/pause-reconcile"
+
+// Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
+// into a ServiceAccount, RBAC, a Deployment, a PodDisruptionBudget, a
+// Service, a serving certificate Secret and a MutatingWebhookConfiguration,
+// all owned by the CR and written with server-side apply only when they
+// differ from what is desired. Per-kind behaviour comes from its kind
+// adapter (sidecarKind, oversellKind); Setup builds one per kind.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Settings  Settings
+	// Now is the clock for certificate decisions; nil means time.Now.
+	Now func() time.Time
+
+	// kind adapts the CR kind (sidecarKind, oversellKind).
+	kind kind
+
+	// applier writes the owned objects (repair budget, Events).
+	applier *apply.Applier
+	// shared is common to the reconcilers of one manager.
+	shared *shared
+	// sources are the certificate modes.
+	sources certsource.Sources
+	// cmWatch adds the watch on owned cert-manager Certificates once their
+	// CRD is served.
+	cmWatch *certManagerWatch
+	// fetchConfigz reads a server pod's /configz (ConfigLoaded); nil
+	// leaves ConfigLoaded unset.
+	fetchConfigz ConfigzFetcher
+}
+
+func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
+	r := &Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorder("hookwright-" + k.Kind().Short), Settings: s, kind: k,
+		shared: &shared{},
+	}
+	r.applier = newApplier(r)
+	r.Settings.CSR = csrSettings(mgr, s.CSR)
+	r.sources = certsource.New(r.certEnv())
+	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
+		r.fetchConfigz = PodsProxyFetcher(cs)
+	} else {
+		mgr.GetLogger().Error(err, "no pods proxy client: ConfigLoaded is not reported")
+	}
+	return r
+}
+
+// newApplier is r's writer of owned objects, counting repairs in the
+// operator's metrics.
+func newApplier(r *Reconciler) *apply.Applier {
+	return &apply.Applier{
+		Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme, Recorder: r.Recorder,
+		Budget: r.Settings.Repairs, Now: r.now,
+		OnRepair:   func(k, o string) { driftRepairs.WithLabelValues(k, o).Inc() },
+		OnConflict: func(k, o string) { repairConflicts.WithLabelValues(k, o).Inc() },
+	}
+}
+
+// ensure applies obj as an object op owns (apply.Applier.Ensure).
+func (r *Reconciler) ensure(ctx context.Context, op desired.CR, obj client.Object) (bool, error) {
+	return r.applier.Ensure(ctx, owner(op), obj)
+}
+
+func owner(op desired.CR) apply.Owner { return apply.Owner{Object: op.Object, Kind: op.Kind.Name} }
+
+// certEnv is what the certificate sources of r use.
+func (r *Reconciler) certEnv() certsource.Env {
+	return certsource.Env{
+		Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
+		Settings: r.Settings.Settings, Certificates: r.Settings.Certificates,
+		Extra:            func() []byte { return r.shared.caDir.Bundle() },
+		WatchCertManager: func() error { return r.cmWatch.ensure() },
+		CSR:              r.Settings.CSR,
+	}
+}
+
+// SetupWithManager registers the controller: the CR kind, every owned type,
+// and the CA Secret (a change re-reconciles every CR of the kind).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).Named(r.kind.Kind().Short).For(r.kind.New())
+	for _, o := range ownedTypes() {
+		b = b.Owns(o)
+	}
+	b = r.csrWatches(b)
+	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		if o.GetName() != desired.CASecretName || o.GetNamespace() != r.Settings.Namespace {
+			return nil
+		}
+		return r.allRequests(ctx)
+	}))
+	// A pod joining or leaving a server's Service (endpoints.go).
+	b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		inst := o.GetLabels()[desired.LabelInstance]
+		if inst == "" {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, req := range r.allRequests(ctx) {
+			if r.kind.Kind().BaseName(req.Name) == inst {
+				out = append(out, req)
+			}
+		}
+		return out
+	}))
+	if r.shared != nil && r.shared.caDir != nil {
+		b = b.WatchesRawSource(source.Channel(r.shared.caDir.subscribe(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.allRequests(ctx)
+		})))
+	}
+	if r.shared != nil && r.shared.userSecrets != nil {
+		b = b.WatchesRawSource(r.userSecretSource(r.shared.userSecrets))
+	}
+	if w, ok := r.kind.(watching); ok {
+		b = w.Watch(b, func(ctx context.Context, _ client.Object) []reconcile.Request { return r.allRequests(ctx) })
+	}
+	c, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	r.cmWatch = &certManagerWatch{ctrl: c, cache: mgr.GetCache(), mapper: mgr.GetRESTMapper(), scheme: mgr.GetScheme(), owner: r.kind.New(), started: true}
+	return nil
+}
+
+// allRequests lists every CR of the reconciler's kind from the cache.
+func (r *Reconciler) allRequests(ctx context.Context) []reconcile.Request {
+	list := r.kind.NewList()
+	if err := r.Client.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "list CRs to re-reconcile")
+		return nil
+	}
+	var reqs []reconcile.Request
+	_ = apimeta.EachListItem(list, func(obj runtime.Object) error {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: obj.(client.Object).GetName()}})
+		return nil
+	})
+	return reqs
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	if c := r.Settings.Certificates.Clock; c != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile brings one CR's owned objects and status to the desired state,
+// one named phase after another (phases). It writes nothing when
+// everything already matches.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	obj := r.kind.New()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(ctx, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.reconcileDelete(ctx, obj)
+	}
+	if err := r.addFinalizer(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+	orig := obj.DeepCopyObject().(v1alpha1.Object)
+	result, err := r.run(ctx, &pass{op: desired.NewCR(r.kind.Kind(), obj), now: r.now()})
+	if serr := r.writeStatus(ctx, orig, obj); serr != nil {
+		return ctrl.Result{}, errors.Join(err, serr)
+	}
+	return result, err
+}
+
+// pass is what the phases of one reconcile share.
+type pass struct {
+	op  desired.CR
+	now time.Time
+	// cert is the certificate phase's outcome, d the objects built.
+	cert certsource.State
+	d    *desired.Desired
+	// requeue is the soonest any phase wants to look again (0: on events).
+	requeue time.Duration
+}
+
+// phase is one named step of a reconcile. run returns when to look again
+// (0: on events) and whether the reconcile stops here; a failure goes
+// through fail, which sets Ready (and cond, for a conflicting writer) the
+// same way for every phase.
+type phase struct {
+	name string
+	cond string
+	run  func(ctx context.Context, p *pass) (requeueAfter time.Duration, stop bool, err error)
+}
+
+// phases are the steps of a reconcile, in order: the pause and the server
+// policy may stop it; then the certificate, the owned objects, the webhook
+// configuration, the status conditions and the kind's own after-apply work.
+func (r *Reconciler) phases() []phase {
+	ps := []phase{
+		{name: "pause", run: r.phasePause},
+		{name: "server-policy", run: r.phasePolicy},
+		{name: "certificate", cond: v1alpha1.ConditionCertificateReady, run: r.phaseCertificate},
+		{name: "objects", run: r.phaseObjects},
+		{name: "webhook", cond: v1alpha1.ConditionWebhookConfigured, run: r.phaseWebhook},
+		{name: "status", run: r.phaseStatus},
+	}
+	if a, ok := r.kind.(afterApplying); ok {
+		ps = append(ps, phase{name: "after-apply", run: func(ctx context.Context, p *pass) (time.Duration, bool, error) {
+			d, err := a.AfterApply(ctx, p.op.Object)
+			return d, false, err
+		}})
+	}
+	return ps
+}
+
+// run runs the phases. Only a generation every phase acted on counts as
+// observed (NodeOversell resyncs nodes when it differs).
+func (r *Reconciler) run(ctx context.Context, p *pass) (ctrl.Result, error) {
+	for _, ph := range r.phases() {
+		after, stop, err := ph.run(ctx, p)
+		if err != nil {
+			return r.fail(ctx, p.op, ph, err)
+		}
+		p.requeue = minPositive(p.requeue, after)
+		if stop {
+			return ctrl.Result{RequeueAfter: p.requeue}, nil
+		}
+	}
+	p.op.Object.SetObservedGeneration(p.op.Object.GetGeneration())
+	return ctrl.Result{RequeueAfter: p.requeue}, nil
+}
+
+// fail is the one error path of a reconcile: Ready becomes False naming
+// the phase's error. An owned object another writer keeps changing
+// (apply.ConflictError) is no error of the reconcile: it also sets the
+// phase's condition, becomes a Warning Event and a requeue when the repair
+// budget allows the next repair.
+func (r *Reconciler) fail(ctx context.Context, op desired.CR, ph phase, err error) (ctrl.Result, error) {
+	var ce *apply.ConflictError
+	if errors.As(err, &ce) {
+		log.FromContext(ctx).Info("repair budget exhausted; backing off", "phase", ph.name, "object", ce.Object, "writers", ce.Writers, "retryAfter", ce.RetryAfter)
+		if ph.cond != "" {
+			r.setCondition(op, ph.cond, false, ReasonConflicting, ce.Error())
+		}
+		r.setCondition(op, v1alpha1.ConditionReady, false, ReasonConflicting, ce.Error())
+		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventConflictingWriter, "Repair", ce.Error())
+		return ctrl.Result{RequeueAfter: ce.RetryAfter}, nil
+	}
+	log.FromContext(ctx).V(1).Info("reconcile failed", "phase", ph.name, "error", err.Error())
+	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonApplyFailed, err.Error())
+	return ctrl.Result{}, err
+}
+
+// phasePause: with the pause annotation, owned objects are neither
+// repaired nor pruned, so an administrator can edit them (deletion still
+// runs the finalizer).
+func (r *Reconciler) phasePause(_ context.Context, p *pass) (time.Duration, bool, error) {
+	if p.op.Object.GetAnnotations()[PauseReconcileAnnotation] != "true" {
+		return 0, false, nil
+	}
+	r.setCondition(p.op, v1alpha1.ConditionReady, false, ReasonPaused,
+		"reconciliation paused by the "+PauseReconcileAnnotation+" annotation; owned objects are not repaired")
+	return 0, true, nil
+}
+
+// phasePolicy refuses a CR whose server the policy does not allow. No
+// requeue: only a CR edit (an event) or a restart with other flags changes
+// the verdict.
+func (r *Reconciler) phasePolicy(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	errs := r.Settings.ServerPolicy().Check(p.op.Server, p.op.Certificate)
+	if len(errs) == 0 {
+		return 0, false, nil
+	}
+	return 0, true, r.refuse(ctx, p.op, errs)
+}
+
+// phaseCertificate runs the source of the CR's certificate mode and sets
+// CertificateReady.
+func (r *Reconciler) phaseCertificate(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	op := p.op
+	src := r.sources.For(op)
+	if src == nil {
+		return 0, false, fmt.Errorf("certificate mode %q has no source", desired.CertificateMode(op))
+	}
+	cs, err := src.Certificate(ctx, op, func(ctx context.Context, obj client.Object) error {
+		_, err := r.ensure(ctx, op, obj)
+		return err
+	})
+	if cs.Reason != "" {
+		r.setCondition(op, v1alpha1.ConditionCertificateReady, err == nil && cs.Ready, cs.Reason, cs.Message)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	p.cert = cs
+	recordCertificate(op.Kind.Name, op.Object.GetName(), desired.ServerNamespace(op, r.Settings.Settings), desired.ServingSecretName(op), cs)
+	return cs.RequeueAfter, false, nil
+}
+
+// phaseObjects applies every owned object but the webhook configuration
+// (identity and RBAC first, the Service last) and prunes those no longer
+// desired.
+func (r *Reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	p.d = r.kind.Build(p.op.Object, r.Settings.Settings)
+	keep := slices.Clone(p.cert.Keep)
+	for _, o := range p.d.Objects() {
+		keep = append(keep, o)
+		if o == desired.Object(p.d.Webhook) {
+			continue
+		}
+		if _, err := r.ensure(ctx, p.op, o); err != nil {
+			return 0, false, err
+		}
+	}
+	return 0, false, r.pruneOwned(ctx, p.op, keep)
+}
+
+// phaseWebhook writes the webhook configuration with the caBundle the
+// certificate calls for (certsource.Publish), or leaves it as it is while
+// there is no usable certificate.
+func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	wh := p.d.Webhook
+	var live *admissionregistrationv1.MutatingWebhookConfiguration
+	if m := (&admissionregistrationv1.MutatingWebhookConfiguration{}); r.Client.Get(ctx, client.ObjectKeyFromObject(wh), m) == nil {
+		live = m
+	}
+	published, overlapEnds := certsource.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
+	if !published {
+		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
+			"MutatingWebhookConfiguration "+wh.Name+" is not written until a serving certificate is ready")
+		return 0, false, nil
+	}
+	if _, err := r.ensure(ctx, p.op, wh); err != nil {
+		return 0, false, err
+	}
+	svc := wh.Webhooks[0].ClientConfig.Service
+	r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, true, ReasonConfigured, fmt.Sprintf(
+		"MutatingWebhookConfiguration %s calls service %s/%s:443%s", wh.Name, svc.Namespace, svc.Name, *svc.Path))
+	return overlapEnds, false, nil
+}
+
+// phaseStatus sets ServerAvailable, EndpointsOwned, ConfigLoaded and Ready.
+func (r *Reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	r.serverAvailable(ctx, p.op, p.d.Deployment)
+	if err := r.checkEndpoints(ctx, p.op, p.d.Service, p.d.Deployment); err != nil {
+		return 0, false, err
+	}
+	poll := r.configLoaded(ctx, p.op)
+	r.setReady(p.op)
+	return poll, false, nil
+}
+
+// forget drops what is remembered of a CR that is gone: its metrics, the
+// applier's memory of its objects, its upgrade hold.
+func (r *Reconciler) forget(ctx context.Context, name string) {
+	forgetMetrics(r.kind.Kind().Name, name)
+	r.applier.Forget(r.kind.Kind().Name, name)
+	if _, ok := r.kind.(finalizing); ok {
+		releaseUpgrade(ctx, r.shared, restoreHold(name))
+	}
+}
+
+// addFinalizer adds the kind's finalizer (if it has one) with a merge patch
+// of the finalizer list alone; the reconcile goes on.
+func (r *Reconciler) addFinalizer(ctx context.Context, obj v1alpha1.Object) error {
+	f, ok := r.kind.(finalizing)
+	if !ok || slices.Contains(obj.GetFinalizers(), f.Finalizer()) {
+		return nil
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetFinalizers(append(obj.GetFinalizers(), f.Finalizer()))
+	return r.Client.Patch(ctx, obj, patch)
+}
+
+// reconcileDelete runs the kind's finalizer for a CR being deleted: its
+// configuration loses its webhooks first, so its server is called no more;
+// the garbage collector removes the owned objects.
+func (r *Reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (ctrl.Result, error) {
+	f, ok := r.kind.(finalizing)
+	if !ok || !slices.Contains(obj.GetFinalizers(), f.Finalizer()) {
+		return ctrl.Result{}, nil
+	}
+	// OLM must not replace the operator halfway through a restore.
+	holdUpgrade(ctx, r.shared, restoreHold(obj.GetName()), fmt.Sprintf("%s %s restoring its nodes", r.kind.Kind().Name, obj.GetName()))
+	op := desired.NewCR(r.kind.Kind(), obj)
+	if _, _, err := r.disarm(ctx, op, op.Base()); err != nil {
+		return ctrl.Result{}, err
+	}
+	done, retry, err := f.Finalize(ctx, obj)
+	if err != nil || !done {
+		return ctrl.Result{RequeueAfter: retry}, err
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetFinalizers(slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(s string) bool { return s == f.Finalizer() }))
+	if err := r.Client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	releaseUpgrade(ctx, r.shared, restoreHold(obj.GetName()))
+	return ctrl.Result{}, nil
+}
+
+// writeStatus patches the status subresource only when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, orig, obj v1alpha1.Object) error {
+	if equality.Semantic.DeepEqual(orig.StatusValue(), obj.StatusValue()) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
+}
+
+func (r *Reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
+	st := metav1.ConditionFalse
+	if ok {
+		st = metav1.ConditionTrue
+	}
+	apimeta.SetStatusCondition(op.Object.StatusConditions(), metav1.Condition{
+		Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: op.Object.GetGeneration(),
+	})
+}
+
+// serverAvailable sets ServerAvailable from the Deployment's availableReplicas
+// as the cache last saw it (a Deployment status change re-triggers us).
+func (r *Reconciler) serverAvailable(ctx context.Context, op desired.CR, want *appsv1.Deployment) {
+	dep := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNoDeployment, fmt.Sprintf("Deployment %s/%s: %v", want.Namespace, want.Name, err))
+		return
+	}
+	msg := fmt.Sprintf("Deployment %s/%s: %d of %d replicas available", dep.Namespace, dep.Name, dep.Status.AvailableReplicas, *want.Spec.Replicas)
+	if dep.Status.AvailableReplicas > 0 {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, true, ReasonAvailable, msg)
+	} else {
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonUnavailable, msg)
+	}
+}
+
+// setReady sets Ready from CertificateReady, WebhookConfigured and
+// ServerAvailable, naming the ones that are not True.
+func (r *Reconciler) setReady(op desired.CR) {
+	var not []string
+	for _, t := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionWebhookConfigured, v1alpha1.ConditionServerAvailable} {
+		if !apimeta.IsStatusConditionTrue(op.Conditions(), t) {
+			c := apimeta.FindStatusCondition(op.Conditions(), t)
+			msg := t + " is not True"
+			if c != nil {
+				msg = fmt.Sprintf("%s is %s (%s)", t, c.Status, c.Reason)
+			}
+			not = append(not, msg)
+		}
+	}
+	if len(not) == 0 {
+		r.setCondition(op, v1alpha1.ConditionReady, true, ReasonReady, "webhook configured, certificate valid and server available")
+		return
+	}
+	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, strings.Join(not, "; "))
+}
+
+// prunable are the owned types whose objects may stop being desired: a PDB
+// when replicas drop to 1, namespaced objects when spec.server.namespace
+// changes, the operator's serving Secret when the mode leaves SelfSigned.
+// The ClusterRole and ClusterRoleBinding are named after the CR alone, so
+// they stay desired until the CR is deleted (the garbage collector's job).
+// The webhook configuration is never pruned here: without a certificate it
+// is left as it was rather than removed.
+func prunable() []client.ObjectList {
+	return []client.ObjectList{
+		&corev1.ServiceAccountList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{},
+		&corev1.ServiceList{}, &corev1.SecretList{},
+	}
+}
+
+// pruneOwned deletes objects op controls (found in the cache by the
+// instance label) that are not in keep.
+func (r *Reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []client.Object) error {
+	key := func(o client.Object) string {
+		gvk, _ := apiutil.GVKForObject(o, r.Scheme)
+		return gvk.Kind + "/" + o.GetNamespace() + "/" + o.GetName()
+	}
+	want := map[string]bool{}
+	for _, o := range keep {
+		want[key(o)] = true
+	}
+	sel := client.MatchingLabels{desired.LabelInstance: op.Base(), desired.LabelManagedBy: desired.ManagedByValue}
+	lists := prunable()
+	if r.cmWatch != nil && r.cmWatch.running() {
+		// Only once cert-manager was seen: listing an unserved kind fails.
+		lists = append(lists, &cmapi.CertificateList{}, &cmapi.IssuerList{})
+	}
+	for _, list := range lists {
+		if err := r.Client.List(ctx, list, sel); err != nil {
+			return err
+		}
+		var stale []client.Object
+		_ = apimeta.EachListItem(list, func(o runtime.Object) error {
+			if obj := o.(client.Object); metav1.IsControlledBy(obj, op.Object) && !want[key(obj)] {
+				stale = append(stale, obj)
+			}
+			return nil
+		})
+		for _, obj := range stale {
+			if err := r.applier.Delete(ctx, owner(op), obj); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func summarize(paths []string, n int) string {
+	if len(paths) <= n {
+		return strings.Join(paths, ", ")
+	}
+	return strings.Join(paths[:n], ", ") + fmt.Sprintf(" and %d more", len(paths)-n)
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}

@@ -1,0 +1,42 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// sidecarKind adapts SidecarInjector to the lifecycle engine.
+type sidecarKind struct{}
+
+var _ kind = sidecarKind{}
+
+func (sidecarKind) Kind() desired.Kind         { return desired.SidecarKind }
+func (sidecarKind) New() v1alpha1.Object       { return &v1alpha1.SidecarInjector{} }
+func (sidecarKind) NewList() client.ObjectList { return &v1alpha1.SidecarInjectorList{} }
+func (sidecarKind) Build(cr v1alpha1.Object, s desired.Settings) *desired.Desired {
+	return desired.BuildSidecarInjector(cr.(*v1alpha1.SidecarInjector), s)
+}
+
+// ServedGeneration: a SidecarInjector server serves one injector
+// (sidecar.Configz.Injector).
+func (sidecarKind) ServedGeneration(crName string, body []byte) PodServing {
+	var z sidecar.Configz
+	if err := json.Unmarshal(body, &z); err != nil {
+		return PodServing{Problem: "unreadable /configz"}
+	}
+	switch {
+	case z.Injector != crName:
+		return PodServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
+	case !z.Loaded:
+		return PodServing{Problem: "not loaded"}
+	case z.LastError != "":
+		return PodServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
+	}
+	return PodServing{Generation: z.Generation}
+}
