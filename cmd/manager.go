@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,42 +12,20 @@ import (
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/csrsign"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
-	"github.com/hookwright/hookwright/webhooks/serving"
-	"github.com/hookwright/hookwright/webhooks/validation"
 )
-
-// newScheme registers client-go's kinds and hookwright's.
-func newScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := hookwrightv1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := controllers.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
 
 type managerOptions struct {
 	metricsAddr      string
@@ -123,7 +99,7 @@ func init() {
 				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
 				desired.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
 				"where no Service reaches this process) serves none")
-		fs.StringVar(&o.csrSignerName, "csr-signer-name", hookwrightv1alpha1.DefaultCSRSignerName,
+		fs.StringVar(&o.csrSignerName, "csr-signer-name", v1alpha1.DefaultCSRSignerName,
 			"signerName the operator signs approved CertificateSigningRequests for (with the installation CA; only serving certificates for Services in "+
 				"--allowed-server-namespaces) and publishes that CA as a ClusterTrustBundle for; another name needs the RBAC of config/rbac's "+
 				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
@@ -183,10 +159,6 @@ func defaultServerImage() string {
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	scheme, err := newScheme()
-	if err != nil {
-		return err
-	}
 	if o.serverImage == "" {
 		return errors.New("--server-image must not be empty")
 	}
@@ -199,90 +171,32 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	leNS := o.leaderElectionNS
-	if leNS == "" {
-		leNS = o.namespace
-	}
 	metrics, err := o.metricsOptions()
 	if err != nil {
 		return err
 	}
-	webhookCerts := controllers.NewServingCertSource(o.namespace)
-	// The HTTP envelope of the webhook servers (timeouts on every phase of a
-	// request, a connection limit), HTTP/1.1 only as on the metrics port:
-	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
-	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
-	so := serving.Options{Port: o.webhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
-	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
-	if err != nil {
-		return err
+	var signer *csrsigner.Options
+	if o.csrSignerName != "" {
+		signer = &csrsigner.Options{SignerName: o.csrSignerName, MaxValidity: o.csrMaxValidity}
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		WebhookServer:           webhookServer,
-		Scheme:                  scheme,
-		Metrics:                 metrics,
-		HealthProbeBindAddress:  o.probeAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "hookwright.admission.hookwright.io",
-		LeaderElectionNamespace: leNS,
-		Cache:                   controllers.CacheOptions(append([]string{o.namespace}, servers.Namespaces...)...),
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics: metrics, ProbeAddr: o.probeAddr,
+		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
+		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
+		Servers: servers,
+		Signer:  signer,
+		Settings: controllers.Settings{
+			Settings: desired.Settings{
+				Namespace: o.namespace, Image: o.serverImage,
+				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+				// OLM passes the cluster proxy to the operator; the servers get it too.
+				ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+			},
+			CADir: o.caDir,
+		},
 	})
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	settings := controllers.Settings{
-		Settings: desired.Settings{
-			Namespace: o.namespace, Image: o.serverImage,
-			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-			// OLM passes the cluster proxy to the operator; the servers get it too.
-			ProxyEnv: proxy.ReadProxyVarsFromEnv(),
-		},
-		CADir: o.caDir,
-	}
-	if o.webhookService != "" {
-		settings.Webhook = controllers.WebhookSettings{Service: o.webhookService, Path: validation.Path, Certs: webhookCerts}
-		mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: validation.Handler{Servers: &servers}})
-	}
-	settings.CSR.OwnSigner = o.csrSignerName
-	if o.csrSignerName != "" {
-		trust, err := csrsigner.Setup(mgr, csrsigner.Options{
-			SignerName: o.csrSignerName, CASecret: types.NamespacedName{Namespace: o.namespace, Name: desired.CASecretName},
-			Namespaces: servers.Namespaces, MaxValidity: o.csrMaxValidity,
-		})
-		if err != nil {
-			return fmt.Errorf("set up the CSR signer: %w", err)
-		}
-		settings.CSR.Trust = trust
-	}
-	if err := controllers.Setup(mgr, settings); err != nil {
-		return fmt.Errorf("set up controllers: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	// Ready means able to answer: the validating webhook is listening (a
-	// replica behind the webhook Service before that refuses admissions)
-	// and the informer caches have synced (non-leaders start theirs too).
-	if o.webhookService != "" {
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return err
-		}
-	}
-	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
 		return err
 	}
 	return mgr.Start(cmd.Context())
-}
-
-// cachesSynced is a readiness check that fails until every informer the
-// cache has started has synced; it waits at most a second per probe.
-func cachesSynced(c cache.Cache) healthz.Checker {
-	return func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
-		defer cancel()
-		if !c.WaitForCacheSync(ctx) {
-			return errors.New("informer caches not synced")
-		}
-		return nil
-	}
 }

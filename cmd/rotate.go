@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/manager"
 )
 
 func init() {
@@ -27,7 +28,7 @@ func annotate(cmd *cobra.Command, obj client.Object, key, value string) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	scheme, err := newScheme()
+	scheme, err := manager.NewScheme()
 	if err != nil {
 		return err
 	}

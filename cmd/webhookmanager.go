@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
@@ -16,7 +17,7 @@ import (
 // probes, and no leader election (every replica serves, so every replica
 // watches its configuration).
 func newWebhookManager(cfg *rest.Config, so *serving.Options, metricsAddr, probeAddr string, cacheOpts cache.Options) (ctrl.Manager, error) {
-	scheme, err := newScheme()
+	scheme, err := manager.NewScheme()
 	if err != nil {
 		return nil, err
 	}

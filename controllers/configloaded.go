@@ -39,11 +39,11 @@ const (
 // True (a server reloads a new generation within about a second).
 const configLoadedPoll = 5 * time.Second
 
-// ConfigzFetcher returns the /configz body of a pod's webhook port.
-type ConfigzFetcher func(ctx context.Context, namespace, pod string, port int) ([]byte, error)
+// configzFetcher returns the /configz body of a pod's webhook port.
+type configzFetcher func(ctx context.Context, namespace, pod string, port int) ([]byte, error)
 
-// PodsProxyFetcher reads /configz through the API server's pods proxy.
-func PodsProxyFetcher(cs kubernetes.Interface) ConfigzFetcher {
+// podsProxyFetcher reads /configz through the API server's pods proxy.
+func podsProxyFetcher(cs kubernetes.Interface) configzFetcher {
 	return func(ctx context.Context, ns, pod string, port int) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -51,9 +51,9 @@ func PodsProxyFetcher(cs kubernetes.Interface) ConfigzFetcher {
 	}
 }
 
-// PodServing is what one ready server pod reports for one CR: the
+// podServing is what one ready server pod reports for one CR: the
 // generation it serves (0: none) or why it could not be read.
-type PodServing struct {
+type podServing struct {
 	Pod        string
 	Generation int64
 	// Problem is "" when /configz was read; else a short, stable
@@ -61,14 +61,14 @@ type PodServing struct {
 	Problem string
 }
 
-// ConfigLoadedState decides ConfigLoaded for generation gen from what the
+// configLoadedState decides ConfigLoaded for generation gen from what the
 // ready pods report: True when every one serves gen; served is the lowest
 // generation served by a ready pod (0 with none).
-func ConfigLoadedState(gen int64, pods []PodServing) (ok bool, reason, message string, served int64) {
+func configLoadedState(gen int64, pods []podServing) (ok bool, reason, message string, served int64) {
 	if len(pods) == 0 {
 		return false, ReasonNoReadyServers, fmt.Sprintf("no ready server pod to serve generation %d", gen), 0
 	}
-	slices.SortFunc(pods, func(a, b PodServing) int { return strings.Compare(a.Pod, b.Pod) })
+	slices.SortFunc(pods, func(a, b podServing) int { return strings.Compare(a.Pod, b.Pod) })
 	var lag []string
 	for i, p := range pods {
 		if i == 0 || p.Generation < served {
@@ -101,7 +101,7 @@ func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 		log.FromContext(ctx).Error(err, "list server pods for ConfigLoaded")
 		return configLoadedPoll
 	}
-	var got []PodServing
+	var got []podServing
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if !podReady(p) {
@@ -110,14 +110,14 @@ func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 		body, err := r.fetchConfigz(ctx, ns, p.Name, desired.WebhookPort)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("read /configz", "pod", p.Name, "error", err.Error())
-			got = append(got, PodServing{Pod: p.Name, Problem: "unreachable"})
+			got = append(got, podServing{Pod: p.Name, Problem: "unreachable"})
 			continue
 		}
 		s := r.kind.ServedGeneration(op.Object.GetName(), body)
 		s.Pod = p.Name
 		got = append(got, s)
 	}
-	ok, reason, msg, served := ConfigLoadedState(op.Object.GetGeneration(), got)
+	ok, reason, msg, served := configLoadedState(op.Object.GetGeneration(), got)
 	r.setCondition(op, v1alpha1.ConditionConfigLoaded, ok, reason, msg)
 	op.Object.SetServedGeneration(served)
 	if ok {

@@ -39,12 +39,12 @@ const (
 // value of the slices kube-controller-manager writes for a selector Service.
 const endpointSliceController = "endpointslice-controller.k8s.io"
 
-// ForeignEndpoints lists, for the EndpointSlices of one Service, what is
+// foreignEndpoints lists, for the EndpointSlices of one Service, what is
 // not the operator's: slices another writer manages, endpoints that are
 // not pods, and pods (looked up in pods by name) whose controller is not
 // one of the ReplicaSets ours (by UID). Each entry is a short description,
 // e.g. "pod mesh-servers/copy (controller: none)"; nil when all are ours.
-func ForeignEndpoints(eps []discoveryv1.EndpointSlice, pods map[string]*corev1.Pod, ours map[types.UID]bool) []string {
+func foreignEndpoints(eps []discoveryv1.EndpointSlice, pods map[string]*corev1.Pod, ours map[types.UID]bool) []string {
 	var out []string
 	for i := range eps {
 		s := &eps[i]
@@ -115,7 +115,7 @@ func (r *Reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *cor
 			pods[pl.Items[i].Name] = &pl.Items[i]
 		}
 	}
-	foreign := ForeignEndpoints(eps.Items, pods, ours)
+	foreign := foreignEndpoints(eps.Items, pods, ours)
 	if len(foreign) == 0 {
 		r.setCondition(op, v1alpha1.ConditionEndpointsOwned, true, ReasonOwnEndpoints,
 			fmt.Sprintf("Service %s/%s reaches only pods of Deployment %s", ns, svc.Name, dep.Name))

@@ -25,7 +25,7 @@ type kind interface {
 	Build(cr v1alpha1.Object, s desired.Settings) *desired.Desired
 	// ServedGeneration reads the CR named crName's served generation from
 	// a server pod's /configz body.
-	ServedGeneration(crName string, configz []byte) PodServing
+	ServedGeneration(crName string, configz []byte) podServing
 }
 
 // finalizing kinds hold a CR being deleted until Finalize reports done;

@@ -113,7 +113,7 @@ type Reconciler struct {
 	cmWatch *certManagerWatch
 	// fetchConfigz reads a server pod's /configz (ConfigLoaded); nil
 	// leaves ConfigLoaded unset.
-	fetchConfigz ConfigzFetcher
+	fetchConfigz configzFetcher
 }
 
 func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
@@ -126,7 +126,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
 	r.Settings.CSR = csrSettings(mgr, s.CSR)
 	r.sources = certsource.New(r.certEnv())
 	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
-		r.fetchConfigz = PodsProxyFetcher(cs)
+		r.fetchConfigz = podsProxyFetcher(cs)
 	} else {
 		mgr.GetLogger().Error(err, "no pods proxy client: ConfigLoaded is not reported")
 	}

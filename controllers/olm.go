@@ -34,7 +34,7 @@ const (
 // upgradeResync is how often a failed OperatorCondition write is retried.
 const upgradeResync = 30 * time.Second
 
-// UpgradeGate holds OLM upgrades while the operator does something an
+// upgradeGate holds OLM upgrades while the operator does something an
 // upgrade must not interrupt: it sets the OperatorCondition's Upgradeable
 // to False while any hold is in place (a CA rotation, a NodeOversell
 // restoring its nodes) and to True otherwise. OLM does not upgrade an
@@ -42,8 +42,8 @@ const upgradeResync = 30 * time.Second
 // (operator-framework/enhancements operator-conditions.md). Without
 // OPERATOR_CONDITION_NAME (not installed by OLM) it does nothing. It writes
 // only when the status or message changes. Safe for concurrent use; a nil
-// *UpgradeGate does nothing.
-type UpgradeGate struct {
+// *upgradeGate does nothing.
+type upgradeGate struct {
 	cond conditions.Condition
 	log  logr.Logger
 
@@ -52,14 +52,14 @@ type UpgradeGate struct {
 	written string            // last status and message written
 }
 
-// NewUpgradeGate returns the gate for the OperatorCondition named by
+// newUpgradeGate returns the gate for the OperatorCondition named by
 // $OPERATOR_CONDITION_NAME, through operator-lib's conditions package (c
 // should be uncached: the gate reads one object). In-cluster operator-lib
 // takes the namespace from the ServiceAccount token mount; out of cluster
 // (a local run, the tests) it is namespace. Without the variable the gate
 // is disabled and says so once in the log.
-func NewUpgradeGate(c client.Client, namespace string, log logr.Logger) *UpgradeGate {
-	g := &UpgradeGate{log: log.WithName("upgradeable"), holds: map[string]string{}}
+func newUpgradeGate(c client.Client, namespace string, log logr.Logger) *upgradeGate {
+	g := &upgradeGate{log: log.WithName("upgradeable"), holds: map[string]string{}}
 	if os.Getenv(OperatorConditionEnv) == "" {
 		g.log.Info("not running under OLM (" + OperatorConditionEnv + " unset): the OperatorCondition Upgradeable is not managed")
 		return g
@@ -75,11 +75,11 @@ func NewUpgradeGate(c client.Client, namespace string, log logr.Logger) *Upgrade
 }
 
 // Enabled reports whether the gate writes an OperatorCondition.
-func (g *UpgradeGate) Enabled() bool { return g != nil && g.cond != nil }
+func (g *upgradeGate) Enabled() bool { return g != nil && g.cond != nil }
 
 // Hold marks key (e.g. "ca-rotation") as in progress, with why for the
 // condition message, and writes Upgradeable=False if it is not already.
-func (g *UpgradeGate) Hold(ctx context.Context, key, why string) error {
+func (g *upgradeGate) Hold(ctx context.Context, key, why string) error {
 	if !g.Enabled() {
 		return nil
 	}
@@ -90,7 +90,7 @@ func (g *UpgradeGate) Hold(ctx context.Context, key, why string) error {
 }
 
 // Release ends the hold key and writes Upgradeable=True once none is left.
-func (g *UpgradeGate) Release(ctx context.Context, key string) error {
+func (g *upgradeGate) Release(ctx context.Context, key string) error {
 	if !g.Enabled() {
 		return nil
 	}
@@ -102,7 +102,7 @@ func (g *UpgradeGate) Release(ctx context.Context, key string) error {
 
 // Start writes the initial condition and retries failed writes every
 // upgradeResync until ctx ends (a manager Runnable, leader only).
-func (g *UpgradeGate) Start(ctx context.Context) error {
+func (g *upgradeGate) Start(ctx context.Context) error {
 	if !g.Enabled() {
 		return nil
 	}
@@ -123,10 +123,10 @@ func (g *UpgradeGate) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection: only the leader does the work the condition is about.
-func (g *UpgradeGate) NeedLeaderElection() bool { return true }
+func (g *upgradeGate) NeedLeaderElection() bool { return true }
 
-// UpgradeableState is the Upgradeable status and message for holds.
-func UpgradeableState(holds map[string]string) (metav1.ConditionStatus, string, string) {
+// upgradeableState is the Upgradeable status and message for holds.
+func upgradeableState(holds map[string]string) (metav1.ConditionStatus, string, string) {
 	if len(holds) == 0 {
 		return metav1.ConditionTrue, ReasonUpgradeable, "no CA rotation or NodeOversell restore in progress"
 	}
@@ -137,8 +137,8 @@ func UpgradeableState(holds map[string]string) (metav1.ConditionStatus, string, 
 	return metav1.ConditionFalse, ReasonNotUpgradeable, "in progress: " + strings.Join(why, "; ")
 }
 
-func (g *UpgradeGate) syncLocked(ctx context.Context) error {
-	status, reason, msg := UpgradeableState(g.holds)
+func (g *upgradeGate) syncLocked(ctx context.Context) error {
+	status, reason, msg := upgradeableState(g.holds)
 	want := string(status) + "/" + msg
 	if want == g.written {
 		return nil

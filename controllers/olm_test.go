@@ -20,14 +20,14 @@ import (
 
 func TestUpgradeGateWithoutOLM(t *testing.T) {
 	t.Setenv(OperatorConditionEnv, "")
-	g := NewUpgradeGate(nil, "hookwright-system", logr.Discard())
+	g := newUpgradeGate(nil, "hookwright-system", logr.Discard())
 	if g.Enabled() {
 		t.Fatal("enabled without " + OperatorConditionEnv)
 	}
 	if err := g.Hold(context.Background(), caRotationHold, "x"); err != nil {
 		t.Fatal(err)
 	}
-	var nilGate *UpgradeGate
+	var nilGate *upgradeGate
 	if nilGate.Enabled() || nilGate.Hold(context.Background(), "k", "x") != nil || nilGate.Release(context.Background(), "k") != nil {
 		t.Fatal("a nil gate does something")
 	}
@@ -48,7 +48,7 @@ func TestUpgradeGateWritesOnChange(t *testing.T) {
 			return c.Update(ctx, obj, opts...)
 		},
 	}).Build()
-	g := NewUpgradeGate(c, "ns", logr.Discard())
+	g := newUpgradeGate(c, "ns", logr.Discard())
 	ctx := context.Background()
 	status := func() (metav1.ConditionStatus, string) {
 		t.Helper()
@@ -86,11 +86,11 @@ func TestUpgradeGateWritesOnChange(t *testing.T) {
 }
 
 func TestUpgradeableState(t *testing.T) {
-	st, reason, msg := UpgradeableState(map[string]string{"restore/b": "NodeOversell b restoring its nodes", "ca-rotation": "CA rotation"})
+	st, reason, msg := upgradeableState(map[string]string{"restore/b": "NodeOversell b restoring its nodes", "ca-rotation": "CA rotation"})
 	if st != metav1.ConditionFalse || reason != ReasonNotUpgradeable || msg != "in progress: CA rotation; NodeOversell b restoring its nodes" {
 		t.Fatalf("%s %s %q", st, reason, msg)
 	}
-	if st, _, _ := UpgradeableState(nil); st != metav1.ConditionTrue {
+	if st, _, _ := upgradeableState(nil); st != metav1.ConditionTrue {
 		t.Fatal(st)
 	}
 }

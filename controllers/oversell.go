@@ -51,25 +51,25 @@ func (oversellKind) Build(cr v1alpha1.Object, s desired.Settings) *desired.Desir
 }
 
 // ServedGeneration: an oversell server serves every NodeOversell it accepted.
-func (oversellKind) ServedGeneration(crName string, body []byte) PodServing {
+func (oversellKind) ServedGeneration(crName string, body []byte) podServing {
 	var z oversell.Configz
 	if err := json.Unmarshal(body, &z); err != nil {
-		return PodServing{Problem: "unreadable /configz"}
+		return podServing{Problem: "unreadable /configz"}
 	}
 	if !z.Synced {
-		return PodServing{Problem: "not synced"}
+		return podServing{Problem: "not synced"}
 	}
 	for _, p := range z.NodeOversells {
 		if p.Name == crName {
-			return PodServing{Generation: p.Generation}
+			return podServing{Generation: p.Generation}
 		}
 	}
 	for _, ig := range z.Ignored {
 		if ig.Name == crName {
-			return PodServing{Generation: 0, Problem: "ignored: " + ig.Reason}
+			return podServing{Generation: 0, Problem: "ignored: " + ig.Reason}
 		}
 	}
-	return PodServing{Problem: "not served"}
+	return podServing{Problem: "not served"}
 }
 
 // Finalizer is OversellFinalizer.

@@ -30,7 +30,7 @@ type shared struct {
 	userSecrets cache.Cache
 	// upgrade holds OLM upgrades during a CA rotation or a node restore
 	// (nil: not set up, does nothing).
-	upgrade *UpgradeGate
+	upgrade *upgradeGate
 }
 
 // Setup registers both reconcilers with mgr. The manager's cache must be
@@ -63,7 +63,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if err != nil {
 		return err
 	}
-	sh.upgrade = NewUpgradeGate(oc, s.Namespace, mgr.GetLogger())
+	sh.upgrade = newUpgradeGate(oc, s.Namespace, mgr.GetLogger())
 	if err := mgr.Add(sh.upgrade); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		if s.Webhook.Certs != nil {
 			s.Webhook.Certs.SetReader(mgr.GetClient())
 		}
-		v := &ValidationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Settings: s, shared: sh}
+		v := &validationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Settings: s, shared: sh}
 		if err := v.setup(mgr); err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ const caRotationHold = "ca-rotation"
 func restoreHold(name string) string { return "restore/" + name }
 
 // holdUpgrade and releaseUpgrade log a failed OperatorCondition write; the
-// gate retries it (UpgradeGate.Start) and on the next hold or release.
+// gate retries it (upgradeGate.Start) and on the next hold or release.
 func holdUpgrade(ctx context.Context, sh *shared, key, why string) {
 	if sh == nil {
 		return

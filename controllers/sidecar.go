@@ -25,18 +25,18 @@ func (sidecarKind) Build(cr v1alpha1.Object, s desired.Settings) *desired.Desire
 
 // ServedGeneration: a SidecarInjector server serves one injector
 // (sidecar.Configz.Injector).
-func (sidecarKind) ServedGeneration(crName string, body []byte) PodServing {
+func (sidecarKind) ServedGeneration(crName string, body []byte) podServing {
 	var z sidecar.Configz
 	if err := json.Unmarshal(body, &z); err != nil {
-		return PodServing{Problem: "unreadable /configz"}
+		return podServing{Problem: "unreadable /configz"}
 	}
 	switch {
 	case z.Injector != crName:
-		return PodServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
+		return podServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
 	case !z.Loaded:
-		return PodServing{Problem: "not loaded"}
+		return podServing{Problem: "not loaded"}
 	case z.LastError != "":
-		return PodServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
+		return podServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
 	}
-	return PodServing{Generation: z.Generation}
+	return podServing{Generation: z.Generation}
 }

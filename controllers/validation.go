@@ -108,11 +108,11 @@ func (s *ServingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certifica
 	return s.cert, nil
 }
 
-// ValidationReconciler keeps the manager's serving certificate Secret and
+// validationReconciler keeps the manager's serving certificate Secret and
 // ValidatingWebhookConfiguration in place (leader only). It reconciles one
 // key, on changes of the CA Secret, its Secret, its configuration and the
 // --ca-dir bundle, and when the certificate is due for renewal.
-type ValidationReconciler struct {
+type validationReconciler struct {
 	Client    client.Client
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
@@ -120,14 +120,14 @@ type ValidationReconciler struct {
 	shared    *shared
 }
 
-func (v *ValidationReconciler) now() time.Time {
+func (v *validationReconciler) now() time.Time {
 	if c := v.Settings.Certificates.Clock; c != nil {
 		return c.Now()
 	}
 	return time.Now()
 }
 
-func (v *ValidationReconciler) setup(mgr ctrl.Manager) error {
+func (v *validationReconciler) setup(mgr ctrl.Manager) error {
 	one := []reconcile.Request{{NamespacedName: client.ObjectKey{Name: desired.ValidatingConfigName}}}
 	mine := func(_ context.Context, o client.Object) []reconcile.Request {
 		switch {
@@ -159,7 +159,7 @@ func (v *ValidationReconciler) setup(mgr ctrl.Manager) error {
 // says so against the active CA, and applies the configuration when it
 // differs. The CA Secret is the CA controller's (certsource.CAReconciler):
 // until it exists, Reconcile waits.
-func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	now := v.now()
 	ns := v.Settings.Namespace
 	policy := v.Settings.Certificates.Policy
@@ -235,7 +235,7 @@ func (v *ValidationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 
 // waitCached waits (up to 10 s) until the cache serves the Secret key with
 // tls.crt certPEM, so ServingCertSource has it before the API server calls.
-func (v *ValidationReconciler) waitCached(ctx context.Context, key client.ObjectKey, certPEM string) error {
+func (v *validationReconciler) waitCached(ctx context.Context, key client.ObjectKey, certPEM string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
@@ -252,7 +252,7 @@ func (v *ValidationReconciler) waitCached(ctx context.Context, key client.Object
 }
 
 // ensure applies obj when the cached copy lacks any field it sets.
-func (v *ValidationReconciler) ensure(ctx context.Context, obj client.Object) error {
+func (v *validationReconciler) ensure(ctx context.Context, obj client.Object) error {
 	gvk := admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
 	want, err := apply.ToApplyObject(obj, gvk)
 	if err != nil {
@@ -275,7 +275,7 @@ func (v *ValidationReconciler) ensure(ctx context.Context, obj client.Object) er
 	return v.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(want), client.FieldOwner(apply.FieldManager), client.ForceOwnership)
 }
 
-func (v *ValidationReconciler) apply(ctx context.Context, obj client.Object) error {
+func (v *validationReconciler) apply(ctx context.Context, obj client.Object) error {
 	want, err := apply.ToApplyObject(obj, corev1.SchemeGroupVersion.WithKind("Secret"))
 	if err != nil {
 		return err

@@ -325,14 +325,10 @@ func (c *csrSource) createCSR(ctx context.Context, cr desired.CR, r csrmode.Crea
 	if err != nil {
 		return err
 	}
-	labels := desired.CommonLabels(cr)
-	labels[LabelCSROwner] = string(cr.Object.GetUID())
+	m := desired.CSRMeta(cr, LabelCSROwner)
+	m.Annotations = map[string]string{AnnotationCSRHash: r.Hash}
 	csr := &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: cr.Base() + "-", Labels: labels,
-			Annotations:     map[string]string{AnnotationCSRHash: r.Hash},
-			OwnerReferences: []metav1.OwnerReference{desired.OwnerReference(cr)},
-		},
+		ObjectMeta: m,
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request: req, SignerName: r.SignerName, Usages: r.Usages, ExpirationSeconds: r.ExpirationSeconds,
 		},

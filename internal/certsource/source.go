@@ -98,18 +98,18 @@ type Settings struct {
 	Clock certs.Clock
 	// DrainGrace is how long a replaced serving certificate keeps its CA in
 	// the caBundle (pods reload the mounted Secret with a delay); 0 means
-	// DefaultDrainGrace.
+	// defaultDrainGrace.
 	DrainGrace time.Duration
 }
 
-// DefaultDrainGrace covers the kubelet's update of a mounted Secret (its
+// defaultDrainGrace covers the kubelet's update of a mounted Secret (its
 // sync period plus cache TTL, about 1–2 min) and certwatcher's reload.
-const DefaultDrainGrace = 5 * time.Minute
+const defaultDrainGrace = 5 * time.Minute
 
 // Grace is DrainGrace with its default.
 func (c Settings) Grace() time.Duration {
 	if c.DrainGrace <= 0 {
-		return DefaultDrainGrace
+		return defaultDrainGrace
 	}
 	return c.DrainGrace
 }

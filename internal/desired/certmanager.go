@@ -7,19 +7,19 @@ import (
 	"github.com/hookwright/hookwright/internal/certs"
 )
 
-// CertManagerSecretName is the Secret cert-manager writes for op's
+// certManagerSecretName is the Secret cert-manager writes for op's
 // Certificate and the server mounts: "<base>-cm-tls", distinct from the
 // SelfSigned "<base>-tls" so a mode switch never has the operator prune a
 // Secret cert-manager is writing.
-func CertManagerSecretName(op CR) string {
+func certManagerSecretName(op CR) string {
 	return op.Base() + "-cm-tls"
 }
 
-// CertManagerIssuer is the Issuer the operator creates when
+// certManagerIssuer is the Issuer the operator creates when
 // spec.certificate.issuerRef is empty: a cert-manager SelfSigned Issuer
 // named after op in the server namespace (the serving certificate is then
 // its own CA, so ca.crt is the certificate). Nil when the CR names one.
-func CertManagerIssuer(op CR, s Settings) *cmapi.Issuer {
+func certManagerIssuer(op CR, s Settings) *cmapi.Issuer {
 	if op.Certificate.IssuerRef != nil {
 		return nil
 	}
@@ -32,8 +32,8 @@ func CertManagerIssuer(op CR, s Settings) *cmapi.Issuer {
 // CertManagerCertificate is the cert-manager Certificate of op's server:
 // the Service DNS names ("<svc>.<ns>.svc" and ".svc.cluster.local"), an
 // ECDSA P-256 key regenerated on every issuance, server auth usage, written
-// to CertManagerSecretName in the server namespace, issued by the CR's
-// issuerRef or by CertManagerIssuer.
+// to certManagerSecretName in the server namespace, issued by the CR's
+// issuerRef or by certManagerIssuer.
 func CertManagerCertificate(op CR, s Settings) *cmapi.Certificate {
 	base, ns := op.Base(), ServerNamespace(op, s)
 	ref := cmmeta.IssuerReference{Name: base, Kind: cmapi.IssuerKind, Group: cmapi.SchemeGroupVersion.Group}
@@ -43,7 +43,7 @@ func CertManagerCertificate(op CR, s Settings) *cmapi.Certificate {
 	return &cmapi.Certificate{
 		ObjectMeta: meta(op, base, ns),
 		Spec: cmapi.CertificateSpec{
-			SecretName: CertManagerSecretName(op),
+			SecretName: certManagerSecretName(op),
 			DNSNames:   certs.ServingDNSNames(base, ns, ""),
 			IssuerRef:  ref,
 			Usages:     []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageKeyEncipherment, cmapi.UsageServerAuth},
@@ -59,7 +59,7 @@ func CertManagerCertificate(op CR, s Settings) *cmapi.Certificate {
 // the Certificate.
 func CertManagerObjects(op CR, s Settings) []Object {
 	var out []Object
-	if iss := CertManagerIssuer(op, s); iss != nil {
+	if iss := certManagerIssuer(op, s); iss != nil {
 		out = append(out, iss)
 	}
 	return append(out, CertManagerCertificate(op, s))

@@ -17,7 +17,7 @@ func certManagerInjector(ref *v1alpha1.IssuerReference) CR {
 
 func TestCertManagerObjects(t *testing.T) {
 	op := certManagerInjector(nil)
-	iss := CertManagerIssuer(op, testSettings)
+	iss := certManagerIssuer(op, testSettings)
 	if iss == nil || iss.Spec.SelfSigned == nil || iss.Name != "hookwright-sidecar-mesh" || iss.Namespace != "hookwright-system" {
 		t.Fatalf("issuer %+v", iss)
 	}
@@ -36,7 +36,7 @@ func TestCertManagerObjects(t *testing.T) {
 
 	// A named issuer: no Issuer of our own, kind and group defaulted.
 	op = certManagerInjector(&v1alpha1.IssuerReference{Name: "corp-ca", Kind: "ClusterIssuer"})
-	if CertManagerIssuer(op, testSettings) != nil {
+	if certManagerIssuer(op, testSettings) != nil {
 		t.Fatal("an Issuer is created although the CR names one")
 	}
 	if ref := CertManagerCertificate(op, testSettings).Spec.IssuerRef; ref != (cmmeta.IssuerReference{Name: "corp-ca", Kind: "ClusterIssuer", Group: "cert-manager.io"}) {

@@ -24,14 +24,14 @@ func CertificateMode(op CR) v1alpha1.CertificateMode {
 }
 
 // ServingSecretName is the Secret the server mounts: the user's in mode
-// Secret, cert-manager's in mode CertManager (CertManagerSecretName), else
+// Secret, cert-manager's in mode CertManager (certManagerSecretName), else
 // "<base>-tls", written by the operator.
 func ServingSecretName(op CR) string {
 	switch CertificateMode(op) {
 	case v1alpha1.CertificateSecret:
 		return op.Certificate.SecretName
 	case v1alpha1.CertificateCertManager:
-		return CertManagerSecretName(op)
+		return certManagerSecretName(op)
 	}
 	return op.Base() + "-tls"
 }
@@ -44,19 +44,19 @@ func SelectorLabels(op CR) map[string]string {
 	}
 }
 
-// CommonLabels are on every owned object.
-func CommonLabels(op CR) map[string]string {
+// commonLabels are on every owned object.
+func commonLabels(op CR) map[string]string {
 	l := SelectorLabels(op)
 	l[LabelComponent] = "webhook-server"
 	l[LabelManagedBy] = ManagedByValue
 	return l
 }
 
-// OwnerReference makes op's CR the controller of an owned object, so the
+// ownerReference makes op's CR the controller of an owned object, so the
 // garbage collector deletes the object with the CR. Namespaced dependents of
 // a cluster-scoped owner are valid (KEP-1465 "owner references": only
 // cluster-scoped dependents of namespaced owners are not).
-func OwnerReference(op CR) metav1.OwnerReference {
+func ownerReference(op CR) metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion:         v1alpha1.GroupVersion.String(),
 		Kind:               op.Kind.Name,
@@ -70,7 +70,7 @@ func OwnerReference(op CR) metav1.OwnerReference {
 func meta(op CR, name, namespace string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: name, Namespace: namespace,
-		Labels:          CommonLabels(op),
-		OwnerReferences: []metav1.OwnerReference{OwnerReference(op)},
+		Labels:          commonLabels(op),
+		OwnerReferences: []metav1.OwnerReference{ownerReference(op)},
 	}
 }

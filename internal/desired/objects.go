@@ -224,7 +224,7 @@ func build(op CR, s Settings, args []string) *Desired {
 			PeriodSeconds: period,
 		}
 	}
-	podLabels := CommonLabels(op)
+	podLabels := commonLabels(op)
 	d.Deployment = &appsv1.Deployment{
 		ObjectMeta: meta(op, name, ns),
 		Spec: appsv1.DeploymentSpec{

@@ -416,7 +416,7 @@ func TestToApplyObjectPrunes(t *testing.T) {
 // The self-signed Issuer's empty `selfSigned: {}` is what selects its type:
 // it must survive the pruning of empty maps in the apply content.
 func TestToApplyObjectKeepsSelfSigned(t *testing.T) {
-	iss := CertManagerIssuer(certManagerInjector(nil), testSettings)
+	iss := certManagerIssuer(certManagerInjector(nil), testSettings)
 	u, err := apply.ToApplyObject(iss, cmapi.SchemeGroupVersion.WithKind("Issuer"))
 	if err != nil {
 		t.Fatal(err)

@@ -48,3 +48,13 @@ func CSRKeySecret(op CR, s Settings, keyPEM []byte) *corev1.Secret {
 		Data:       map[string][]byte{corev1.TLSPrivateKeyKey: keyPEM},
 	}
 }
+
+// CSRMeta is the metadata of a mode CSR CertificateSigningRequest of op
+// (cluster-scoped, owned by the CR): generated name "<base>-<random>", the
+// common labels plus labelCSROwner=ownerUID.
+func CSRMeta(op CR, labelCSROwner string) metav1.ObjectMeta {
+	m := meta(op, "", "")
+	m.GenerateName = op.Base() + "-"
+	m.Labels[labelCSROwner] = string(op.Object.GetUID())
+	return m
+}

@@ -25,7 +25,7 @@ const (
 	EventNodesRestored = "NodesRestored"
 	EventRestoreGaveUp = "RestoreIncomplete"
 	// EventRestoreUntrusted names nodes whose recorded raw allocatable was
-	// implausible (see RestorePatch).
+	// implausible (see restorePatch).
 	EventRestoreUntrusted = "RestoreUntrusted"
 	EventNodesResynced    = "NodesResynced"
 )
@@ -86,9 +86,9 @@ func summarize(items []string, n int) string {
 	return strings.Join(items[:n], ", ") + fmt.Sprintf(" and %d more", len(items)-n)
 }
 
-// NodeSelector converts spec.nodeSelector; absent means every node, as the
+// nodeSelector converts spec.nodeSelector; absent means every node, as the
 // API documents (metav1.LabelSelectorAsSelector(nil) would mean none).
-func NodeSelector(no *v1alpha1.NodeOversell) (labels.Selector, error) {
+func nodeSelector(no *v1alpha1.NodeOversell) (labels.Selector, error) {
 	if no.Spec.NodeSelector == nil {
 		return labels.Everything(), nil
 	}
@@ -110,7 +110,7 @@ func (n *Nodes) listNodes(ctx context.Context) ([]corev1.Node, error) {
 // formerly amplified node through nodes/status so the webhook re-evaluates
 // it at once instead of at the kubelet's next report (up to 5 min).
 func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Duration, error) {
-	sel, err := NodeSelector(no)
+	sel, err := nodeSelector(no)
 	if err != nil {
 		return 0, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
@@ -144,7 +144,7 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 	if err != nil {
 		return 0, err
 	}
-	t := AmplifiedTotals(nodes, no.Name)
+	t := amplifiedTotals(nodes, no.Name)
 	no.Status.NodesMatched, no.Status.NodesAmplified = matched, t.Nodes
 	no.Status.RawAllocatable, no.Status.EffectiveAllocatable = t.Raw, t.Effective
 	if len(t.Problems) > 0 {
@@ -205,7 +205,7 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 	return pendingRestore, nil
 }
 
-// restoreDeselected writes RestorePatch to each named node that still
+// restoreDeselected writes restorePatch to each named node that still
 // carries applied-by=<no> and that no's selector no longer matches (both
 // re-read from the API server). It returns a requeue delay while a node
 // still carries applied-by=<no> after the write (a webhook server with a
@@ -224,7 +224,7 @@ func (n *Nodes) restoreDeselected(ctx context.Context, no *v1alpha1.NodeOversell
 		if node.Annotations[v1alpha1.OversellAppliedByKey] != no.Name || sel.Matches(labels.Set(node.Labels)) {
 			continue // the cache was behind
 		}
-		patch, notes := RestorePatch(node)
+		patch, notes := restorePatch(node)
 		if len(notes) > 0 {
 			untrusted = append(untrusted, node.Name+": "+strings.Join(notes, ", "))
 		}
@@ -313,7 +313,7 @@ func (n *Nodes) Restore(ctx context.Context, no *v1alpha1.NodeOversell) (bool, t
 			continue // the cache was behind
 		}
 		pending++
-		patch, notes := RestorePatch(node)
+		patch, notes := restorePatch(node)
 		if len(notes) > 0 {
 			untrusted = append(untrusted, node.Name+": "+strings.Join(notes, ", "))
 		}

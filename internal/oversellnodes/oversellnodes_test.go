@@ -24,7 +24,7 @@ func TestRestorePatch(t *testing.T) {
 		},
 	}
 	const dropAnnotations = `{"metadata":{"annotations":{"oversell.hookwright.io/applied-by":null,"oversell.hookwright.io/ratios":null,"oversell.hookwright.io/raw-allocatable":null}}`
-	b, notes := RestorePatch(node)
+	b, notes := restorePatch(node)
 	if want := dropAnnotations + `,"status":{"allocatable":{"cpu":"3800m","memory":"16Gi"}}}`; string(b) != want || len(notes) != 0 {
 		t.Fatalf("patch\n%s\nwant\n%s\nnotes %v", b, want, notes)
 	}
@@ -40,7 +40,7 @@ func TestRestorePatch(t *testing.T) {
 		{`null`, `{"cpu":"4","memory":"17Gi"}`, `is not a JSON object`},
 	} {
 		node.Annotations[v1alpha1.OversellRawAllocatableKey] = c.raw
-		b, notes := RestorePatch(node)
+		b, notes := restorePatch(node)
 		if want := dropAnnotations + `,"status":{"allocatable":` + c.want + `}}`; string(b) != want {
 			t.Errorf("raw %q: patch\n%s\nwant\n%s", c.raw, b, want)
 		}
@@ -52,7 +52,7 @@ func TestRestorePatch(t *testing.T) {
 	within := node.DeepCopy()
 	within.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"memory":"1e30"}`
 	within.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("16Gi")
-	b, notes = RestorePatch(within)
+	b, notes = restorePatch(within)
 	if string(b) != dropAnnotations+"}" || len(notes) != 1 || !strings.Contains(notes[0], "left until the kubelet's next report") {
 		t.Fatalf("within capacity: %s %v", b, notes)
 	}
@@ -60,12 +60,12 @@ func TestRestorePatch(t *testing.T) {
 	nocap := node.DeepCopy()
 	nocap.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"cpu":"3800m"}`
 	nocap.Status.Capacity = nil
-	if b, notes := RestorePatch(nocap); string(b) != dropAnnotations+"}" || len(notes) != 1 {
+	if b, notes := restorePatch(nocap); string(b) != dropAnnotations+"}" || len(notes) != 1 {
 		t.Fatalf("no capacity: %s %v", b, notes)
 	}
 	// Only memory recorded: only memory restored.
 	node.Annotations[v1alpha1.OversellRawAllocatableKey] = `{"memory":"1.5e9"}`
-	if b, notes := RestorePatch(node); !strings.Contains(string(b), `"allocatable":{"memory":"1.5e9"}`) || len(notes) != 0 {
+	if b, notes := restorePatch(node); !strings.Contains(string(b), `"allocatable":{"memory":"1.5e9"}`) || len(notes) != 0 {
 		t.Fatalf("memory only: %s %v", b, notes)
 	}
 }
@@ -96,7 +96,7 @@ func TestAmplifiedTotals(t *testing.T) {
 	nocap := node("nocap", map[string]string{v1alpha1.OversellAppliedByKey: "pool", v1alpha1.OversellRawAllocatableKey: `{"cpu":"1"}`})
 	nocap.Status.Capacity = nil
 	nodes = append(nodes, nocap)
-	got := AmplifiedTotals(nodes, "pool")
+	got := amplifiedTotals(nodes, "pool")
 	if got.Nodes != 6 || len(got.Problems) != 4 || !strings.HasPrefix(got.Problems[0], "broken: ") ||
 		!strings.Contains(got.Problems[2], `tampered: raw memory "1e30": not plausible for capacity 8Gi`) ||
 		!strings.HasPrefix(got.Problems[1], "nocap: ") || !strings.HasPrefix(got.Problems[3], "zero: ") {
@@ -117,7 +117,7 @@ func TestAmplifiedTotals(t *testing.T) {
 			t.Errorf("%s = %s, want %s", c.k, q.String(), c.want)
 		}
 	}
-	if none := AmplifiedTotals(nodes, "absent"); none.Nodes != 0 || none.Raw != nil || none.Effective != nil {
+	if none := amplifiedTotals(nodes, "absent"); none.Nodes != 0 || none.Raw != nil || none.Effective != nil {
 		t.Fatalf("no amplified node: %+v", none)
 	}
 }
@@ -137,9 +137,9 @@ func TestPodRequests(t *testing.T) {
 		},
 		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
 	}}
-	got := PodRequests(p)
+	got := podRequests(p)
 	// cpu: max(0.75+0.1, 2, 1.1) + 0.01 = 2.01; memory: max(1.25Gi+128Mi, 64Mi, 4Gi+128Mi) = 4224Mi.
 	if c, m := got[corev1.ResourceCPU], got[corev1.ResourceMemory]; c.Cmp(resource.MustParse("2010m")) != 0 || m.Cmp(resource.MustParse("4224Mi")) != 0 {
-		t.Fatalf("PodRequests = cpu %s memory %s", c.String(), m.String())
+		t.Fatalf("podRequests = cpu %s memory %s", c.String(), m.String())
 	}
 }

@@ -10,12 +10,12 @@ import (
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
-// PodRequests is the cpu and memory a pod reserves on its node, as the
-// scheduler counts it (k8s.io/component-helpers/resource.PodRequests, KEP-753
+// podRequests is the cpu and memory a pod reserves on its node, as the
+// scheduler counts it (k8s.io/component-helpers/resource.podRequests, KEP-753
 // for sidecars): the larger of (regular containers + restartable init
 // containers) and, for each regular init container, itself plus the
 // restartable init containers started before it; plus spec.overhead.
-func PodRequests(p *corev1.Pod) corev1.ResourceList {
+func podRequests(p *corev1.Pod) corev1.ResourceList {
 	sum := corev1.ResourceList{}
 	add := func(into corev1.ResourceList, l corev1.ResourceList) {
 		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -65,7 +65,7 @@ func nodeOvercommit(no *v1alpha1.NodeOversell, name string, node *corev1.Node, r
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		for k, q := range PodRequests(p) {
+		for k, q := range podRequests(p) {
 			v := requested[k]
 			v.Add(q)
 			requested[k] = v

@@ -11,7 +11,7 @@ import (
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
-// RestorePatch is the JSON merge patch of nodes/status that gives a node its
+// restorePatch is the JSON merge patch of nodes/status that gives a node its
 // raw allocatable back (from the oversell.hookwright.io/raw-allocatable
 // annotation: a JSON object of exact quantities such as
 // {"cpu":"3800m","memory":"16Gi"}) and removes the oversell annotations.
@@ -26,7 +26,7 @@ import (
 // it, and otherwise left as it is; the kubelet's next status report (the
 // webhook configuration is deleted before the restore) then publishes the
 // real value. Notes describes each such resource, for an Event.
-func RestorePatch(node *corev1.Node) (patch []byte, notes []string) {
+func restorePatch(node *corev1.Node) (patch []byte, notes []string) {
 	raw := node.Annotations[v1alpha1.OversellRawAllocatableKey]
 	var vals map[string]string
 	recordErr := ""

@@ -12,8 +12,8 @@ import (
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
-// Totals are the sums over the nodes one NodeOversell amplifies.
-type Totals struct {
+// totals are the sums over the nodes one NodeOversell amplifies.
+type totals struct {
 	Nodes int32
 	// Raw sums the oversell.hookwright.io/raw-allocatable annotations;
 	// Effective sums raw × ratio (oversell.Amplify, exact, rounded down to
@@ -27,11 +27,11 @@ type Totals struct {
 	Problems []string
 }
 
-// AmplifiedTotals computes Totals from the nodes' annotations, which the
+// amplifiedTotals computes totals from the nodes' annotations, which the
 // webhook writes with the raw values and ratios, checked against each
 // node's status.capacity as the engine checks them.
-func AmplifiedTotals(nodes []corev1.Node, name string) Totals {
-	var t Totals
+func amplifiedTotals(nodes []corev1.Node, name string) totals {
+	var t totals
 	add := func(l *corev1.ResourceList, k corev1.ResourceName, q resource.Quantity) {
 		if *l == nil {
 			*l = corev1.ResourceList{}

@@ -7,7 +7,6 @@ package operator
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -18,13 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -34,9 +31,9 @@ import (
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
-	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
 const (
@@ -66,8 +63,6 @@ var (
 	clock = &offsetClock{}
 	// caDir is the operator's --ca-dir (empty until a test fills it).
 	caDir string
-	// trustBundles is the CSR signer's ClusterTrustBundle publisher.
-	trustBundles *csrsigner.TrustBundles
 )
 
 // testSignerMaxValidity is the CSR signer's --csr-max-validity;
@@ -192,22 +187,7 @@ func startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	webhookCerts := controllers.NewServingCertSource(operatorNS)
 	servers, err := serverpolicy.New(operatorNS, serverImage, allowedServerNamespaces, allowedServerImages)
-	if err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: "127.0.0.1", Port: webhookPort,
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate }},
-		}),
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		LeaderElection:         false,
-		Cache:                  controllers.CacheOptions(allowedServerNamespaces...),
-	})
 	if err != nil {
 		return err
 	}
@@ -215,35 +195,37 @@ func startOperator(ctx context.Context) error {
 	if err := os.MkdirAll(caDir, 0o755); err != nil {
 		return err
 	}
-	settings := controllers.Settings{
-		Settings: desired.Settings{
-			Namespace: operatorNS, Image: serverImage,
-			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+	// The production manager (manager.New, as `hookwright manager` builds
+	// it), on local ports. webhookBypass stands for a CR admitted before
+	// the webhook existed or while it was down: the reconciler must refuse
+	// it on its own.
+	mgr, err := manager.New(cfg, manager.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
+		WebhookHost: "127.0.0.1", WebhookPort: webhookPort, WebhookService: desired.DefaultWebhookService,
+		Servers: servers,
+		Settings: controllers.Settings{
+			Settings: desired.Settings{
+				Namespace: operatorNS, Image: serverImage,
+				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+			},
+			Repairs: testRepairBudget, CADir: caDir,
+			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+			CSR:          certsource.CSRSettings{SignerWait: testSignerWait},
 		},
-		Repairs: testRepairBudget, CADir: caDir,
-		Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
-		Webhook:      controllers.WebhookSettings{Service: desired.DefaultWebhookService, Path: validation.Path, Certs: webhookCerts},
+		Signer: &csrsigner.Options{SignerName: v1alpha1.DefaultCSRSignerName, MaxValidity: testSignerMaxValidity},
+		WrapValidation: func(h admission.Handler) admission.Handler {
+			return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+				if webhookBypass.Load() {
+					return admission.Allowed("test: webhook bypassed")
+				}
+				return h.Handle(ctx, req)
+			})
+		},
+	})
+	if err != nil {
+		return err
 	}
-	// webhookBypass stands for a CR admitted before the webhook existed or
-	// while it was down: the reconciler must refuse it on its own.
-	h := validation.Handler{Servers: &servers}
-	mgr.GetWebhookServer().Register(validation.Path, &webhook.Admission{Handler: admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
-		if webhookBypass.Load() {
-			return admission.Allowed("test: webhook bypassed")
-		}
-		return h.Handle(ctx, req)
-	})})
 	if _, err := env.ExposeLocal(ctx, operatorNS, desired.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
-		return err
-	}
-	if trustBundles, err = csrsigner.Setup(mgr, csrsigner.Options{
-		CASecret:   types.NamespacedName{Namespace: operatorNS, Name: desired.CASecretName},
-		Namespaces: servers.Namespaces, MaxValidity: testSignerMaxValidity,
-	}); err != nil {
-		return err
-	}
-	settings.CSR = certsource.CSRSettings{Trust: trustBundles, OwnSigner: v1alpha1.DefaultCSRSignerName, SignerWait: testSignerWait}
-	if err := controllers.Setup(mgr, settings); err != nil {
 		return err
 	}
 	go func() {
