@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/operator-framework/operator-lib/proxy"
 	"github.com/spf13/cobra"
@@ -16,7 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/controllers/csrsigner"
+	"github.com/hookwright/hookwright/internal/csrsign"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
@@ -39,6 +43,8 @@ type managerOptions struct {
 	caDir            string
 	webhookPort      int
 	webhookService   string
+	csrSignerName    string
+	csrMaxValidity   time.Duration
 	zap              zap.Options
 }
 
@@ -93,6 +99,12 @@ func init() {
 				"the manager serves a validating webhook for its CRs and manages the ValidatingWebhookConfiguration "+
 				desired.ValidatingConfigName+" pointing at it and its serving certificate; empty (default, e.g. `make run` out of cluster, "+
 				"where no Service reaches this process) serves none")
+		fs.StringVar(&o.csrSignerName, "csr-signer-name", v1alpha1.DefaultCSRSignerName,
+			"signerName the operator signs approved CertificateSigningRequests for (with the installation CA; only serving certificates for Services in "+
+				"--allowed-server-namespaces) and publishes that CA as a ClusterTrustBundle for; another name needs the RBAC of config/rbac's "+
+				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
+		fs.DurationVar(&o.csrMaxValidity, "csr-max-validity", csrsign.DefaultMaxValidity,
+			"longest certificate the signer issues; a request with a longer spec.expirationSeconds is refused, one without gets this")
 		return cmd
 	})
 }
@@ -163,11 +175,16 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if err != nil {
 		return err
 	}
+	var signer *csrsigner.Options
+	if o.csrSignerName != "" {
+		signer = &csrsigner.Options{SignerName: o.csrSignerName, MaxValidity: o.csrMaxValidity}
+	}
 	mo := manager.Options{
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
 		Servers: servers,
+		Signer:  signer,
 		Settings: controllers.Settings{
 			Settings: desired.Settings{
 				Namespace: o.namespace, Image: o.serverImage,

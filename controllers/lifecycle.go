@@ -123,6 +123,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
 		shared: &shared{},
 	}
 	r.applier = newApplier(r)
+	r.Settings.CSR = csrSettings(mgr, s.CSR)
 	r.sources = certsource.New(r.certEnv())
 	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.fetchConfigz = podsProxyFetcher(cs)
@@ -157,6 +158,7 @@ func (r *Reconciler) certEnv() certsource.Env {
 		Settings: r.Settings.Settings, Certificates: r.Settings.Certificates,
 		Extra:            func() []byte { return r.shared.caDir.Bundle() },
 		WatchCertManager: func() error { return r.cmWatch.ensure() },
+		CSR:              r.Settings.CSR,
 	}
 }
 
@@ -167,6 +169,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, o := range ownedTypes() {
 		b = b.Owns(o)
 	}
+	b = r.csrWatches(b)
 	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		if o.GetName() != desired.CASecretName || o.GetNamespace() != r.Settings.Namespace {
 			return nil

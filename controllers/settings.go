@@ -24,4 +24,7 @@ type Settings struct {
 	// Webhook configures the manager's validating webhook for the CRs
 	// (validation.go); a zero value disables it.
 	Webhook WebhookSettings
+	// CSR configures mode CSR (Trust nil: detected at setup; Clientset
+	// nil: made from the manager's config).
+	CSR certsource.CSRSettings
 }

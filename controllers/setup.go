@@ -85,7 +85,8 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 			Settings: s.Settings, Certificates: s.Certificates,
 			Extra: func() []byte { return sh.caDir.Bundle() },
 		},
-		Always: s.Webhook.Service != "",
+		// The CSR signer signs with it too, with or without SelfSigned CRs.
+		Always: s.Webhook.Service != "" || s.CSR.OwnSigner != "",
 		Rotating: func(ctx context.Context, rotating bool, why string) {
 			if rotating {
 				holdUpgrade(ctx, sh, caRotationHold, why)

@@ -41,7 +41,7 @@ type ServerSpec struct {
 }
 
 // CertificateMode selects who issues the server's serving certificate.
-// +kubebuilder:validation:Enum=SelfSigned;CertManager;Secret
+// +kubebuilder:validation:Enum=SelfSigned;CertManager;Secret;CSR
 type CertificateMode string
 
 const (
@@ -51,7 +51,40 @@ const (
 	CertificateCertManager CertificateMode = "CertManager"
 	// CertificateSecret means the user provides a kubernetes.io/tls Secret with ca.crt.
 	CertificateSecret CertificateMode = "Secret"
+	// CertificateCSR: a certificates.k8s.io/v1 CertificateSigningRequest
+	// for spec.certificate.csr.signerName issues it; the caBundle comes
+	// from that signer's ClusterTrustBundles.
+	CertificateCSR CertificateMode = "CSR"
 )
+
+// DefaultCSRSignerName is the operator's own signer: it signs approved
+// CertificateSigningRequests for it with the installation CA and publishes
+// that CA as ClusterTrustBundles (--csr-signer-name changes it).
+const DefaultCSRSignerName = "hookwright.io/webhook-serving"
+
+// CSRCertificate configures mode CSR (certificates.k8s.io/v1,
+// CertificateSigningRequest; trust from ClusterTrustBundles, KEP-3257).
+type CSRCertificate struct {
+	// SignerName of the CertificateSigningRequests, <domain>/<path> as in
+	// certificates.k8s.io/v1 (e.g. hookwright.io/webhook-serving, the
+	// operator's own signer, or clusterissuers.cert-manager.io/<name>).
+	// Its ClusterTrustBundles become the caBundle.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=571
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	SignerName string `json:"signerName"`
+	// Approve makes the operator approve its own requests (RBAC approve on
+	// signers/<signerName>); false leaves approval to a person or an
+	// external approver, and CertificateReady names the request waiting.
+	// +optional
+	Approve bool `json:"approve,omitempty"`
+	// ExpirationSeconds requested for the certificate (the signer may
+	// issue a shorter one). Default: the signer's choice.
+	// +optional
+	// +kubebuilder:validation:Minimum=600
+	// +kubebuilder:validation:Maximum=31536000
+	ExpirationSeconds *int32 `json:"expirationSeconds,omitempty"`
+}
 
 // IssuerReference names a cert-manager Issuer or ClusterIssuer.
 type IssuerReference struct {
@@ -73,6 +106,8 @@ type IssuerReference struct {
 // CertificateSpec configures the webhook server's serving certificate.
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Secret' || has(self.secretName)",message="secretName is required when mode is Secret"
 // +kubebuilder:validation:XValidation:rule="!has(self.issuerRef) || self.mode == 'CertManager'",message="issuerRef is only used when mode is CertManager"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'CSR' || has(self.csr)",message="csr is required when mode is CSR"
+// +kubebuilder:validation:XValidation:rule="!has(self.csr) || self.mode == 'CSR'",message="csr is only used when mode is CSR"
 type CertificateSpec struct {
 	// +optional
 	// +kubebuilder:default=SelfSigned
@@ -89,4 +124,23 @@ type CertificateSpec struct {
 	// server.
 	// +optional
 	IssuerRef *IssuerReference `json:"issuerRef,omitempty"`
+	// CSR for mode CSR: the signer of the CertificateSigningRequests the
+	// operator creates for the server's Service DNS names.
+	// +optional
+	CSR *CSRCertificate `json:"csr,omitempty"`
 }
+
+// Rotate-now requests (hookwright rotate-ca, hookwright renew-certificate).
+// The value is a token, by convention the request time (RFC 3339); the
+// operator acts once per new token and records the token it handled.
+const (
+	// AnnotationRotateCA on the installation CA Secret (hookwright-ca)
+	// starts a CA rotation at once, with the usual overlap: the next CA is
+	// published everywhere before it signs, the old one stays trusted until
+	// nothing it signed is served.
+	AnnotationRotateCA = "admission.hookwright.io/rotate-ca"
+	// AnnotationRenewCertificate on a SidecarInjector or NodeOversell
+	// re-issues its server's serving certificate at once (mode SelfSigned:
+	// from the installation CA; mode CSR: a new CertificateSigningRequest).
+	AnnotationRenewCertificate = "admission.hookwright.io/renew-certificate"
+)

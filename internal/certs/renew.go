@@ -19,6 +19,8 @@ const (
 	ReasonNotYetValid = "NotYetValid"   // NotBefore in the future (clock moved back)
 	ReasonExpired     = "Expired"       // past NotAfter
 	ReasonRenewalDue  = "RenewalDue"    // past the renewal point of its lifetime
+	// ReasonRenewalRequested: an administrator asked for a new one now.
+	ReasonRenewalRequested = "RenewalRequested"
 )
 
 // RenewalTime is the instant at which fraction (0<f<=1; anything else means
@@ -43,6 +45,8 @@ type ServingCheck struct {
 	Signer *x509.Certificate
 	// RenewFraction of the lifetime after which to renew; 0 means DefaultRenewFraction.
 	RenewFraction float64
+	// RenewRequested renews a certificate that is otherwise fine.
+	RenewRequested bool
 }
 
 // ServingRenewalReason decides whether a serving certificate must be
@@ -83,6 +87,9 @@ func ServingRenewalReason(c ServingCheck, now time.Time) (reason, message string
 	}
 	if at := RenewalTime(cert, c.RenewFraction); !now.Before(at) {
 		return ReasonRenewalDue, fmt.Sprintf("renewal due at %s, expires %s", fmtTime(at), fmtTime(cert.NotAfter))
+	}
+	if c.RenewRequested {
+		return ReasonRenewalRequested, "renewal requested by an administrator"
 	}
 	return "", ""
 }

@@ -55,6 +55,7 @@ const (
 	ReasonNoCA             = "NoCA"
 	ReasonActiveCAUnusable = "ActiveCAUnusable"
 	ReasonCARotationDue    = "CARotationDue"
+	ReasonCARotationAsked  = "CARotationRequested"
 	ReasonBundleOutdated   = "BundleOutdated"
 	ReasonNextCAPublished  = "NextCAPublished"
 	ReasonRetiredCAUnused  = "RetiredCAUnused"
@@ -137,6 +138,9 @@ type Serving struct {
 	Key  []byte // PEM; nil when only the certificate is known
 	// DNSNames wanted for this server, e.g. ServingDNSNames(svc, ns, "").
 	DNSNames []string
+	// RenewRequested: an administrator asked for a new certificate now
+	// (the renew-now annotation on the CR, not yet handled).
+	RenewRequested bool
 }
 
 // State is everything Plan looks at. Maps are keyed by caller-chosen names
@@ -159,6 +163,11 @@ type State struct {
 	// certificate here until every pod has reloaded (e.g. from a served
 	// certificate fingerprint the pods report, or a grace period).
 	Draining [][]byte
+	// RotateRequested: an administrator asked for a CA rotation now (the
+	// rotate-now annotation on the CA Secret, not yet handled). Plan then
+	// stages a next CA at once, with the usual overlap, unless one is
+	// already staged.
+	RotateRequested bool
 }
 
 // Step is Plan's answer: one action, why, and what it touches.
@@ -252,6 +261,22 @@ func ParseCASecret(data map[string][]byte, now time.Time) CASet {
 	return set
 }
 
+// TrustAnchors is what a CA Secret asks others to trust at now: the
+// active, next (staged) and retired CAs and CAs whose key broke, unexpired,
+// deduplicated, newest first (PEM without headers, as a ClusterTrustBundle
+// accepts it); nil when there is none.
+func TrustAnchors(caData map[string][]byte, now time.Time) []byte {
+	set := ParseCASecret(caData, now)
+	var all []*x509.Certificate
+	for _, kp := range []*KeyPair{set.Next, set.Active} {
+		if kp != nil {
+			all = append(all, kp.Cert)
+		}
+	}
+	all = append(append(all, set.Retired...), set.Orphans...)
+	return BuildBundle(all, BundleOptions{Now: now, Max: -1, CAOnly: true})
+}
+
 // Plan computes the next step from s at now. It only reads s. The order of
 // checks is what makes rotation safe:
 //
@@ -289,6 +314,11 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		return step, nil
 	}
 
+	if ca.Next == nil && s.RotateRequested {
+		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationAsked
+		step.Message = fmt.Sprintf("rotation of CA %q requested; staging the next CA", ca.Active.Cert.Subject.CommonName)
+		return step, nil
+	}
 	if rotateAt := CARotationTime(ca.Active.Cert, p); ca.Next == nil && !now.Before(rotateAt) {
 		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationDue
 		step.Message = fmt.Sprintf("CA %q rotation due at %s, expires %s", ca.Active.Cert.Subject.CommonName, fmtTime(rotateAt), fmtTime(ca.Active.Cert.NotAfter))
@@ -334,7 +364,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		sv := s.Serving[name]
 		reason, msg := ServingRenewalReason(ServingCheck{
 			CertPEM: sv.Cert, KeyPEM: sv.Key, DNSNames: sv.DNSNames,
-			Signer: ca.Active.Cert, RenewFraction: p.ServingRenewFraction,
+			Signer: ca.Active.Cert, RenewFraction: p.ServingRenewFraction, RenewRequested: sv.RenewRequested,
 		}, now)
 		if reason == "" {
 			continue

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
+	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -98,8 +99,23 @@ func (c *CAReconciler) advance(ctx context.Context) (outcome, error) {
 			return outcome{RequeueAfter: 10 * time.Second}, nil
 		}
 	}
-	if out.CA != nil && (g.CASecret == nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal) || len(MissingOwners(g.CASecret.OwnerReferences, owners)) > 0) {
-		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA, owners)
+	// A rotate-now request is handled once a next CA is staged (by it, or
+	// by a rotation already under way).
+	var ann map[string]string
+	if tok := rotateToken(g.CASecret); tok != "" {
+		data := out.CA
+		if data == nil {
+			data = g.CASecret.Data
+		}
+		if certs.ParseCASecret(data, now).Next != nil {
+			ann = map[string]string{AnnotationRotateCAHandled: tok}
+			if out.CA == nil {
+				out.CA = g.CASecret.Data
+			}
+		}
+	}
+	if out.CA != nil && (g.CASecret == nil || ann != nil || !maps.EqualFunc(out.CA, g.CASecret.Data, bytes.Equal) || len(MissingOwners(g.CASecret.OwnerReferences, owners)) > 0) {
+		sec, err := writeCASecret(ctx, c.Env.Client, c.Env.Settings.Namespace, g.CASecret, out.CA, owners, ann)
 		if err != nil {
 			return out, err
 		}
@@ -118,12 +134,17 @@ func (c *CAReconciler) rotating(ctx context.Context, out outcome) {
 	}
 }
 
+// AnnotationRotateCAHandled on the CA Secret is the last
+// v1alpha1.AnnotationRotateCA token the CA controller acted on.
+const AnnotationRotateCAHandled = "admission.hookwright.io/rotate-ca-handled"
+
 // writeCASecret creates the CA Secret (cur nil) or patches it to data with
 // an optimistic lock, so a concurrent writer (another replica that still
 // thinks it leads) makes this reconcile retry instead of one CA
 // overwriting another. The Secret is owned by the installation's CRDs
-// (owners; see owners.go). It returns the Secret as written.
-func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte, owners []metav1.OwnerReference) (*corev1.Secret, error) {
+// (owners; see owners.go) and gains the annotations ann. It returns the
+// Secret as written.
+func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *corev1.Secret, data map[string][]byte, owners []metav1.OwnerReference, ann map[string]string) (*corev1.Secret, error) {
 	if cur == nil {
 		sec := desired.CASecret(namespace, data)
 		sec.OwnerReferences = owners
@@ -134,6 +155,10 @@ func writeCASecret(ctx context.Context, c client.Client, namespace string, cur *
 	}
 	next := cur.DeepCopy()
 	next.Data = data
+	if len(ann) > 0 && next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	maps.Copy(next.Annotations, ann)
 	if next.Labels == nil {
 		next.Labels = map[string]string{}
 	}

@@ -43,6 +43,7 @@ func gather(ctx context.Context, env Env, own *desired.CR, now time.Time) (gathe
 	}
 	extra := env.extra()
 	g.State = certs.State{CA: caData, Published: map[string][]byte{}, Serving: map[string]certs.Serving{}}
+	g.State.RotateRequested = rotateToken(sec) != ""
 	if g.CRs, err = selfSignedCRs(ctx, env.Client, env.Settings); err != nil {
 		return g, err
 	}
@@ -53,7 +54,11 @@ func gather(ctx context.Context, env Env, own *desired.CR, now time.Time) (gathe
 			return g, err
 		}
 		g.Secrets[k] = sec
-		g.State.Serving[k] = servingOf(cr, env.Settings, sec)
+		sv := servingOf(cr, env.Settings, sec)
+		if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" && sec != nil {
+			sv.RenewRequested = sec.Annotations[AnnotationRenewedFor] != tok
+		}
+		g.State.Serving[k] = sv
 		if sec != nil {
 			d, _ := drainingFromAnnotations(sec.Annotations, now)
 			g.State.Draining = append(g.State.Draining, splitPEM(d)...)
@@ -123,6 +128,18 @@ func servingOf(cr desired.CR, s desired.Settings, sec *corev1.Secret) certs.Serv
 		sv.Cert, sv.Key = sec.Data[corev1.TLSCertKey], orEmpty(sec.Data[corev1.TLSPrivateKeyKey])
 	}
 	return sv
+}
+
+// rotateToken is the CA Secret's rotate-now request not yet handled
+// (v1alpha1.AnnotationRotateCA), or "".
+func rotateToken(sec *corev1.Secret) string {
+	if sec == nil {
+		return ""
+	}
+	if tok := sec.Annotations[v1alpha1.AnnotationRotateCA]; tok != sec.Annotations[AnnotationRotateCAHandled] {
+		return tok
+	}
+	return ""
 }
 
 // orEmpty makes a missing key a present-but-empty one, so

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
@@ -97,8 +98,23 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 		}
 	}
 	d.RequeueAfter = out.RequeueAfter
+	// The renew-now token the certificate answers: the CR's when issued
+	// now, else the one recorded.
+	handled := ""
+	if current != nil {
+		handled = current.Annotations[AnnotationRenewedFor]
+	}
+	if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" && out.IssueReason != "" {
+		handled = tok
+	}
+	if handled != "" {
+		d.secret.Annotations = map[string]string{AnnotationRenewedFor: handled}
+	}
 	if len(drain) > 0 {
-		d.secret.Annotations = map[string]string{annotationDrainingCerts: string(drain), annotationDrainingUntil: fmtTime(until)}
+		if d.secret.Annotations == nil {
+			d.secret.Annotations = map[string]string{}
+		}
+		d.secret.Annotations[annotationDrainingCerts], d.secret.Annotations[annotationDrainingUntil] = string(drain), fmtTime(until)
 		// The retired CA can be dropped once the grace period ends.
 		d.RequeueAfter = minPositive(d.RequeueAfter, max(until.Sub(now), time.Second))
 	}

@@ -51,6 +51,7 @@ func New(env Env) Sources {
 		v1alpha1.CertificateSelfSigned:  &selfSigned{env},
 		v1alpha1.CertificateSecret:      &userSecret{env},
 		v1alpha1.CertificateCertManager: &certManager{env},
+		v1alpha1.CertificateCSR:         &csrSource{env},
 	}
 }
 
@@ -75,6 +76,8 @@ type Env struct {
 	// WatchCertManager, when set, starts the watch on owned cert-manager
 	// Certificates once their CRD is served.
 	WatchCertManager func() error
+	// CSR configures mode CSR.
+	CSR CSRSettings
 }
 
 func (e Env) extra() []byte {

@@ -34,3 +34,27 @@ func CASecret(namespace string, data map[string][]byte) *corev1.Secret {
 		Data: data,
 	}
 }
+
+// CSRKeySecretName is the Secret holding the private key of a mode CSR
+// request in progress, next to the serving Secret.
+func CSRKeySecretName(op CR) string { return ServingSecretName(op) + "-csr-key" }
+
+// CSRKeySecret is that Secret with the key (PEM) as tls.key. It is not
+// mounted: the server pods start once the serving Secret exists.
+func CSRKeySecret(op CR, s Settings, keyPEM []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: meta(op, CSRKeySecretName(op), ServerNamespace(op, s)),
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{corev1.TLSPrivateKeyKey: keyPEM},
+	}
+}
+
+// CSRMeta is the metadata of a mode CSR CertificateSigningRequest of op
+// (cluster-scoped, owned by the CR): generated name "<base>-<random>", the
+// common labels plus labelCSROwner=ownerUID.
+func CSRMeta(op CR, labelCSROwner string) metav1.ObjectMeta {
+	m := meta(op, "", "")
+	m.GenerateName = op.Base() + "-"
+	m.Labels[labelCSROwner] = string(op.Object.GetUID())
+	return m
+}

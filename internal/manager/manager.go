@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,8 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/controllers/csrsigner"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/validation"
@@ -73,6 +76,10 @@ type Options struct {
 	Servers serverpolicy.Policy
 	// Settings of the controllers; Webhook is filled from WebhookService.
 	Settings controllers.Settings
+	// Signer, when set, makes the operator the CSR signer of
+	// Signer.SignerName (csrsigner.Setup; CASecret and Namespaces are filled
+	// from Settings) and mode CSR's own signer.
+	Signer *csrsigner.Options
 	// WrapValidation, when set, wraps the validating webhook's handler
 	// (tests stand in for a webhook that was down).
 	WrapValidation func(admission.Handler) admission.Handler
@@ -153,6 +160,19 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		})); err != nil {
 			return nil, err
 		}
+	}
+	if o.Signer != nil {
+		so := *o.Signer
+		so.CASecret = types.NamespacedName{Namespace: s.Namespace, Name: desired.CASecretName}
+		so.Namespaces = o.Servers.Namespaces
+		if so.SignerName == "" {
+			so.SignerName = v1alpha1.DefaultCSRSignerName
+		}
+		trust, err := csrsigner.Setup(mgr, so)
+		if err != nil {
+			return nil, fmt.Errorf("set up the CSR signer: %w", err)
+		}
+		s.CSR.Trust, s.CSR.OwnSigner = trust, so.SignerName
 	}
 	if err := controllers.Setup(mgr, s); err != nil {
 		return nil, fmt.Errorf("set up controllers: %w", err)

@@ -35,6 +35,11 @@ func StartToyWebhook(ca *TestCA, dnsNames ...string) (*ToyWebhook, error) {
 	if err != nil {
 		return nil, err
 	}
+	return StartToyWebhookPEM(certPEM, keyPEM)
+}
+
+// StartToyWebhookPEM serves with the given certificate (chain) and key.
+func StartToyWebhookPEM(certPEM, keyPEM []byte) (*ToyWebhook, error) {
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err

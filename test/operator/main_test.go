@@ -27,7 +27,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
@@ -64,6 +66,14 @@ var (
 	clock = &offsetClock{}
 	// caDir is the operator's --ca-dir (empty until a test fills it).
 	caDir string
+)
+
+// testSignerMaxValidity is the CSR signer's --csr-max-validity;
+// testSignerWait is how long mode CSR waits for a signer before saying it
+// does not answer.
+const (
+	testSignerMaxValidity = 24 * time.Hour
+	testSignerWait        = 5 * time.Second
 )
 
 // testCAPolicy makes a CA due for rotation 4 min after it is created (half
@@ -203,7 +213,9 @@ func startOperator(ctx context.Context) error {
 			},
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+			CSR:          certsource.CSRSettings{SignerWait: testSignerWait},
 		},
+		Signer: &csrsigner.Options{SignerName: v1alpha1.DefaultCSRSignerName, MaxValidity: testSignerMaxValidity},
 		WrapValidation: func(h admission.Handler) admission.Handler {
 			return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
 				if webhookBypass.Load() {

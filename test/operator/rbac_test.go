@@ -123,6 +123,9 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"list", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
 		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
 		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
+		{"sign", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
+		{"approve", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
+		{"attest", "certificates.k8s.io", "signers", "", "example.com/other"},
 	} {
 		if can(x) {
 			t.Errorf("the operator's ServiceAccount may %s", str(x))
@@ -138,6 +141,9 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
+		{"sign", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
+		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
+		{"update", "certificates.k8s.io", "certificatesigningrequests/status", "", ""},
 	} {
 		if !can(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
