@@ -51,7 +51,7 @@ const (
 	CertificateCertManager CertificateMode = "CertManager"
 	// CertificateSecret means the user provides a kubernetes.io/tls Secret with ca.crt.
 	CertificateSecret CertificateMode = "Secret"
-	// CertificateCSR: a certificates.k8s.io/v1 CertificateSigningRequest
+	// CertificateCSR means a certificates.k8s.io/v1 CertificateSigningRequest
 	// for spec.certificate.csr.signerName issues it; the caBundle comes
 	// from that signer's ClusterTrustBundles.
 	CertificateCSR CertificateMode = "CSR"
