@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certsource"
 )
 
 // The ClusterTrustBundle of the signer: created, repaired and read, never
@@ -148,7 +149,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 	switch {
 	case apierrors.IsNotFound(err):
 		ctb := &certificatesv1.ClusterTrustBundle{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedByValue, labelComponent: "ca"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedByValue, labelComponent: "ca"}, OwnerReferences: crdOwners(sec)},
 			Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: t.signerName, TrustBundle: string(want)},
 		}
 		if err := t.client.Create(ctx, ctb); err != nil {
@@ -158,8 +159,9 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, EventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
 	case err != nil:
 		return reconcile.Result{}, err
-	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue:
+	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue || len(certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))) > 0:
 		live.Spec.TrustBundle = string(want)
+		live.OwnerReferences = append(live.OwnerReferences, certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))...)
 		if live.Labels == nil {
 			live.Labels = map[string]string{}
 		}
@@ -209,4 +211,19 @@ func (t *TrustBundles) setup(mgr ctrl.Manager) error {
 	name := TrustBundleName(t.signerName)
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == name })
 	return b.Watches(&certificatesv1.ClusterTrustBundle{}, toCA, builder.WithPredicates(ours)).Complete(t)
+}
+
+// crdOwners are the CA Secret's owner references to the installation's
+// CRDs (internal/certsource/owners.go): the ClusterTrustBundle is
+// installation state too, so deleting the CRDs (make undeploy, operator-sdk
+// cleanup) deletes it. A cluster-scoped object cannot be owned by the
+// namespaced Secret itself.
+func crdOwners(sec *corev1.Secret) []metav1.OwnerReference {
+	var out []metav1.OwnerReference
+	for _, o := range sec.OwnerReferences {
+		if o.Kind == "CustomResourceDefinition" && strings.HasPrefix(o.APIVersion, "apiextensions.k8s.io/") {
+			out = append(out, metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID})
+		}
+	}
+	return out
 }
