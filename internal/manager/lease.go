@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/hookwright/hookwright/internal/apply"
@@ -42,13 +43,21 @@ const leaseOwnerResync = 30 * time.Second
 func ownLease(ctx context.Context, cs kubernetes.Interface, ns, name string, pod metav1.OwnerReference) {
 	l := ctrl.Log.WithName("leader-election")
 	for {
-		lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && !(len(lease.OwnerReferences) == 1 && lease.OwnerReferences[0].UID == pod.UID) {
-			lease.OwnerReferences = []metav1.OwnerReference{pod}
-			if _, err = cs.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{FieldManager: apply.FieldManager}); err == nil {
-				l.Info("leader Lease owned by this pod", "lease", ns+"/"+name, "pod", pod.Name)
+		// The elector renews the Lease every 2 s, so an update may conflict
+		// with it: retry at once on the fresh object rather than after the
+		// resync, by which time an uninstall may have removed the pod.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			lease, err := cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || len(lease.OwnerReferences) == 1 && lease.OwnerReferences[0].UID == pod.UID {
+				return err
 			}
-		}
+			lease.OwnerReferences = []metav1.OwnerReference{pod}
+			if _, err = cs.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{FieldManager: apply.FieldManager}); err != nil {
+				return err
+			}
+			l.Info("leader Lease owned by this pod", "lease", ns+"/"+name, "pod", pod.Name)
+			return nil
+		})
 		if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			l.Error(err, "own leader Lease", "lease", ns+"/"+name)
 		}
