@@ -64,8 +64,9 @@ spec() {
 	esac
 }
 
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins)
-ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize operator-sdk scorecard-test)
+# operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
+ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
 
 build() {
 	local tool=$1 s mod out env tags ldflags pkgs stamp want
