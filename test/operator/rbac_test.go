@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/internal/certsource"
@@ -100,8 +101,22 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		}
 		return r.Status.Allowed
 	}
+	// The RBAC authorizer reads bindings from an informer, so a binding
+	// takes effect a moment after its create returns: what must be allowed
+	// is polled for, up to 30s.
+	canEventually := func(x q) bool {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return can(x), nil
+		})
+		return err == nil
+	}
 	str := func(x q) string {
 		return fmt.Sprintf("%s %s (group %q) ns=%q name=%q", x.verb, x.resource, x.group, x.ns, x.name)
+	}
+	// Denials mean something only once the bindings are in effect.
+	if bound := (q{"get", "", "secrets", opNS, desired.CASecretName}); !canEventually(bound) {
+		t.Fatalf("config/rbac's bindings never took effect: %s still denied after 30s", str(bound))
 	}
 	for _, x := range []q{
 		{"get", "", "secrets", "kube-system", "bootstrap-token-abcdef"},
@@ -145,7 +160,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"update", "certificates.k8s.io", "certificatesigningrequests/status", "", ""},
 	} {
-		if !can(x) {
+		if !canEventually(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
 		}
 	}
@@ -167,7 +182,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "policy", "poddisruptionbudgets", extraNS, ""},
 		{"create", "cert-manager.io", "certificates", extraNS, ""},
 	} {
-		if !can(x) {
+		if !canEventually(x) {
 			t.Errorf("with server-namespace-role bound, the operator may not %s", str(x))
 		}
 	}
