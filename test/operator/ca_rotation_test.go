@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -339,6 +340,7 @@ func TestCADirAndCARotation(t *testing.T) {
 	}
 	deleted := time.Now()
 	var replacement *x509.Certificate
+	var waiting string // what the wait last waited for
 	err = cluster.WaitFor(ctx, 60*time.Second, "a new CA after the CA Secret was deleted, the lost one dropped", func(ctx context.Context) (bool, error) {
 		sec := &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(caSec), sec); err != nil {
@@ -346,6 +348,7 @@ func TestCADirAndCARotation(t *testing.T) {
 		}
 		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
 		if err != nil || active.Equal(lost) {
+			waiting = "the CA Secret's active CA is still the lost one"
 			return false, nil
 		}
 		if replacement == nil {
@@ -358,18 +361,20 @@ func TestCADirAndCARotation(t *testing.T) {
 		}
 		leaf, err := certs.ParseCertPEM(serving.Data[corev1.TLSCertKey])
 		if err != nil || !certs.SignedBy(leaf, active) {
+			waiting = "the serving certificate is not yet signed by the new CA"
 			return false, nil
 		}
 		for _, n := range configs {
 			b, err := mwcBundle(ctx, n)
 			if err != nil || certs.BundleContains(b, lost) || !certs.BundleContains(b, active) {
+				waiting = fmt.Sprintf("configuration %s: caBundle has the lost CA %t, the new CA %t (%v)", n, certs.BundleContains(b, lost), certs.BundleContains(b, active), err)
 				return false, err
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; last waiting for: %s", err, waiting)
 	}
 	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // admissions against the new CA only
