@@ -86,6 +86,10 @@ func (c *CAReconciler) advance(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return out, err
 	}
+	if !g.DrainingUntil.IsZero() {
+		// A retired CA a draining certificate chains to may be dropped then.
+		out.RequeueAfter = minPositive(out.RequeueAfter, max(g.DrainingUntil.Sub(now), time.Second))
+	}
 	var owners []metav1.OwnerReference
 	if c.Env.APIReader != nil {
 		if owners, err = InstallationOwners(ctx, c.Env.APIReader); err != nil {

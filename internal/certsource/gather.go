@@ -23,6 +23,10 @@ type gathered struct {
 	Secrets map[string]*corev1.Secret
 	// CRs are the SelfSigned CRs the operator issues certificates for.
 	CRs []desired.CR
+	// DrainingUntil is the earliest end of a grace period still running
+	// (zero: none). When it passes, certificates stop counting as in use
+	// with no API event, so the CA controller wakes itself then.
+	DrainingUntil time.Time
 }
 
 // gather reads the CA Secret (uncached: it is the only copy of the CA
@@ -60,8 +64,11 @@ func gather(ctx context.Context, env Env, own *desired.CR, now time.Time) (gathe
 		}
 		g.State.Serving[k] = sv
 		if sec != nil {
-			d, _ := drainingFromAnnotations(sec.Annotations, now)
+			d, until := drainingFromAnnotations(sec.Annotations, now)
 			g.State.Draining = append(g.State.Draining, splitPEM(d)...)
+			if d != nil && (g.DrainingUntil.IsZero() || until.Before(g.DrainingUntil)) {
+				g.DrainingUntil = until
+			}
 		}
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		switch found, err := getOrNil(ctx, env.Client, client.ObjectKey{Name: cr.Base()}, mwc); {

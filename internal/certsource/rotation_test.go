@@ -3,12 +3,16 @@ package certsource
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -16,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
@@ -90,8 +95,8 @@ func (w *world) crs(t *testing.T) []desired.CR {
 	return []desired.CR{desired.SidecarCR(si), desired.OversellCR(no)}
 }
 
-// reconcileCA runs the CA controller once.
-func (w *world) reconcileCA(t *testing.T) {
+// reconcileCA runs the CA controller once and returns its RequeueAfter.
+func (w *world) reconcileCA(t *testing.T) time.Duration {
 	t.Helper()
 	out, err := w.ca.advance(context.Background())
 	if err != nil {
@@ -102,21 +107,26 @@ func (w *world) reconcileCA(t *testing.T) {
 			w.steps[s.Kind] = w.now
 		}
 	}
+	return out.RequeueAfter
 }
 
 // reconcile runs cr's certificate share and publishes its configuration
-// as the lifecycle reconciler does.
-func (w *world) reconcile(t *testing.T, cr desired.CR) {
+// as the lifecycle reconciler does. It returns the source's RequeueAfter.
+func (w *world) reconcile(t *testing.T, cr desired.CR) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	st, err := w.src.Certificate(ctx, cr, func(_ context.Context, obj client.Object) error {
 		sec := obj.(*corev1.Secret)
 		old := &corev1.Secret{}
-		if err := w.c.Get(ctx, client.ObjectKeyFromObject(sec), old); err != nil || !bytes.Equal(old.Data[corev1.TLSCertKey], sec.Data[corev1.TLSCertKey]) {
+		err := w.c.Get(ctx, client.ObjectKeyFromObject(sec), old)
+		if err != nil || !bytes.Equal(old.Data[corev1.TLSCertKey], sec.Data[corev1.TLSCertKey]) {
 			w.changed[servingKey(cr, w.env.Settings)] = w.now
 			if _, ok := w.steps[certs.StepIssueServing]; !ok && err == nil {
 				w.steps[certs.StepIssueServing] = w.now
 			}
+		}
+		if err == nil && !drifted(t, sec, old) {
+			return nil // the Applier writes only on drift (apply.Drift)
 		}
 		w.put(t, sec.DeepCopy())
 		return nil
@@ -141,6 +151,7 @@ func (w *world) reconcile(t *testing.T, cr desired.CR) {
 		}
 		w.put(t, d.Webhook)
 	}
+	return st.RequeueAfter
 }
 
 func (w *world) bundle(t *testing.T, cr desired.CR) []byte {
@@ -274,5 +285,148 @@ func TestPlannerView(t *testing.T) {
 	}
 	if v := plannerView(published, nil, own); !bytes.Equal(v, published) {
 		t.Fatal("without extra CAs the view must be the published bundle")
+	}
+}
+
+// drifted reports whether the Applier would write desired over live.
+func drifted(t *testing.T, desired, live client.Object) bool {
+	t.Helper()
+	gvk := corev1.SchemeGroupVersion.WithKind("Secret")
+	want, err := apply.ToApplyObject(desired, gvk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(apply.Drift(want.Object, l)) > 0
+}
+
+// versions are the contents of every object a controller watches that the
+// certificate work writes (the fake client's Update bumps the
+// resourceVersion even of an unchanged object; the API server does not).
+func (w *world) versions(t *testing.T) map[string]string {
+	t.Helper()
+	v := map[string]string{}
+	var secs corev1.SecretList
+	var mwcs admissionregistrationv1.MutatingWebhookConfigurationList
+	for _, l := range []client.ObjectList{&secs, &mwcs} {
+		if err := w.c.List(context.Background(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range secs.Items {
+		v["secret/"+o.Namespace+"/"+o.Name] = fmt.Sprint(o.Data, o.Annotations)
+	}
+	for _, o := range mwcs.Items {
+		for _, wh := range o.Webhooks {
+			v["mwc/"+o.Name+"/"+wh.Name] = string(wh.ClientConfig.CABundle)
+		}
+	}
+	return v
+}
+
+// runOnEvents runs each controller only when it would run in a manager:
+// when an object it watches changed or its RequeueAfter came due, never on
+// a fixed tick, so a step that becomes due with time alone (a draining
+// grace period ending) is reached only if a controller asked to be woken
+// for it. It returns how much simulated time passed until done held, and
+// false if it did not within limit.
+func (w *world) runOnEvents(t *testing.T, limit time.Duration, done func() bool) (time.Duration, bool) {
+	t.Helper()
+	// due is when each controller runs next: "ca" and each CR's base name.
+	due := map[string]time.Time{"ca": w.now}
+	for _, cr := range w.crs(t) {
+		due[cr.Base()] = w.now
+	}
+	start := w.now
+	for w.now.Sub(start) < limit {
+		before := w.versions(t)
+		for name, at := range due {
+			if at.IsZero() || w.now.Before(at) {
+				continue
+			}
+			due[name] = time.Time{}
+			var after time.Duration
+			if name == "ca" {
+				after = w.reconcileCA(t)
+			} else {
+				for _, cr := range w.crs(t) {
+					if cr.Base() == name {
+						after = w.reconcile(t, cr)
+					}
+				}
+			}
+			if after > 0 {
+				due[name] = w.now.Add(after)
+			}
+		}
+		if !maps.Equal(before, w.versions(t)) {
+			// Every controller watches the CA Secret, the serving Secrets and
+			// the configurations (an over-approximation for the CRs). CR
+			// status updates, which also wake the CA controller, are not
+			// modelled: nothing may depend on them.
+			for name := range due {
+				due[name] = w.now
+			}
+			continue
+		}
+		if done() {
+			return w.now.Sub(start), true
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	return limit, false
+}
+
+// settled reports whether every serving certificate is signed by the
+// active CA and no configuration trusts old.
+func (w *world) settled(t *testing.T, old *x509.Certificate) bool {
+	t.Helper()
+	active := mustCA(t, w.caData(t))
+	for _, cr := range w.crs(t) {
+		leaf, err := certs.ParseCertPEM(w.secret(t, cr).Data[corev1.TLSCertKey])
+		if err != nil || !certs.SignedBy(leaf, active) || certs.BundleContains(w.bundle(t, cr), old) {
+			return false
+		}
+	}
+	return !active.Equal(old)
+}
+
+// TestConvergesOnEventsAndRequeues runs a due CA rotation and a deleted CA
+// Secret (its CA known only from the caBundles) on events and requeues
+// alone: each ends with every certificate from the new CA and the old CA
+// out of every configuration, once the replaced certificates' grace ends.
+func TestConvergesOnEventsAndRequeues(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(w *world)
+	}{
+		{"rotation due", func(w *world) {
+			w.now = certs.CARotationTime(mustCA(t, w.caData(t)), w.env.Certificates.Policy)
+		}},
+		{"CA Secret deleted", func(w *world) {
+			if err := w.c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.env.Settings.Namespace, Name: desired.CASecretName}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, nil, Settings{Policy: certs.Policy{CAValidity: time.Hour, PromoteDelay: 2 * time.Second}, DrainGrace: 10 * time.Second})
+			for range 3 {
+				w.reconcileCA(t)
+				for _, cr := range w.crs(t) {
+					w.reconcile(t, cr)
+				}
+			}
+			old := mustCA(t, w.caData(t))
+			tc.start(w)
+			took, ok := w.runOnEvents(t, 2*time.Minute, func() bool { return w.settled(t, old) })
+			if !ok {
+				t.Fatalf("after %s the old CA is still trusted or signs a serving certificate; steps %v", took, w.steps)
+			}
+			t.Logf("settled %s after the start", took)
+		})
 	}
 }
