@@ -415,6 +415,11 @@ func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 	if _, err := r.ensure(ctx, p.op, wh); err != nil {
 		return 0, false, err
 	}
+	if p.cert.BundleOnly {
+		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
+			"MutatingWebhookConfiguration "+wh.Name+" has the new caBundle; its serving certificate is issued next")
+		return overlapEnds, false, nil
+	}
 	svc := wh.Webhooks[0].ClientConfig.Service
 	r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, true, ReasonConfigured, fmt.Sprintf(
 		"MutatingWebhookConfiguration %s calls service %s/%s:443%s", wh.Name, svc.Namespace, svc.Name, *svc.Path))

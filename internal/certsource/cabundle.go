@@ -21,7 +21,7 @@ import (
 // configuration carried before a ca.crt change leave it (the overlap,
 // recorded in the previous-ca-until annotation).
 func Publish(want, live *admissionregistrationv1.MutatingWebhookConfiguration, st State, now time.Time, grace time.Duration) (ok bool, requeueAfter time.Duration) {
-	if len(st.CABundle) == 0 {
+	if len(st.CABundle) == 0 || st.BundleOnly && live == nil {
 		return false, 0
 	}
 	bundle := st.CABundle

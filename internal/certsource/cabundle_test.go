@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"github.com/hookwright/hookwright/internal/certs"
 )
 
@@ -77,5 +79,41 @@ func TestOverlapCABundle(t *testing.T) {
 	if !previousCAUntil(map[string]string{annotationPreviousCAUntil: fmtTime(now)}).Equal(now) || !previousCAUntil(nil).IsZero() ||
 		!previousCAUntil(map[string]string{annotationPreviousCAUntil: "soon"}).IsZero() {
 		t.Error("previousCAUntil round trip")
+	}
+}
+
+// TestPublishWithoutCertificate: no bundle, nothing written; a bundle with
+// no certificate issued yet (BundleOnly) updates an existing configuration
+// and never creates one.
+func TestPublishWithoutCertificate(t *testing.T) {
+	kp, err := certs.NewCA(certs.CAOptions{CommonName: "ca"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwc := func(bundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+		return &admissionregistrationv1.MutatingWebhookConfiguration{Webhooks: []admissionregistrationv1.MutatingWebhook{{ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: bundle}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		st   State
+		live *admissionregistrationv1.MutatingWebhookConfiguration
+		want bool
+	}{
+		{"no bundle, no configuration", State{}, nil, false},
+		{"no bundle, existing configuration", State{}, mwc([]byte("old")), false},
+		{"bundle only, no configuration", State{CABundle: kp.CertPEM, BundleOnly: true}, nil, false},
+		{"bundle only, existing configuration", State{CABundle: kp.CertPEM, BundleOnly: true}, mwc([]byte("old")), true},
+		{"certificate, no configuration", State{CABundle: kp.CertPEM}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := mwc(nil)
+			ok, _ := Publish(want, tc.live, tc.st, time.Now(), time.Minute)
+			if ok != tc.want {
+				t.Fatalf("Publish ok %t, want %t", ok, tc.want)
+			}
+			if ok && !bytes.Equal(want.Webhooks[0].ClientConfig.CABundle, kp.CertPEM) {
+				t.Errorf("caBundle %q, want the state's", want.Webhooks[0].ClientConfig.CABundle)
+			}
+		})
 	}
 }

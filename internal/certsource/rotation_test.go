@@ -406,6 +406,16 @@ func TestConvergesOnEventsAndRequeues(t *testing.T) {
 		{"rotation due", func(w *world) {
 			w.now = certs.CARotationTime(mustCA(t, w.caData(t)), w.env.Certificates.Policy)
 		}},
+		{"CA Secret and a serving Secret deleted", func(w *world) {
+			for _, o := range []client.Object{
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.env.Settings.Namespace, Name: desired.CASecretName}},
+				w.secret(t, w.crs(t)[1]),
+			} {
+				if err := w.c.Delete(context.Background(), o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
 		{"CA Secret deleted", func(w *world) {
 			if err := w.c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.env.Settings.Namespace, Name: desired.CASecretName}}); err != nil {
 				t.Fatal(err)

@@ -47,6 +47,11 @@ func (s *selfSigned) Certificate(ctx context.Context, cr desired.CR, apply Apply
 		}
 	}
 	d := decideSelfSigned(cr, s.env.Settings, s.env.Certificates, out, g.Secrets[own], now)
+	if d.secret == nil && g.Secrets[own] != nil {
+		// No certificate to write now (no usable CA, or not issued yet):
+		// the Secret servers mount stays until one is.
+		d.Keep = []client.Object{g.Secrets[own]}
+	}
 	if d.secret != nil {
 		if err := apply(ctx, d.secret); err != nil {
 			return State{}, err
@@ -82,6 +87,9 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 	ns, name := desired.ServerNamespace(cr, s), desired.ServingSecretName(cr)
 	cert, err := certs.ParseCertPEM(out.Serving.Cert)
 	if err != nil {
+		// The planner issues the certificate once the configuration, if it
+		// exists, carries the bundle: publish it, or neither ever happens.
+		d.CABundle, d.BundleOnly, d.RequeueAfter = out.Bundle, true, out.RequeueAfter
 		d.Reason, d.Message = ReasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
 		return d
 	}

@@ -155,6 +155,11 @@ type State struct {
 	// when no usable certificate exists (the configuration is then not
 	// written, so the API server is never pointed at an unverifiable server).
 	CABundle []byte
+	// BundleOnly: CABundle is set though no serving certificate is issued
+	// yet, because the planner issues it only once every existing
+	// configuration carries CABundle. An existing configuration is
+	// updated; a missing one is still not created.
+	BundleOnly bool
 	// Publish is how the configuration's caBundle follows CABundle.
 	Publish PublishRule
 	// Keep are the objects the source owns for the CR (not pruned).

@@ -374,6 +374,11 @@ func TestCADirAndCARotation(t *testing.T) {
 		return true, nil
 	})
 	if err != nil {
+		for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
+			if c.Get(context.Background(), client.ObjectKeyFromObject(o), o) == nil {
+				t.Logf("%s conditions: %+v", o.Name, o.Status.Conditions)
+			}
+		}
 		t.Fatalf("%v; last waiting for: %s", err, waiting)
 	}
 	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
