@@ -87,20 +87,23 @@ func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
 	t.Logf("figure: re-amplification: CR unpaused -> server endpoint ready %s -> node amplified %s (the kubelet alone: its next report, 2.5-7.5 min after its raw patch)",
 		readyAt.Sub(unpaused).Round(100*time.Millisecond), amplified.Sub(readyAt).Round(100*time.Millisecond))
 
-	// It was the operator's touch, not a kubelet report.
-	var evs eventsv1.EventList
-	if err := env.Client.List(ctx, &evs, client.InNamespace(corev1.NamespaceDefault)); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range evs.Items {
-		if e.Reason == oversellnodes.EventNodesReamplified && e.Regarding.Name == no.Name && e.EventTime.After(unpaused) {
-			found = true
-			t.Logf("event %s: %s", e.Reason, e.Note)
+	// It was the operator's touch, not a kubelet report. The Event is
+	// written by the recorder's broadcaster, a moment after the touch.
+	err := cluster.WaitFor(ctx, 30*time.Second, "a "+oversellnodes.EventNodesReamplified+" Event for NodeOversell "+no.Name, func(ctx context.Context) (bool, error) {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(corev1.NamespaceDefault)); err != nil {
+			return false, err
 		}
-	}
-	if !found {
-		t.Errorf("no %s Event for NodeOversell %s after the server returned", oversellnodes.EventNodesReamplified, no.Name)
+		for _, e := range evs.Items {
+			if e.Reason == oversellnodes.EventNodesReamplified && e.Regarding.Name == no.Name && e.EventTime.After(unpaused) {
+				t.Logf("event %s: %s", e.Reason, e.Note)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 
