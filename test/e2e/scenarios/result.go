@@ -103,6 +103,7 @@ var All = []Scenario{
 	{"3. Hot reload", HotReload},
 	{"4. Self-healing webhooks", SelfHealing},
 	{"5. OLM", OLMInstall},
+	{"6. CA rotation under load", Rotation},
 }
 
 // Run runs s and returns its result.

@@ -1,0 +1,289 @@
+package scenarios
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+const (
+	// CSRInjectorName is scenario 6's SidecarInjector in mode CSR.
+	CSRInjectorName = "csr-injector"
+	// CSRNamespace is the namespace it selects.
+	CSRNamespace = "lab-csr"
+	// operatorSigner is the operator's own signerName (--csr-signer-name).
+	operatorSigner = "hookwright.io/webhook-serving"
+	// rotationLoad is the dry-run pod creates per second during scenario 6.
+	rotationLoad = 50
+)
+
+// admissionLoad counts dry-run pod creates against one namespace.
+type admissionLoad struct {
+	ns                            string
+	attempted, failed, uninjected atomic.Int64
+	mu                            sync.Mutex
+	firstErrs                     []string
+}
+
+func (l *admissionLoad) record(p *corev1.Pod, err error) {
+	l.attempted.Add(1)
+	switch {
+	case err != nil:
+		l.failed.Add(1)
+		l.mu.Lock()
+		if len(l.firstErrs) < 3 {
+			l.firstErrs = append(l.firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
+		}
+		l.mu.Unlock()
+	case injectedOnce(p) != nil:
+		l.uninjected.Add(1)
+	}
+}
+
+// Rotation is scenario 6: an administrator starts an installation-CA
+// rotation at once (`hookwright rotate-ca`'s annotation, written with
+// kubectl) while server-side dry-run pod creates run at 50 per second
+// against two SidecarInjectors side by side, the SelfSigned sample and one
+// in mode CSR whose certificate the operator signs as
+// hookwright.io/webhook-serving. No admission fails while the new CA is
+// staged, published into every caBundle and the signer's
+// ClusterTrustBundle, promoted, and the SelfSigned certificate re-issued
+// and then served by the server pods (after the kubelet updates their
+// mounted Secret). The old CA leaves after the drain grace (5 min by
+// default), which the demo does not wait for; test/operator measures it
+// with a short grace.
+func Rotation(ctx context.Context, e *Env, r *Result) error {
+	c := e.Cluster.Client
+	sample := &v1alpha1.SidecarInjector{}
+	if err := c.Get(ctx, client.ObjectKey{Name: SampleInjectorName}, sample); err != nil {
+		return err
+	}
+	sel := map[string]string{"hookwright-demo/certificate": "csr"}
+	if _, err := e.Cluster.CreateNamespace(ctx, CSRNamespace, sel); err != nil {
+		return err
+	}
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: CSRInjectorName}, Spec: *sample.Spec.DeepCopy()}
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
+	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCSR, CSR: &v1alpha1.CSRCertificate{SignerName: operatorSigner, Approve: true}}
+	start := time.Now()
+	if err := c.Create(ctx, si); err != nil {
+		return err
+	}
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "SidecarInjector "+CSRInjectorName+" Ready", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(si), si)
+		return err == nil && apimeta.IsStatusConditionTrue(si.Status.Conditions, v1alpha1.ConditionReady), err
+	}); err != nil {
+		return err
+	}
+	if _, err := pollUntil(ctx, "dry-run pod in "+CSRNamespace+" injected", 30*time.Second, func(ctx context.Context) (bool, error) {
+		p, err := dryRunIn(ctx, e, CSRNamespace, "csr-1")
+		return err == nil && injectedOnce(p) == nil, nil
+	}); err != nil {
+		return err
+	}
+	r.timing("SidecarInjector in mode CSR created → Ready, pods injected", time.Since(start), 0)
+	r.check("SidecarInjector %s (mode CSR, signer %s, approve: true) injects pods in %s beside the SelfSigned sample", CSRInjectorName, operatorSigner, CSRNamespace)
+
+	caKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.CASecretName}
+	caSec := &corev1.Secret{}
+	if err := c.Get(ctx, caKey, caSec); err != nil {
+		return err
+	}
+	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+	if err != nil {
+		return fmt.Errorf("CA Secret %s: %w", caKey, err)
+	}
+
+	// The load: 50 creates per second, alternating between the two.
+	loads := []*admissionLoad{{ns: LabNamespace}, {ns: CSRNamespace}}
+	loadCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second / rotationLoad)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			l := loads[i%len(loads)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{GenerateName: "rotation-", Namespace: l.ns},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: nginx}}},
+				}
+				err := c.Create(loadCtx, p, client.DryRunAll)
+				if loadCtx.Err() == nil {
+					l.record(p, err)
+				}
+			}()
+		}
+	}()
+	time.Sleep(2 * time.Second) // a baseline before rotating
+
+	token := time.Now().UTC().Format(time.RFC3339)
+	if _, _, err := e.RunKubectl(ctx, nil, "-n", OperatorNamespace, "annotate", "secret", desired.CASecretName,
+		v1alpha1.AnnotationRotateCA+"="+token, "--overwrite"); err != nil {
+		return err
+	}
+	asked := time.Now()
+	r.check("kubectl -n %s annotate secret %s %s=%s (what `hookwright rotate-ca` writes)", OperatorNamespace, desired.CASecretName, v1alpha1.AnnotationRotateCA, token)
+
+	var next *x509.Certificate
+	took, err := pollUntil(ctx, "next CA staged", time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, caKey, caSec); err != nil {
+			return false, err
+		}
+		next, err = certs.ParseCertPEM(caSec.Data[certs.SecretKeyNextCert])
+		return err == nil, nil
+	})
+	if err != nil {
+		return err
+	}
+	r.timing("rotate-ca → next CA staged in the CA Secret", took, 0)
+	if _, err := pollUntil(ctx, "next CA in every caBundle and the ClusterTrustBundle", time.Minute, func(ctx context.Context) (bool, error) {
+		configs, err := ownedConfigs(ctx, e)
+		if err != nil || len(configs) == 0 {
+			return false, err
+		}
+		for _, m := range configs {
+			for _, w := range m.Webhooks {
+				if !certs.BundleContains(w.ClientConfig.CABundle, next) {
+					return false, nil
+				}
+			}
+		}
+		return trustBundleHas(ctx, c, operatorSigner, next)
+	}); err != nil {
+		return err
+	}
+	r.timing("rotate-ca → next CA in every caBundle (SelfSigned and CSR) and the ClusterTrustBundle", time.Since(asked), 0)
+	if _, err := pollUntil(ctx, "next CA promoted", time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, caKey, caSec); err != nil {
+			return false, err
+		}
+		active, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+		return err == nil && active.Equal(next), nil
+	}); err != nil {
+		return err
+	}
+	r.timing("rotate-ca → next CA promoted (signs from now on)", time.Since(asked), 0)
+	servingKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.ServingSecretName(desired.SidecarCR(sample))}
+	if _, err := pollUntil(ctx, "SelfSigned serving certificate from the new CA", time.Minute, func(ctx context.Context) (bool, error) {
+		sec := &corev1.Secret{}
+		if err := c.Get(ctx, servingKey, sec); err != nil {
+			return false, err
+		}
+		leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey])
+		return err == nil && certs.SignedBy(leaf, next), nil
+	}); err != nil {
+		return err
+	}
+	r.timing("rotate-ca → SelfSigned serving certificate re-issued from the new CA", time.Since(asked), 0)
+	if _, err := pollUntil(ctx, "the sample's server pods serve the new certificate", 4*time.Minute, func(ctx context.Context) (bool, error) {
+		return podsServe(ctx, c, desired.SidecarCR(sample).Base(), next)
+	}); err != nil {
+		return err
+	}
+	r.timing("rotate-ca → every sample server pod serves it (the kubelet's Secret update, certwatcher)", time.Since(asked), 0)
+	time.Sleep(2 * time.Second) // admissions against the new certificate
+	stop()
+	wg.Wait()
+
+	var failed int64
+	for _, l := range loads {
+		failed += l.failed.Load() + l.uninjected.Load()
+		r.check("%s: %d dry-run creates during the rotation, %d failed, %d not injected%s", l.ns, l.attempted.Load(), l.failed.Load(), l.uninjected.Load(), firstErrors(l))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d admissions failed or were not injected during the CA rotation", failed)
+	}
+	r.check("old CA %q stays trusted until the drain grace ends (5 min by default; not waited for here)", oldCA.Subject.CommonName)
+	return nil
+}
+
+func firstErrors(l *admissionLoad) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.firstErrs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (first errors %v)", l.firstErrs)
+}
+
+// dryRunIn creates pod name in ns as a server-side dry run.
+func dryRunIn(ctx context.Context, e *Env, ns, name string) (*corev1.Pod, error) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: nginx}}},
+	}
+	if err := e.Cluster.Client.Create(ctx, p, client.DryRunAll); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// trustBundleHas reports whether a ClusterTrustBundle of signer holds ca.
+func trustBundleHas(ctx context.Context, c client.Client, signer string, ca *x509.Certificate) (bool, error) {
+	var l certificatesv1.ClusterTrustBundleList
+	if err := c.List(ctx, &l); err != nil {
+		return false, err
+	}
+	for _, b := range l.Items {
+		if b.Spec.SignerName == signer && certs.BundleContains([]byte(b.Spec.TrustBundle), ca) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// podsServe reports whether every ready server pod of base presents a
+// certificate signed by ca on its webhook port (pod IPs are routed to the
+// node's bridge on this machine only).
+func podsServe(ctx context.Context, c client.Client, base string, ca *x509.Certificate) (bool, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabels{desired.LabelInstance: base}); err != nil {
+		return false, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if !podReady(&p) || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		n++
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: &tls.Config{InsecureSkipVerify: true}} // #nosec G402 -- only the presented chain is inspected
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, strconv.Itoa(desired.WebhookPort)))
+		if err != nil {
+			return false, nil
+		}
+		chain := conn.(*tls.Conn).ConnectionState().PeerCertificates
+		_ = conn.Close()
+		if len(chain) == 0 || !certs.SignedBy(chain[0], ca) {
+			return false, nil
+		}
+	}
+	return n > 0, nil
+}
