@@ -62,14 +62,8 @@ func (c *Cluster) startAndWait(ctx context.Context, name, bin string, args []str
 		return err
 	}
 	c.procs = append(c.procs, p)
-	// A component that exits early has bad flags or no binary: fail now with its log.
-	select {
-	case <-time.After(500 * time.Millisecond):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if done, perr := p.Exited(); done {
-		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", name, perr, p.Tail(1500))
+	if err := p.Settle(ctx, 500*time.Millisecond); err != nil {
+		return err
 	}
 	if ready == nil {
 		return nil

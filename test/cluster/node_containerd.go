@@ -196,12 +196,11 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	}
 	for _, id := range strings.Fields(out) {
 		// Wait for the kill to land; delete fails while the task runs.
-		for i := 0; i < 50; i++ {
-			if _, err := n.ctr(ctx, "tasks", "delete", "--force", id); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		// A task that will not go is found when its container is deleted.
+		_, _ = Poll(ctx, 100*time.Millisecond, 10*time.Second, "task "+id+" deleted", func(ctx context.Context) (bool, error) {
+			_, err := n.ctr(ctx, "tasks", "delete", "--force", id)
+			return err == nil, nil
+		})
 	}
 	cs, err := n.ctr(ctx, "containers", "ls", "-q")
 	if err != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -96,6 +97,21 @@ func tailFile(path string, n int64) string {
 	buf := make([]byte, st.Size()-off)
 	_, _ = f.ReadAt(buf, off)
 	return string(buf)
+}
+
+// Settle waits d after the start and fails, with the log's tail, if the
+// process has already ended: a component with bad flags, a missing binary
+// or kubeconfig exits at once. It returns ctx's error if ctx ends first.
+func (p *Process) Settle(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if done, err := p.Exited(); done {
+		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", p.Name, err, p.Tail(2000))
+	}
+	return nil
 }
 
 // exitErr is nil while p runs; once it has ended, a Permanent error naming
