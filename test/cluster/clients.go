@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,4 +45,28 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string, labels map[s
 		}
 	}
 	return ns, nil
+}
+
+// Warnings records the warnings the API server returns to a client (what
+// kubectl prints as "Warning: ..."); set it as a rest.Config's
+// WarningHandlerWithContext. Safe for concurrent use.
+type Warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// HandleWarningHeaderWithContext records msg (rest.WarningHandlerWithContext).
+func (w *Warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+// Take returns the warnings recorded since the last Take.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
 }

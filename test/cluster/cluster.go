@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -281,6 +282,28 @@ func (c *Cluster) ServiceCIDR() string {
 		return v[0]
 	}
 	return "10.0.0.0/24" // envtest's default
+}
+
+// StopChecked stops c and writes to w, one line each, what Stop failed at
+// and what it left behind (Leaks, and the temp dir if New made it); a
+// TestMain fails when it returns false. Nothing may outlive Stop.
+func (c *Cluster) StopChecked(w io.Writer) bool {
+	ok := true
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(w, "stop cluster:", err)
+		ok = false
+	}
+	for _, l := range c.Leaks() {
+		fmt.Fprintln(w, "leak:", l)
+		ok = false
+	}
+	if c.ownDir {
+		if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+			fmt.Fprintf(w, "leak: %s still exists after Stop (%v)\n", c.Dir, err)
+			ok = false
+		}
+	}
+	return ok
 }
 
 // Processes are the components New started besides etcd and kube-apiserver.

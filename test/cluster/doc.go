@@ -17,11 +17,12 @@
 // Each file answers one question:
 //
 //   - cluster.go: how does the control plane start and stop (Options, New,
-//     Stop, Leaks)?
+//     Stop, Leaks, StopChecked)?
 //   - components.go: how are kube-controller-manager and kube-scheduler
 //     started and awaited?
-//   - clients.go: as whom does a test act (Impersonate, KubeletConfig), and
-//     how does it get a namespace (CreateNamespace)?
+//   - clients.go: how does a test act on the cluster: as whom (Impersonate,
+//     KubeletConfig), in which namespace (CreateNamespace), hearing which
+//     warnings (Warnings)?
 //   - egress.go: how does the API server's egress leave it (the CONNECT
 //     proxy and its EgressSelectorConfiguration)?
 //   - routes.go: where does that egress go (ExposeLocal and RouteService to
@@ -43,7 +44,7 @@
 //     removed and found (cgroups, mounts, host files, packet filter rules,
 //     kernel settings)?
 //   - process.go: how does the harness run a child process (StartProcess,
-//     its log, a free port)?
+//     Settle, its log, a free port)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
 //     Permanent)? Every wait and repeated check in test/... uses these.
 //   - repo.go: what does the harness take from the repository (RepoRoot,
