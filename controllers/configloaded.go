@@ -30,9 +30,9 @@ import (
 
 // Condition reasons of ConfigLoaded.
 const (
-	ReasonGenerationServed = "GenerationServed"
-	ReasonServersLagging   = "ServersLagging"
-	ReasonNoReadyServers   = "NoReadyServers"
+	reasonGenerationServed = "GenerationServed"
+	reasonServersLagging   = "ServersLagging"
+	reasonNoReadyServers   = "NoReadyServers"
 )
 
 // configLoadedPoll is how often ConfigLoaded is read again while it is not
@@ -66,7 +66,7 @@ type podServing struct {
 // generation served by a ready pod (0 with none).
 func configLoadedState(gen int64, pods []podServing) (ok bool, reason, message string, served int64) {
 	if len(pods) == 0 {
-		return false, ReasonNoReadyServers, fmt.Sprintf("no ready server pod to serve generation %d", gen), 0
+		return false, reasonNoReadyServers, fmt.Sprintf("no ready server pod to serve generation %d", gen), 0
 	}
 	slices.SortFunc(pods, func(a, b podServing) int { return strings.Compare(a.Pod, b.Pod) })
 	var lag []string
@@ -82,16 +82,16 @@ func configLoadedState(gen int64, pods []podServing) (ok bool, reason, message s
 		}
 	}
 	if len(lag) == 0 {
-		return true, ReasonGenerationServed, fmt.Sprintf("%d of %d ready server pods serve generation %d", len(pods), len(pods), gen), served
+		return true, reasonGenerationServed, fmt.Sprintf("%d of %d ready server pods serve generation %d", len(pods), len(pods), gen), served
 	}
-	return false, ReasonServersLagging, fmt.Sprintf("%d of %d ready server pods do not serve generation %d: %s",
+	return false, reasonServersLagging, fmt.Sprintf("%d of %d ready server pods do not serve generation %d: %s",
 		len(lag), len(pods), gen, summarize(lag, 5)), served
 }
 
 // configLoaded sets ConfigLoaded and status.servedGeneration from the ready
 // pods of op's Deployment and returns when to look again (0: True, nothing
 // to poll).
-func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
+func (r *reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
 	if r.fetchConfigz == nil {
 		return 0
 	}

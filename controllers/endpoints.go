@@ -31,7 +31,7 @@ import (
 
 // EndpointsOwned reasons.
 const (
-	ReasonOwnEndpoints     = "OwnEndpointsOnly"
+	reasonOwnEndpoints     = "OwnEndpointsOnly"
 	ReasonForeignEndpoints = "ForeignEndpoints"
 )
 
@@ -85,7 +85,7 @@ func controllerOf(p *corev1.Pod) *metav1.OwnerReference {
 
 // checkEndpoints sets EndpointsOwned for the CR's Service (read uncached:
 // a copied pod or a forged slice carries no label the cache selects).
-func (r *Reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *corev1.Service, dep *appsv1.Deployment) error {
+func (r *reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *corev1.Service, dep *appsv1.Deployment) error {
 	ns := svc.Namespace
 	var eps discoveryv1.EndpointSliceList
 	if err := r.APIReader.List(ctx, &eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
@@ -117,7 +117,7 @@ func (r *Reconciler) checkEndpoints(ctx context.Context, op desired.CR, svc *cor
 	}
 	foreign := foreignEndpoints(eps.Items, pods, ours)
 	if len(foreign) == 0 {
-		r.setCondition(op, v1alpha1.ConditionEndpointsOwned, true, ReasonOwnEndpoints,
+		r.setCondition(op, v1alpha1.ConditionEndpointsOwned, true, reasonOwnEndpoints,
 			fmt.Sprintf("Service %s/%s reaches only pods of Deployment %s", ns, svc.Name, dep.Name))
 		return nil
 	}

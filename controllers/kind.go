@@ -12,7 +12,7 @@ import (
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
-// kind is what the lifecycle engine (Reconciler) needs of one CR kind.
+// kind is what the lifecycle engine (reconciler) needs of one CR kind.
 // Optional capabilities are further interfaces a kind may implement,
 // found by type assertion: finalizing, afterApplying, watching.
 type kind interface {

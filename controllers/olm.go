@@ -27,8 +27,8 @@ const OperatorConditionEnv = "OPERATOR_CONDITION_NAME"
 
 // Reasons of the Upgradeable condition.
 const (
-	ReasonUpgradeable    = "NoDisruptiveWorkInProgress"
-	ReasonNotUpgradeable = "DisruptiveWorkInProgress"
+	reasonUpgradeable    = "NoDisruptiveWorkInProgress"
+	reasonNotUpgradeable = "DisruptiveWorkInProgress"
 )
 
 // upgradeResync is how often a failed OperatorCondition write is retried.
@@ -128,13 +128,13 @@ func (g *upgradeGate) NeedLeaderElection() bool { return true }
 // upgradeableState is the Upgradeable status and message for holds.
 func upgradeableState(holds map[string]string) (metav1.ConditionStatus, string, string) {
 	if len(holds) == 0 {
-		return metav1.ConditionTrue, ReasonUpgradeable, "no CA rotation or NodeOversell restore in progress"
+		return metav1.ConditionTrue, reasonUpgradeable, "no CA rotation or NodeOversell restore in progress"
 	}
 	var why []string
 	for _, k := range slices.Sorted(maps.Keys(holds)) {
 		why = append(why, holds[k])
 	}
-	return metav1.ConditionFalse, ReasonNotUpgradeable, "in progress: " + strings.Join(why, "; ")
+	return metav1.ConditionFalse, reasonNotUpgradeable, "in progress: " + strings.Join(why, "; ")
 }
 
 func (g *upgradeGate) syncLocked(ctx context.Context) error {

@@ -40,10 +40,10 @@ import (
 
 // ServerPodsHealthy reasons besides the kubelet's own.
 const (
-	ReasonPodsHealthy = "NoPodFailures"
-	// ReasonPodFailing stands for a reported reason that is not a valid
+	reasonPodsHealthy = "NoPodFailures"
+	// reasonPodFailing stands for a reported reason that is not a valid
 	// condition reason.
-	ReasonPodFailing = "PodFailing"
+	reasonPodFailing = "PodFailing"
 )
 
 // benignWaiting are the waiting reasons of a container on its way to
@@ -53,9 +53,9 @@ const (
 // CrashLoopBackOff, RunContainerError, ...) is a failure.
 var benignWaiting = map[string]bool{"": true, "ContainerCreating": true, "PodInitializing": true}
 
-// PodProblem is one failure reported in a server pod's status (or in the
+// podProblem is one failure reported in a server pod's status (or in the
 // Deployment's, when no pod could be created).
-type PodProblem struct {
+type podProblem struct {
 	// Object is "pod NAME" or "Deployment NAME"; Container is "" for a
 	// pod-level problem.
 	Object, Container string
@@ -64,7 +64,7 @@ type PodProblem struct {
 	Reason, Message string
 }
 
-func (p PodProblem) String() string {
+func (p podProblem) String() string {
 	where := p.Object
 	if p.Container != "" {
 		where += " container " + p.Container
@@ -75,26 +75,26 @@ func (p PodProblem) String() string {
 	return where + ": " + p.Reason + ": " + p.Message
 }
 
-// PodProblems lists, sorted by pod and container, what keeps each pod
+// podProblems lists, sorted by pod and container, what keeps each pod
 // from running as reported in its status: a Failed phase (OutOfcpu,
 // Evicted), PodScheduled False (Unschedulable), and each init or app
 // container waiting for another reason than creation (benignWaiting) or
 // terminated with a non-zero exit code. A CrashLoopBackOff names the last
 // exit as well. Terminating pods are skipped.
-func PodProblems(pods []corev1.Pod) []PodProblem {
-	var out []PodProblem
+func podProblems(pods []corev1.Pod) []podProblem {
+	var out []podProblem
 	for i := range pods {
 		p := &pods[i]
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
 		if p.Status.Phase == corev1.PodFailed {
-			out = append(out, PodProblem{Object: "pod " + p.Name, Reason: cmp.Or(p.Status.Reason, "Failed"), Message: p.Status.Message})
+			out = append(out, podProblem{Object: "pod " + p.Name, Reason: cmp.Or(p.Status.Reason, "Failed"), Message: p.Status.Message})
 			continue
 		}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason != "" {
-				out = append(out, PodProblem{Object: "pod " + p.Name, Reason: c.Reason, Message: c.Message})
+				out = append(out, podProblem{Object: "pod " + p.Name, Reason: c.Reason, Message: c.Message})
 			}
 		}
 		for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
@@ -106,13 +106,13 @@ func PodProblems(pods []corev1.Pod) []PodProblem {
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b PodProblem) int {
+	slices.SortStableFunc(out, func(a, b podProblem) int {
 		return strings.Compare(a.Object+"\x00"+a.Container, b.Object+"\x00"+b.Container)
 	})
 	return out
 }
 
-func containerProblem(cs corev1.ContainerStatus) (PodProblem, bool) {
+func containerProblem(cs corev1.ContainerStatus) (podProblem, bool) {
 	switch {
 	case cs.State.Waiting != nil && !benignWaiting[cs.State.Waiting.Reason]:
 		w := cs.State.Waiting
@@ -124,16 +124,16 @@ func containerProblem(cs corev1.ContainerStatus) (PodProblem, bool) {
 			}
 			msg = strings.TrimPrefix(strings.Join([]string{msg, last}, "; "), "; ")
 		}
-		return PodProblem{Container: cs.Name, Reason: w.Reason, Message: msg}, true
+		return podProblem{Container: cs.Name, Reason: w.Reason, Message: msg}, true
 	case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
 		t := cs.State.Terminated
 		msg := fmt.Sprintf("exit code %d", t.ExitCode)
 		if m := strings.TrimSpace(t.Message); m != "" {
 			msg += ": " + m
 		}
-		return PodProblem{Container: cs.Name, Reason: cmp.Or(t.Reason, "Error"), Message: msg}, true
+		return podProblem{Container: cs.Name, Reason: cmp.Or(t.Reason, "Error"), Message: msg}, true
 	}
-	return PodProblem{}, false
+	return podProblem{}, false
 }
 
 // starting reports whether a pod is scheduled and still waiting for its
@@ -162,17 +162,17 @@ func scheduled(p *corev1.Pod) bool {
 	return false
 }
 
-// StartingPodProblems names, for each starting pod (scheduled, containers
-// not yet created) that PodProblems found nothing wrong with, the latest
+// startingPodProblems names, for each starting pod (scheduled, containers
+// not yet created) that podProblems found nothing wrong with, the latest
 // Warning Event about it (matched by UID), such as the kubelet's
 // FailedMount `MountVolume.SetUp failed for volume "serving-cert" : secret
 // "x" not found` or FailedCreatePodSandBox.
-func StartingPodProblems(pods []corev1.Pod, found []PodProblem, events []corev1.Event) []PodProblem {
+func startingPodProblems(pods []corev1.Pod, found []podProblem, events []corev1.Event) []podProblem {
 	seen := map[string]bool{}
 	for _, p := range found {
 		seen[p.Object] = true
 	}
-	var out []PodProblem
+	var out []podProblem
 	for i := range pods {
 		p := &pods[i]
 		if !starting(p) || seen["pod "+p.Name] {
@@ -189,7 +189,7 @@ func StartingPodProblems(pods []corev1.Pod, found []PodProblem, events []corev1.
 			}
 		}
 		if last != nil {
-			out = append(out, PodProblem{Object: "pod " + p.Name, Reason: last.Reason, Message: last.Message})
+			out = append(out, podProblem{Object: "pod " + p.Name, Reason: last.Reason, Message: last.Message})
 		}
 	}
 	return out
@@ -219,27 +219,27 @@ var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_
 // 32768 bytes; a kubelet message can be long).
 const maxProblemMessage = 2048
 
-// ServerPodsState decides ServerPodsHealthy from the server pods, the
-// Warning Events of those still starting (StartingPodProblems) and the
+// serverPodsState decides ServerPodsHealthy from the server pods, the
+// Warning Events of those still starting (startingPodProblems) and the
 // Deployment's ReplicaFailure condition (the ReplicaSet controller's, e.g.
 // FailedCreate when admission refuses the pods, so none exists). Reason is
 // the first problem's own (the kubelet's word, such as
 // CreateContainerConfigError); the message names up to three problems.
-func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment, events []corev1.Event) (ok bool, reason, message string) {
-	problems := PodProblems(pods)
-	problems = append(problems, StartingPodProblems(pods, problems, events)...)
-	slices.SortStableFunc(problems, func(a, b PodProblem) int {
+func serverPodsState(pods []corev1.Pod, dep *appsv1.Deployment, events []corev1.Event) (ok bool, reason, message string) {
+	problems := podProblems(pods)
+	problems = append(problems, startingPodProblems(pods, problems, events)...)
+	slices.SortStableFunc(problems, func(a, b podProblem) int {
 		return strings.Compare(a.Object+"\x00"+a.Container, b.Object+"\x00"+b.Container)
 	})
 	if dep != nil {
 		for _, c := range dep.Status.Conditions {
 			if c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue {
-				problems = append([]PodProblem{{Object: "Deployment " + dep.Name, Reason: cmp.Or(c.Reason, "ReplicaFailure"), Message: c.Message}}, problems...)
+				problems = append([]podProblem{{Object: "Deployment " + dep.Name, Reason: cmp.Or(c.Reason, "ReplicaFailure"), Message: c.Message}}, problems...)
 			}
 		}
 	}
 	if len(problems) == 0 {
-		return true, ReasonPodsHealthy, fmt.Sprintf("%d server pods, none reports a failure", len(pods))
+		return true, reasonPodsHealthy, fmt.Sprintf("%d server pods, none reports a failure", len(pods))
 	}
 	s := make([]string, len(problems))
 	for i, p := range problems {
@@ -251,7 +251,7 @@ func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment, events []corev1.
 	}
 	reason = problems[0].Reason
 	if len(reason) > 1024 || !conditionReasonRE.MatchString(reason) {
-		reason = ReasonPodFailing
+		reason = reasonPodFailing
 	}
 	return false, reason, msg
 }
@@ -261,7 +261,7 @@ func ServerPodsState(pods []corev1.Pod, dep *appsv1.Deployment, events []corev1.
 // from the API server); while ServerAvailable is False it also names the
 // first problem there, so Ready's message leads to it. It returns when to
 // look again (0: a pod watch event will do).
-func (r *Reconciler) serverPodHealth(ctx context.Context, op desired.CR, want *appsv1.Deployment) time.Duration {
+func (r *reconciler) serverPodHealth(ctx context.Context, op desired.CR, want *appsv1.Deployment) time.Duration {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(want.Namespace), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
 		log.FromContext(ctx).Error(err, "list server pods for "+v1alpha1.ConditionServerPodsHealthy)
@@ -287,7 +287,7 @@ func (r *Reconciler) serverPodHealth(ctx context.Context, op desired.CR, want *a
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
 		dep = nil
 	}
-	ok, reason, msg := ServerPodsState(pods.Items, dep, events)
+	ok, reason, msg := serverPodsState(pods.Items, dep, events)
 	r.setCondition(op, v1alpha1.ConditionServerPodsHealthy, ok, reason, msg)
 	if c := apimeta.FindStatusCondition(*op.Object.StatusConditions(), v1alpha1.ConditionServerAvailable); !ok && c != nil && c.Status == metav1.ConditionFalse && !strings.Contains(c.Message, "; "+reason) {
 		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, c.Reason, c.Message+"; "+reason+" (see "+v1alpha1.ConditionServerPodsHealthy+")")
@@ -300,7 +300,7 @@ func serverPodSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{desired.LabelManagedBy: desired.ManagedByValue, desired.LabelComponent: "webhook-server"})
 }
 
-// serverPodCache caches server pods only, slimmed to what PodProblems and
+// serverPodCache caches server pods only, slimmed to what podProblems and
 // the watch read (metadata without managedFields, spec.nodeName, status).
 func serverPodCache() cache.ByObject {
 	return cache.ByObject{Label: serverPodSelector(), Transform: slimPod}
@@ -325,7 +325,7 @@ func podHealthKey(o client.Object) string {
 	}
 	var b strings.Builder
 	b.WriteString(string(p.Status.Phase))
-	for _, pr := range PodProblems([]corev1.Pod{*p}) {
+	for _, pr := range podProblems([]corev1.Pod{*p}) {
 		b.WriteString("|" + pr.String())
 	}
 	return b.String()
@@ -333,7 +333,7 @@ func podHealthKey(o client.Object) string {
 
 // watchServerPods re-reconciles a CR when one of its server pods starts
 // or stops reporting a failure, or changes which.
-func (r *Reconciler) watchServerPods(b *builder.Builder) *builder.Builder {
+func (r *reconciler) watchServerPods(b *builder.Builder) *builder.Builder {
 	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.instanceRequests), builder.WithPredicates(predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool { return podHealthKey(e.ObjectOld) != podHealthKey(e.ObjectNew) },
 	}))
@@ -341,7 +341,7 @@ func (r *Reconciler) watchServerPods(b *builder.Builder) *builder.Builder {
 
 // instanceRequests maps an object labelled with a server's instance name
 // (its pods, its Service's EndpointSlices) to the CR of that server.
-func (r *Reconciler) instanceRequests(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *reconciler) instanceRequests(ctx context.Context, o client.Object) []reconcile.Request {
 	inst := o.GetLabels()[desired.LabelInstance]
 	if inst == "" {
 		return nil

@@ -80,9 +80,9 @@ func TestServerPodsState(t *testing.T) {
 		// want are substrings of the message.
 		want []string
 	}{
-		{name: "no pods", ok: true, reason: ReasonPodsHealthy, want: []string{"0 server pods"}},
-		{name: "running and creating", pods: []corev1.Pod{runningPod("a"), waitingPod("b", "ContainerCreating", "")}, ok: true, reason: ReasonPodsHealthy, want: []string{"2 server pods"}},
-		{name: "completed container is no failure", pods: []corev1.Pod{completed}, ok: true, reason: ReasonPodsHealthy},
+		{name: "no pods", ok: true, reason: reasonPodsHealthy, want: []string{"0 server pods"}},
+		{name: "running and creating", pods: []corev1.Pod{runningPod("a"), waitingPod("b", "ContainerCreating", "")}, ok: true, reason: reasonPodsHealthy, want: []string{"2 server pods"}},
+		{name: "completed container is no failure", pods: []corev1.Pod{completed}, ok: true, reason: reasonPodsHealthy},
 		{
 			name: "runAsNonRoot and a non-numeric image user", pods: []corev1.Pod{runningPod("a"), waitingPod("hookwright-sidecar-a-5d9c", "CreateContainerConfigError", nonNumeric)},
 			reason: "CreateContainerConfigError",
@@ -101,7 +101,7 @@ func TestServerPodsState(t *testing.T) {
 			reason: "CrashLoopBackOff", want: []string{"back-off 20s restarting failed container", `last exit code 2 (Error): unknown role "sidecar"`},
 		},
 		{name: "terminated non-zero", pods: []corev1.Pod{justExited}, reason: "OOMKilled", want: []string{"exit code 137"}},
-		{name: "terminating pods are skipped", pods: []corev1.Pod{terminating, runningPod("new")}, ok: true, reason: ReasonPodsHealthy},
+		{name: "terminating pods are skipped", pods: []corev1.Pod{terminating, runningPod("new")}, ok: true, reason: reasonPodsHealthy},
 		{name: "rejected by the kubelet's admission", pods: []corev1.Pod{evicted}, reason: "OutOfcpu", want: []string{"pod hookwright-oversell-b-ev: OutOfcpu: Pod was rejected"}},
 		{name: "unschedulable", pods: []corev1.Pod{unschedulable}, reason: "Unschedulable", want: []string{"1 Insufficient cpu"}},
 		{name: "init container", pods: []corev1.Pod{initFailing}, reason: "ErrImageNeverPull", want: []string{"container init: ErrImageNeverPull"}},
@@ -127,17 +127,17 @@ func TestServerPodsState(t *testing.T) {
 		{
 			name: "a starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
 			events: []corev1.Event{podEvent(mounting.UID, corev1.EventTypeNormal, "Pulled", "ok", 1)},
-			ok:     true, reason: ReasonPodsHealthy,
+			ok:     true, reason: reasonPodsHealthy,
 		},
 		{
 			name: "Events of a running pod are not read", pods: []corev1.Pod{runningWithUID},
 			events: []corev1.Event{podEvent(runningWithUID.UID, corev1.EventTypeWarning, "Unhealthy", "Readiness probe failed", 1)},
-			ok:     true, reason: ReasonPodsHealthy,
+			ok:     true, reason: reasonPodsHealthy,
 		},
-		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: ReasonPodFailing, want: []string{"Some reason!: x"}},
+		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: reasonPodFailing, want: []string{"Some reason!: x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, reason, msg := ServerPodsState(tc.pods, tc.dep, tc.events)
+			ok, reason, msg := serverPodsState(tc.pods, tc.dep, tc.events)
 			if ok != tc.ok || reason != tc.reason {
 				t.Errorf("ServerPodsState = %v, %q, %q; want %v, %q", ok, reason, msg, tc.ok, tc.reason)
 			}
@@ -154,13 +154,13 @@ func TestServerPodsState(t *testing.T) {
 }
 
 func TestServerPodsStateBoundsTheMessage(t *testing.T) {
-	_, _, msg := ServerPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil, nil)
+	_, _, msg := serverPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil, nil)
 	if len(msg) > maxProblemMessage || !strings.HasSuffix(msg, "...") {
 		t.Errorf("message of %d bytes, ends %q", len(msg), msg[len(msg)-5:])
 	}
 }
 
-// A status update that changes nothing PodProblems reads (a probe's
+// A status update that changes nothing podProblems reads (a probe's
 // readiness flip in a running pod is read by ServerAvailable through the
 // Deployment) does not reconcile.
 func TestPodHealthKey(t *testing.T) {

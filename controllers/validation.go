@@ -57,15 +57,15 @@ type WebhookSettings struct {
 	Path string
 	// Certs, when set, is given the manager's client so every replica (not
 	// only the leader) serves the certificate from desired.ManagerCertSecretName.
-	Certs *ServingCertSource
+	Certs *servingCertSource
 }
 
-// ServingCertSource serves the manager's webhook certificate from the
+// servingCertSource serves the manager's webhook certificate from the
 // desired.ManagerCertSecretName Secret as read through a client (the manager's
 // cache, which holds Secrets labelled managed-by=hookwright), parsing it
 // again only when its resourceVersion changes. Use GetCertificate as
 // tls.Config.GetCertificate.
-type ServingCertSource struct {
+type servingCertSource struct {
 	key    client.ObjectKey
 	reader atomic.Pointer[client.Reader]
 
@@ -76,16 +76,16 @@ type ServingCertSource struct {
 
 // NewServingCertSource reads desired.ManagerCertSecretName in namespace once a
 // reader is set (SetReader; Setup does it).
-func NewServingCertSource(namespace string) *ServingCertSource {
-	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
+func NewServingCertSource(namespace string) *servingCertSource {
+	return &servingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
 }
 
 // SetReader sets the client the Secret is read with.
-func (s *ServingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
+func (s *servingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
 
 // GetCertificate returns the current certificate, or an error (the TLS
 // handshake fails) while the Secret does not exist or does not parse.
-func (s *ServingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (s *servingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	rp := s.reader.Load()
 	if rp == nil {
 		return nil, errors.New("webhook serving certificate: not set up yet")
@@ -251,7 +251,7 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 }
 
 // waitCached waits (up to 10 s) until the cache serves the Secret key with
-// tls.crt certPEM, so ServingCertSource has it before the API server calls.
+// tls.crt certPEM, so servingCertSource has it before the API server calls.
 func (v *validationReconciler) waitCached(ctx context.Context, key client.ObjectKey, certPEM string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -52,13 +52,13 @@ const (
 
 // Event reasons on the CA Secret.
 const (
-	EventTrustBundlePublished   = "ClusterTrustBundlePublished"
+	eventTrustBundlePublished   = "ClusterTrustBundlePublished"
 	EventTrustBundleUnavailable = "ClusterTrustBundleUnavailable"
 )
 
-// ClusterTrustBundleGVK is the kind published: certificates.k8s.io/v1 only
+// clusterTrustBundleGVK is the kind published: certificates.k8s.io/v1 only
 // (v1alpha1 and v1beta1 are off by default on the servers that have them).
-var ClusterTrustBundleGVK = schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "ClusterTrustBundle"}
+var clusterTrustBundleGVK = schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "ClusterTrustBundle"}
 
 // TrustBundleName is the name of the ClusterTrustBundle published for
 // signerName: the signer name with "/" as ":" (the API requires that
@@ -67,11 +67,11 @@ func TrustBundleName(signerName string) string {
 	return strings.ReplaceAll(signerName, "/", ":") + ":installation-ca"
 }
 
-// TrustBundles publishes the installation CA as the ClusterTrustBundle of
+// trustBundles publishes the installation CA as the ClusterTrustBundle of
 // the signer and tells others what it observed. When the API server does not
 // serve certificates.k8s.io/v1 ClusterTrustBundle it publishes nothing and
 // Available says why; it never fails the manager for it.
-type TrustBundles struct {
+type trustBundles struct {
 	client     client.Client
 	recorder   events.EventRecorder
 	signerName string
@@ -88,7 +88,7 @@ type TrustBundles struct {
 
 // Available reports whether the API serves ClusterTrustBundles, with the
 // reason when not.
-func (t *TrustBundles) Available() (bool, string) {
+func (t *trustBundles) Available() (bool, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.available, t.unavailable
@@ -97,13 +97,13 @@ func (t *TrustBundles) Available() (bool, string) {
 // Publishes reports whether ca is in the signer's ClusterTrustBundle as
 // last observed from the API server. Always true when the API is absent
 // (nothing publishes there; consumers cannot rely on it anyway).
-func (t *TrustBundles) Publishes(ca *x509.Certificate) bool {
+func (t *trustBundles) Publishes(ca *x509.Certificate) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.available || certs.BundleContains(t.published, ca)
 }
 
-func (t *TrustBundles) observe(b []byte) {
+func (t *trustBundles) observe(b []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.published = b
@@ -112,7 +112,7 @@ func (t *TrustBundles) observe(b []byte) {
 // DetectTrustBundleAPI asks the RESTMapper (discovery) whether the server
 // serves certificates.k8s.io/v1 clustertrustbundles.
 func DetectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
-	_, err := mapper.RESTMapping(ClusterTrustBundleGVK.GroupKind(), ClusterTrustBundleGVK.Version)
+	_, err := mapper.RESTMapping(clusterTrustBundleGVK.GroupKind(), clusterTrustBundleGVK.Version)
 	switch {
 	case err == nil:
 		return true, ""
@@ -125,7 +125,7 @@ func DetectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
 }
 
 // Reconcile writes the ClusterTrustBundle of the CA Secret (its only key).
-func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+func (t *trustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	sec := &corev1.Secret{}
 	if err := t.client.Get(ctx, t.caKey, sec); err != nil {
 		// No CA yet: the lifecycle reconcilers create it, and its event
@@ -156,7 +156,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("create ClusterTrustBundle %s: %w", name, err)
 		}
 		t.observe(want)
-		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, EventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
+		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, eventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
 	case err != nil:
 		return reconcile.Result{}, err
 	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue || len(certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))) > 0:
@@ -170,7 +170,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("update ClusterTrustBundle %s: %w", name, err)
 		}
 		t.observe(want)
-		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, EventTrustBundlePublished, "Publish", "ClusterTrustBundle %s updated to %d CAs", name, count(want))
+		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, eventTrustBundlePublished, "Publish", "ClusterTrustBundle %s updated to %d CAs", name, count(want))
 	default:
 		t.observe([]byte(live.Spec.TrustBundle))
 	}
@@ -194,7 +194,7 @@ func nextExpiry(b []byte, now time.Time) time.Duration {
 	return d
 }
 
-func (t *TrustBundles) setup(mgr ctrl.Manager) error {
+func (t *trustBundles) setup(mgr ctrl.Manager) error {
 	t.available, t.unavailable = DetectTrustBundleAPI(mgr.GetRESTMapper())
 	isCA := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == t.caKey.Namespace && o.GetName() == t.caKey.Name

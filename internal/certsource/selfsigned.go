@@ -82,7 +82,7 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 	ns, name := desired.ServerNamespace(cr, s), desired.ServingSecretName(cr)
 	cert, err := certs.ParseCertPEM(out.Serving.Cert)
 	if err != nil {
-		d.Reason, d.Message = ReasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
+		d.Reason, d.Message = reasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
 		return d
 	}
 	d.CABundle = out.Bundle
@@ -102,13 +102,13 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 	// now, else the one recorded.
 	handled := ""
 	if current != nil {
-		handled = current.Annotations[AnnotationRenewedFor]
+		handled = current.Annotations[annotationRenewedFor]
 	}
 	if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" && out.IssueReason != "" {
 		handled = tok
 	}
 	if handled != "" {
-		d.secret.Annotations = map[string]string{AnnotationRenewedFor: handled}
+		d.secret.Annotations = map[string]string{annotationRenewedFor: handled}
 	}
 	if len(drain) > 0 {
 		if d.secret.Annotations == nil {

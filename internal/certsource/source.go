@@ -127,26 +127,26 @@ const (
 	ReasonIssued        = "Issued"
 	ReasonValid         = "Valid"
 	ReasonCAUnusable    = "CAUnusable"
-	ReasonSecretInvalid = "SecretInvalid"
+	reasonSecretInvalid = "SecretInvalid"
 	ReasonSecretMissing = "SecretMissing"
-	ReasonNoCertificate = "NoCertificate"
+	reasonNoCertificate = "NoCertificate"
 )
 
-// PublishRule says how a configuration's caBundle follows State.CABundle
+// publishRule says how a configuration's caBundle follows State.CABundle
 // (Publish).
-type PublishRule int
+type publishRule int
 
 const (
-	// PublishAsIs writes CABundle byte for byte: its source already keeps
+	// publishAsIs writes CABundle byte for byte: its source already keeps
 	// every CA a served certificate may chain to (SelfSigned's planner).
-	PublishAsIs PublishRule = iota
-	// PublishWithOverlap keeps the CAs the configuration carried before
+	publishAsIs publishRule = iota
+	// publishWithOverlap keeps the CAs the configuration carried before
 	// CABundle changed for the drain grace (OverlapCABundle).
-	PublishWithOverlap
-	// PublishUnlessInjected is PublishWithOverlap, except that a
+	publishWithOverlap
+	// publishUnlessInjected is publishWithOverlap, except that a
 	// configuration cert-manager's cainjector fills keeps its caBundle
 	// (InjectedCABundle).
-	PublishUnlessInjected
+	publishUnlessInjected
 )
 
 // State is the certificate side of one CR's desired state.
@@ -156,7 +156,7 @@ type State struct {
 	// written, so the API server is never pointed at an unverifiable server).
 	CABundle []byte
 	// Publish is how the configuration's caBundle follows CABundle.
-	Publish PublishRule
+	Publish publishRule
 	// Keep are the objects the source owns for the CR (not pruned).
 	Keep []client.Object
 	// NotAfter and RenewAt of the serving certificate (zero when unknown).

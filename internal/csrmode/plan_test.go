@@ -70,7 +70,7 @@ func TestFirstCertificate(t *testing.T) {
 	f := newFixture(t)
 	in := Input{Now: t0, Spec: f.spec, Trust: f.ca.CertPEM}
 	p := Compute(in)
-	if !p.NeedKey || p.Ready || p.Reason != ReasonRequested {
+	if !p.NeedKey || p.Ready || p.Reason != reasonRequested {
 		t.Fatalf("no key: %+v", p)
 	}
 	in.PendingKey = f.key()
@@ -92,10 +92,10 @@ func TestFirstCertificate(t *testing.T) {
 
 	in.CSRs[0].Approved, in.CSRs[0].ApprovedAt = true, t0
 	in.Now = t0.Add(time.Minute)
-	if p = Compute(in); p.Reason != ReasonWaitingForSigner || p.Warning != "" || p.RequeueAfter != time.Minute {
+	if p = Compute(in); p.Reason != reasonWaitingForSigner || p.Warning != "" || p.RequeueAfter != time.Minute {
 		t.Fatalf("approved: %+v", p)
 	}
-	in.Now = t0.Add(DefaultSignerWait)
+	in.Now = t0.Add(defaultSignerWait)
 	if p = Compute(in); p.Reason != ReasonSignerSilent || p.Warning == "" {
 		t.Fatalf("signer silent: %+v", p)
 	}
@@ -108,7 +108,7 @@ func TestFirstCertificate(t *testing.T) {
 	// is published first.
 	in.PublishedExists, in.Published = true, nil
 	p = Compute(in)
-	if p.Reason != ReasonWaitingForBundle || p.Serve != nil || !certs.BundleContains(p.CABundle, f.ca.Cert) {
+	if p.Reason != reasonWaitingForBundle || p.Serve != nil || !certs.BundleContains(p.CABundle, f.ca.Cert) {
 		t.Fatalf("before the caBundle: %+v", p)
 	}
 	in.Published = p.CABundle
@@ -149,12 +149,12 @@ func TestDeniedAndFailed(t *testing.T) {
 		t.Fatalf("denied: %+v", p)
 	}
 	in.CSRs[0].Denied, in.CSRs[0].Failed, in.CSRs[0].Reason = false, true, csrsign.ReasonForbiddenUsage
-	if p = Compute(in); p.Reason != ReasonFailed || !strings.Contains(p.Message, csrsign.ReasonForbiddenUsage) {
+	if p = Compute(in); p.Reason != reasonFailed || !strings.Contains(p.Message, csrsign.ReasonForbiddenUsage) {
 		t.Fatalf("failed: %+v", p)
 	}
 	// Without a recorded name the CSR is found by its key.
 	in.PendingCSR = ""
-	if p = Compute(in); p.Reason != ReasonFailed {
+	if p = Compute(in); p.Reason != reasonFailed {
 		t.Fatalf("found by key: %+v", p)
 	}
 	// Deleting the refused CSR requests again with the same key.
@@ -177,18 +177,18 @@ func TestIssuedButUnusable(t *testing.T) {
 	other := newCA(t, "other")
 	csr := f.sign(f.request("hw-1", key), other, t0, time.Hour)
 	in := Input{Now: t0, Spec: f.spec, Trust: f.ca.CertPEM, PendingKey: key, PendingCSR: "hw-1", CSRs: []CSR{csr}}
-	if p := Compute(in); p.Reason != ReasonUntrusted || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonUntrusted || p.Serve != nil {
 		t.Fatalf("untrusted issuer: %+v", p)
 	}
 	in.Trust = nil
-	if p := Compute(in); p.Reason != ReasonNoTrust || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonNoTrust || p.Serve != nil {
 		t.Fatalf("no trust: %+v", p)
 	}
 	// A certificate for another key.
 	in.Trust = f.ca.CertPEM
 	in.CSRs[0] = f.sign(f.request("hw-1", f.key()), f.ca, t0, time.Hour)
 	in.CSRs[0].Request = csr.Request
-	if p := Compute(in); p.Reason != ReasonBadCertificate || p.Warning == "" || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonBadCertificate || p.Warning == "" || p.Serve != nil {
 		t.Fatalf("wrong key: %+v", p)
 	}
 }
@@ -223,7 +223,7 @@ func TestRenewalAcrossCARotation(t *testing.T) {
 	}
 	renewal := f.sign(f.request("hw-2", key2), ca2, in.Now, 24*time.Hour)
 	in.CSRs, in.PendingCSR = []CSR{old, renewal}, "hw-2"
-	if p = Compute(in); p.Serve != nil || p.Reason != ReasonWaitingForBundle || len(p.Delete) != 0 {
+	if p = Compute(in); p.Serve != nil || p.Reason != reasonWaitingForBundle || len(p.Delete) != 0 {
 		t.Fatalf("before ca-2 is published: %+v", p)
 	}
 	in.Published = p.CABundle

@@ -19,22 +19,22 @@ package oversell
 //     the others pass the write through unchanged. When no NodeOversell
 //     selects the node any server restores it.
 //   - The engine never takes an earlier webhook's output for the writer's
-//     report (Decide reads a reporting writer's recorded raw from the
+//     report (decide reads a reporting writer's recorded raw from the
 //     admitted object), so servers whose snapshots disagree for a moment
 //     (two both believing they win during a priority change) still record
 //     the raw exactly; the node then carries the last one's ratio until the
 //     next write.
 
-// ReasonOtherWinner means another NodeOversell wins the node; its own server
+// reasonOtherWinner means another NodeOversell wins the node; its own server
 // applies it, this one passes the write through.
-const ReasonOtherWinner Reason = "other-nodeoversell"
+const reasonOtherWinner reason = "other-nodeoversell"
 
 // Route tells the server of NodeOversell owner what to do for a node with
 // these labels: act is false when another NodeOversell wins the node (pass
 // the write through unchanged); otherwise p is the policy to apply, nil when
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
-func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
+func (s *snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
 	p = s.Select(nodeLabels)
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false

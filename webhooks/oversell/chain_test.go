@@ -27,10 +27,10 @@ type chainModel struct {
 	rng    *rand.Rand
 	crs    map[string]*v1alpha1.NodeOversell // current CRs (deleting ones have a deletionTimestamp)
 	hooks  map[string]labels.Selector        // webhook configurations the API server calls
-	snaps  map[string]*Snapshot              // each server's view
+	snaps  map[string]*snapshot              // each server's view
 	lag    bool                              // servers refresh their view at random
-	stored NodeState
-	lister NodeState // the kubelet's informer copy
+	stored nodeState
+	lister nodeState // the kubelet's informer copy
 	real   [numResources]string
 	clock  time.Time
 	calls  int // webhook calls
@@ -89,7 +89,7 @@ func (m *chainModel) objs() []*v1alpha1.NodeOversell {
 // refresh updates the servers' snapshots: all of them, or with lag a random
 // subset (their informers deliver the change at different times).
 func (m *chainModel) refresh(all bool) {
-	cur := BuildSnapshot(m.objs(), nil, true)
+	cur := buildSnapshot(m.objs(), nil, true)
 	for _, n := range chainNames {
 		if all || !m.lag || m.rng.IntN(2) == 0 {
 			m.snaps[n] = cur
@@ -99,11 +99,11 @@ func (m *chainModel) refresh(all bool) {
 
 // truth is the NodeOversell that wins the node by the current CRs.
 func (m *chainModel) truth(nodeLabels map[string]string) *Policy {
-	return BuildSnapshot(m.objs(), nil, true).Select(nodeLabels)
+	return buildSnapshot(m.objs(), nil, true).Select(nodeLabels)
 }
 
 // admit runs one nodes/status write through the webhook chain and stores it.
-func (m *chainModel) admit(writer WriterClass, obj NodeState) {
+func (m *chainModel) admit(writer writerClass, obj nodeState) {
 	m.writes++
 	m.acted = false
 	old := cloneState(m.stored)
@@ -117,8 +117,8 @@ func (m *chainModel) admit(writer WriterClass, obj NodeState) {
 		if !act {
 			continue
 		}
-		d := Decide(Input{Writer: writer, Object: obj, Old: &old, Policy: p})
-		if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
+		d := decide(input{Writer: writer, Object: obj, Old: &old, Policy: p})
+		if !d.Apply && d.Reason != reasonNotSelected && d.Reason != reasonNoAllocatable {
 			m.t.Fatalf("write %d: server %s made no decision (%s) for %+v over %+v", m.writes, name, d.Reason, obj, old)
 		}
 		obj, _ = applyDecision(m.t, obj, d)
@@ -144,7 +144,7 @@ func (m *chainModel) kubelet(fresh bool) {
 			merged.Allocatable[resourceNames[r]] = m.real[r]
 		}
 	}
-	m.admit(WriterKubelet, merged)
+	m.admit(writerKubelet, merged)
 }
 
 // restore is the operator's RestorePatch of a node no longer selected by
@@ -168,7 +168,7 @@ func (m *chainModel) restore() bool {
 	for _, k := range annotationKeys {
 		delete(obj.Annotations, k)
 	}
-	m.admit(WriterOther, obj)
+	m.admit(writerOther, obj)
 	return true
 }
 
@@ -259,7 +259,7 @@ func TestOverlappingWebhooksInSeries(t *testing.T) {
 func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, uint64(crs)))
 	m := &chainModel{t: t, rng: rng, crs: map[string]*v1alpha1.NodeOversell{}, hooks: map[string]labels.Selector{},
-		snaps: map[string]*Snapshot{}, lag: lag, clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		snaps: map[string]*snapshot{}, lag: lag, clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	m.reals = map[string]bool{}
 	newReal := func() {
 		m.real = [numResources]string{
@@ -328,7 +328,7 @@ func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 				obj.Annotations = map[string]string{}
 			}
 			obj.Annotations["example.com/condition"] = fmt.Sprint(i)
-			m.admit(WriterOther, obj)
+			m.admit(writerOther, obj)
 		default:
 			// Another user writes an allocatable; only on an amplified node
 			// (on a plain one its value is adopted as raw, as documented).
@@ -338,7 +338,7 @@ func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 			obj := cloneState(m.stored)
 			obj.Allocatable["cpu"] = fmt.Sprintf("%dm", rng.IntN(40000))
 			obj.Allocatable["memory"] = fmt.Sprintf("%dMi", rng.IntN(200000))
-			m.admit(WriterOther, obj)
+			m.admit(writerOther, obj)
 		}
 		m.check(!lag)
 	}
@@ -368,22 +368,22 @@ func TestChainCompoundingRegression(t *testing.T) {
 		}
 	}
 	a, b := mk("oversell-pool", "2", 0, 1), mk("pool-b", "1.5", 10, 2)
-	both := BuildSnapshot([]*v1alpha1.NodeOversell{a, b}, nil, true)
-	onlyA := BuildSnapshot([]*v1alpha1.NodeOversell{a}, nil, true)
-	onlyB := BuildSnapshot([]*v1alpha1.NodeOversell{b}, nil, true)
+	both := buildSnapshot([]*v1alpha1.NodeOversell{a, b}, nil, true)
+	onlyA := buildSnapshot([]*v1alpha1.NodeOversell{a}, nil, true)
+	onlyB := buildSnapshot([]*v1alpha1.NodeOversell{b}, nil, true)
 	for _, tc := range []struct {
 		name  string
-		snaps map[string]*Snapshot
+		snaps map[string]*snapshot
 		order []string
 		cpu   string // published
 	}{
-		{"views current", map[string]*Snapshot{"oversell-pool": both, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
-		{"views current, reverse order", map[string]*Snapshot{"oversell-pool": both, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "5700m"},
+		{"views current", map[string]*snapshot{"oversell-pool": both, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"views current, reverse order", map[string]*snapshot{"oversell-pool": both, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "5700m"},
 		// oversell-pool's server has not seen pool-b yet: both act; the raw
 		// stays exact and the last one's ratio holds until the next write.
-		{"first server behind", map[string]*Snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
-		{"last server behind", map[string]*Snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "7600m"},
-		{"other server behind", map[string]*Snapshot{"oversell-pool": both, "pool-b": onlyB}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"first server behind", map[string]*snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"last server behind", map[string]*snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "7600m"},
+		{"other server behind", map[string]*snapshot{"oversell-pool": both, "pool-b": onlyB}, []string{"oversell-pool", "pool-b"}, "5700m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := node("4", "16Gi", nil) // kwok-like: registered with allocatable = capacity
@@ -394,7 +394,7 @@ func TestChainCompoundingRegression(t *testing.T) {
 				if !act {
 					continue
 				}
-				obj, _ = applyDecision(t, obj, Decide(Input{Writer: WriterKubelet, Object: obj, Old: &old, Policy: p}))
+				obj, _ = applyDecision(t, obj, decide(input{Writer: writerKubelet, Object: obj, Old: &old, Policy: p}))
 			}
 			st := readStored(obj.Annotations)
 			if !st.rawOK[CPU] || st.raw[CPU].String() != "3800m" {

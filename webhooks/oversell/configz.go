@@ -10,14 +10,14 @@ import (
 type Configz struct {
 	Synced           bool            `json:"synced"`
 	Hash             string          `json:"hash"`
-	NodeOversells    []ConfigzPolicy `json:"nodeOversells"`
-	Ignored          []Ignored       `json:"ignored"`
+	NodeOversells    []configzPolicy `json:"nodeOversells"`
+	Ignored          []ignored       `json:"ignored"`
 	Deleting         []string        `json:"deleting"`
 	TrustedReporters []string        `json:"trustedReporters"`
 }
 
-// ConfigzPolicy is one served NodeOversell, in precedence order.
-type ConfigzPolicy struct {
+// configzPolicy is one served NodeOversell, in precedence order.
+type configzPolicy struct {
 	Name       string            `json:"name"`
 	Generation int64             `json:"generation"`
 	Priority   int32             `json:"priority"`
@@ -25,18 +25,18 @@ type ConfigzPolicy struct {
 	Ratios     map[string]string `json:"ratios"`
 }
 
-// NewConfigz renders a snapshot.
-func NewConfigz(s *Snapshot) Configz {
+// newConfigz renders a snapshot.
+func newConfigz(s *snapshot) Configz {
 	c := Configz{
 		Synced:           s.Synced,
 		Hash:             s.Hash,
-		NodeOversells:    []ConfigzPolicy{},
+		NodeOversells:    []configzPolicy{},
 		Ignored:          s.Ignored,
 		Deleting:         s.Deleting,
 		TrustedReporters: s.ExtraTrusted,
 	}
 	if c.Ignored == nil {
-		c.Ignored = []Ignored{}
+		c.Ignored = []ignored{}
 	}
 	if c.Deleting == nil {
 		c.Deleting = []string{}
@@ -45,7 +45,7 @@ func NewConfigz(s *Snapshot) Configz {
 		c.TrustedReporters = []string{}
 	}
 	for _, p := range s.Policies {
-		cp := ConfigzPolicy{Name: p.Name, Generation: p.Generation, Priority: p.Priority, Selector: p.Selector.String(), Ratios: map[string]string{}}
+		cp := configzPolicy{Name: p.Name, Generation: p.Generation, Priority: p.Priority, Selector: p.Selector.String(), Ratios: map[string]string{}}
 		for r := Resource(0); r < numResources; r++ {
 			if p.Ratios[r].IsSet() {
 				cp.Ratios[resourceNames[r]] = p.Ratios[r].String()
@@ -57,7 +57,7 @@ func NewConfigz(s *Snapshot) Configz {
 }
 
 // ConfigzHandler serves GET /configz with the current snapshot of src.
-func ConfigzHandler(src SnapshotSource) http.Handler {
+func ConfigzHandler(src snapshotSource) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "method not allowed; GET /configz", http.StatusMethodNotAllowed)
@@ -66,6 +66,6 @@ func ConfigzHandler(src SnapshotSource) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(NewConfigz(src.Snapshot()))
+		_ = enc.Encode(newConfigz(src.Snapshot()))
 	})
 }

@@ -41,97 +41,97 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// WriterClass is who is writing the node status, as far as raw allocatable
+// writerClass is who is writing the node status, as far as raw allocatable
 // is concerned.
-type WriterClass int
+type writerClass int
 
 const (
-	// WriterOther is any user whose allocatable is not trusted as real.
-	WriterOther WriterClass = iota
-	// WriterKubelet is the node's own kubelet: user system:node:<node name>
+	// writerOther is any user whose allocatable is not trusted as real.
+	writerOther writerClass = iota
+	// writerKubelet is the node's own kubelet: user system:node:<node name>
 	// in group system:nodes (the NodeRestriction identity).
-	WriterKubelet
-	// WriterTrusted is a user listed in the selected NodeOversell's
+	writerKubelet
+	// writerTrusted is a user listed in the selected NodeOversell's
 	// spec.trustedReporters or in the server's --trusted-reporter flag.
-	WriterTrusted
+	writerTrusted
 )
 
 // String returns the metric label: "kubelet", "trusted" or "other".
-func (w WriterClass) String() string {
+func (w writerClass) String() string {
 	switch w {
-	case WriterKubelet:
+	case writerKubelet:
 		return "kubelet"
-	case WriterTrusted:
+	case writerTrusted:
 		return "trusted"
 	}
 	return "other"
 }
 
 // reportsRaw reports whether the writer's allocatable is the node's real one.
-func (w WriterClass) reportsRaw() bool { return w != WriterOther }
+func (w writerClass) reportsRaw() bool { return w != writerOther }
 
 const nodeUserPrefix = "system:node:"
 
-// ClassifyWriter classifies the request user for node nodeName. trusted
+// classifyWriter classifies the request user for node nodeName. trusted
 // reports whether a user name is a configured trusted reporter (may be nil).
-func ClassifyWriter(nodeName, user string, groups []string, trusted func(string) bool) WriterClass {
+func classifyWriter(nodeName, user string, groups []string, trusted func(string) bool) writerClass {
 	if len(user) == len(nodeUserPrefix)+len(nodeName) && user[:len(nodeUserPrefix)] == nodeUserPrefix && user[len(nodeUserPrefix):] == nodeName {
 		for _, g := range groups {
 			if g == "system:nodes" {
-				return WriterKubelet
+				return writerKubelet
 			}
 		}
 	}
 	if trusted != nil && trusted(user) {
-		return WriterTrusted
+		return writerTrusted
 	}
-	return WriterOther
+	return writerOther
 }
 
-// NodeState is the part of a Node the engine reads. Quantities stay strings
+// nodeState is the part of a Node the engine reads. Quantities stay strings
 // as they appear in the JSON; the engine parses only cpu and memory.
-type NodeState struct {
+type nodeState struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Capacity    map[string]string
 	Allocatable map[string]string
 }
 
-// Input is everything a decision depends on.
-type Input struct {
-	Writer WriterClass
+// input is everything a decision depends on.
+type input struct {
+	Writer writerClass
 	// Object is the node as it will be stored (after the writer's patch).
-	Object NodeState
+	Object nodeState
 	// Old is the stored node before the write; nil only if the API server
 	// sent no oldObject.
-	Old *NodeState
+	Old *nodeState
 	// Policy is the NodeOversell that selects the node, nil if none does.
 	Policy *Policy
 }
 
-// Reason explains a decision; it is a metric label, so the set is closed.
-type Reason string
+// reason explains a decision; it is a metric label, so the set is closed.
+type reason string
 
-// Reasons of Decide.
+// Reasons of decide.
 const (
-	ReasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
-	ReasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter
-	ReasonStaleReport     Reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
-	ReasonAnnotation      Reason = "annotation"       // other writer; raw from the annotation
-	ReasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
-	ReasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
-	ReasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
-	ReasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
-	ReasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
-	ReasonNoAllocatable   Reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
+	reasonKubeletReport   reason = "kubelet-report"   // raw taken from the node's kubelet
+	reasonTrustedReport   reason = "trusted-report"   // raw taken from a trusted reporter
+	reasonStaleReport     reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
+	reasonAnnotation      reason = "annotation"       // other writer; raw from the annotation
+	reasonAdopted         reason = "adopted"          // other writer, node never amplified: its value is raw
+	reasonDeselected      reason = "deselected"       // no NodeOversell selects the node any more: raw restored
+	reasonNotSelected     reason = "not-selected"     // no NodeOversell, nothing to undo
+	reasonRawUnknown      reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
+	reasonInvalidQuantity reason = "invalid-quantity" // allocatable cpu or memory does not parse
+	reasonNoAllocatable   reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
 )
 
-// Decision is the outcome of Decide. When Apply is false the write must be
+// decision is the outcome of decide. When Apply is false the write must be
 // admitted unchanged. When Apply is true, Allocatable and Annotations give
 // the final values; BuildPatch turns them into JSON patch operations.
-type Decision struct {
+type decision struct {
 	Apply  bool
-	Reason Reason
+	Reason reason
 	// Restore is true when the node's annotations are removed and its raw
 	// allocatable published (deselection).
 	Restore bool
@@ -150,7 +150,7 @@ type Decision struct {
 	UntrustedAllocatableWrite bool
 }
 
-// annotationKeys are the keys the engine owns, in Decision.Annotations order.
+// annotationKeys are the keys the engine owns, in decision.Annotations order.
 var annotationKeys = [3]string{
 	v1alpha1.OversellRawAllocatableKey,
 	v1alpha1.OversellRatiosKey,
@@ -267,7 +267,7 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 	return q, err == nil
 }
 
-// Decide computes the node's allocatable and annotations for one status
+// decide computes the node's allocatable and annotations for one status
 // write. It never compounds: the published value is always raw × ratio,
 // where raw comes from the writer only if it reports real values (the node's
 // kubelet or a trusted reporter) and otherwise from the raw-allocatable
@@ -282,13 +282,13 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 // Misreading a real value that happens to equal the amplified one errs on
 // the safe side (the node is under- rather than over-committed).
 //
-// Decide is idempotent under chaining: feeding its output (the object with
-// the patch applied) to Decide again, with the same writer and old object,
+// decide is idempotent under chaining: feeding its output (the object with
+// the patch applied) to decide again, with the same writer and old object,
 // with this or any other policy, keeps the same raw. So N webhook servers
 // called in series, whatever snapshot each holds, record the writer's raw
 // exactly and publish raw × the last acting server's ratio.
-func Decide(in Input) Decision {
-	var d Decision
+func decide(in input) decision {
+	var d decision
 	obj := in.Object
 	// Several NodeOversells may select one node, and the API server then
 	// calls one hookwright webhook after another, each seeing the object as
@@ -335,7 +335,7 @@ func Decide(in Input) Decision {
 		}
 		q, err := parseQuantity(s)
 		if err != nil {
-			d.Reason = ReasonInvalidQuantity
+			d.Reason = reasonInvalidQuantity
 			return d
 		}
 		d.Present[r], incoming[r] = true, q
@@ -348,7 +348,7 @@ func Decide(in Input) Decision {
 	if !d.Present[CPU] && !d.Present[Memory] {
 		// Recording "{}" would mark the node amplified with no raw, and
 		// every later non-reporting write would be skipped as raw-unknown.
-		return Decision{Reason: ReasonNoAllocatable}
+		return decision{Reason: reasonNoAllocatable}
 	}
 
 	// Raw per resource.
@@ -360,32 +360,32 @@ func Decide(in Input) Decision {
 		case in.Writer.reportsRaw():
 			d.Raw[r] = incoming[r]
 			if d.Reason == "" {
-				d.Reason = ReasonKubeletReport
-				if in.Writer == WriterTrusted {
-					d.Reason = ReasonTrustedReport
+				d.Reason = reasonKubeletReport
+				if in.Writer == writerTrusted {
+					d.Reason = reasonTrustedReport
 				}
 			}
 			if staleReport(st, caps[r], r, incoming[r]) {
 				d.Raw[r] = st.raw[r]
-				d.Reason = ReasonStaleReport
+				d.Reason = reasonStaleReport
 			}
 		case st.rawOK[r]:
 			d.Raw[r] = st.raw[r]
-			d.Reason = ReasonAnnotation
+			d.Reason = reasonAnnotation
 		case !st.present && plausibleRaw(incoming[r], caps[r]):
 			d.Raw[r] = incoming[r]
-			d.Reason = ReasonAdopted
+			d.Reason = reasonAdopted
 		default:
-			d.Reason = ReasonRawUnknown
-			return Decision{Reason: ReasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			d.Reason = reasonRawUnknown
+			return decision{Reason: reasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
 	}
 
 	if in.Policy == nil {
 		if !st.present {
-			return Decision{Reason: ReasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			return decision{Reason: reasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
-		d.Apply, d.Restore, d.Reason = true, true, ReasonDeselected
+		d.Apply, d.Restore, d.Reason = true, true, reasonDeselected
 		for r := Resource(0); r < numResources; r++ {
 			if d.Present[r] {
 				d.Effective[r] = Amplify(r, d.Raw[r], caps[r], Ratio{})
@@ -424,7 +424,7 @@ func Decide(in Input) Decision {
 func staleReport(st stored, capacity *resource.Quantity, r Resource, incoming resource.Quantity) bool {
 	// A ratio above 1 publishes more than a raw within capacity, so a value
 	// at most the raw (the kubelet's usual report) is a report; this also
-	// keeps Decide's steady state free of the multiplication.
+	// keeps decide's steady state free of the multiplication.
 	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() || incoming.Cmp(st.raw[r]) <= 0 {
 		return false
 	}

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-func cloneState(n NodeState) NodeState {
-	return NodeState{
+func cloneState(n nodeState) nodeState {
+	return nodeState{
 		Labels:      maps.Clone(n.Labels),
 		Annotations: maps.Clone(n.Annotations),
 		Capacity:    maps.Clone(n.Capacity),
@@ -68,10 +68,10 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 	pol := newPolicy()
 	stored := node(real[CPU], real[Memory], map[string]string{"other": "kept"})
 	lister := cloneState(stored) // kubelet's informer copy
-	history := []NodeState{cloneState(stored)}
+	history := []nodeState{cloneState(stored)}
 	tainted := false // a raw was tampered with and the kubelet has not reported since
 
-	kubeletWrite := func(fresh bool) NodeState {
+	kubeletWrite := func(fresh bool) nodeState {
 		if fresh {
 			lister = cloneState(stored)
 		}
@@ -114,13 +114,13 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 		}
 
 		var (
-			merged NodeState
-			writer = WriterOther
+			merged nodeState
+			writer = writerOther
 			outage = rng.IntN(100) < 5
 		)
 		switch x := rng.IntN(100); {
 		case x < 50:
-			writer = WriterKubelet
+			writer = writerKubelet
 			merged = kubeletWrite(rng.IntN(100) < 70)
 		case x < 70:
 			merged = cloneState(stored)
@@ -155,9 +155,9 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 			stored = merged
 		} else {
 			old := stored
-			d := Decide(Input{Writer: writer, Object: merged, Old: &old, Policy: pol})
+			d := decide(input{Writer: writer, Object: merged, Old: &old, Policy: pol})
 			switch {
-			case !d.Apply && d.Reason == ReasonRawUnknown && writer == WriterOther && implausibleRaw(merged, old):
+			case !d.Apply && d.Reason == reasonRawUnknown && writer == writerOther && implausibleRaw(merged, old):
 				// Admitted unchanged; a later kubelet patch from a stale
 				// copy carries these values as its own (documented).
 				stored = merged
@@ -165,7 +165,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 					q := resource.MustParse(merged.Allocatable[k])
 					reals[q.String()] = true
 				}
-			case !d.Apply && d.Reason != ReasonNotSelected:
+			case !d.Apply && d.Reason != reasonNotSelected:
 				t.Fatalf("write %d: no decision (%s) for %+v over %+v", i, d.Reason, merged, old)
 			default:
 				stored, _ = applyDecision(t, merged, d)
@@ -179,7 +179,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 	}
 
 	// The next heartbeat, from a fresh copy, settles on real × ratio.
-	d := Decide(Input{Writer: WriterKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
+	d := decide(input{Writer: writerKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
 	stored, _ = applyDecision(t, kubeletWrite(false), d)
 	for r := Resource(0); r < numResources; r++ {
 		var ratio Ratio
@@ -203,7 +203,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 // take as raw: the recorded raw (from the stored object, else the written
 // one) or, on a node never amplified, the written value is missing, zero or
 // above capacity.
-func implausibleRaw(merged, old NodeState) bool {
+func implausibleRaw(merged, old nodeState) bool {
 	st := readStored(old.Annotations)
 	if !st.present {
 		st = readStored(merged.Annotations)
@@ -243,7 +243,7 @@ func checkBound(t *testing.T, i int, r Resource, published, capacity resource.Qu
 // bookkeeping; the raw is a real value when strict. An applied decision
 // never publishes above capacity × ratio; a deselected raw above capacity is
 // published as capacity.
-func checkPublished(t *testing.T, i int, n NodeState, pol *Policy, reals map[string]bool, strict, applied bool) {
+func checkPublished(t *testing.T, i int, n nodeState, pol *Policy, reals map[string]bool, strict, applied bool) {
 	t.Helper()
 	st := readStored(n.Annotations)
 	if pol == nil {
