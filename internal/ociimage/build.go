@@ -20,7 +20,7 @@ const (
 )
 
 // Sets lists every set, in build order.
-var Sets = []string{SetOperator, SetPause, SetStandins, SetOLM}
+var imageSets = []string{SetOperator, SetPause, SetStandins, SetOLM}
 
 // defaultSets are what Build builds when given none: everything but the
 // olm set, which needs a static busybox and bin/opm.
@@ -102,15 +102,15 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 		sets = defaultSets
 	}
 	for _, s := range sets {
-		if !slices.Contains(Sets, s) {
-			return nil, fmt.Errorf("ociimage: unknown image set %q (want one of %s)", s, strings.Join(Sets, ", "))
+		if !slices.Contains(imageSets, s) {
+			return nil, fmt.Errorf("ociimage: unknown image set %q (want one of %s)", s, strings.Join(imageSets, ", "))
 		}
 	}
 	if err := os.MkdirAll(o.BinDir, 0o755); err != nil {
 		return nil, err
 	}
 	var out []Named
-	for _, s := range Sets {
+	for _, s := range imageSets {
 		if !slices.Contains(sets, s) {
 			continue
 		}
@@ -141,7 +141,7 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 			if err != nil {
 				return nil, err
 			}
-			imgs, err := Standins(o.Arch, bin)
+			imgs, err := standinImages(o.Arch, bin)
 			if err != nil {
 				return nil, err
 			}
@@ -167,7 +167,7 @@ func buildOLM(ctx context.Context, o Options) ([]Named, error) {
 	if _, err := os.Stat(o.OPM); err != nil {
 		return nil, fmt.Errorf("ociimage: opm for the opm image: %w (run make tools)", err)
 	}
-	opm, err := OPM(o.Arch, o.OPM, o.Busybox)
+	opm, err := opmImage(o.Arch, o.OPM, o.Busybox)
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func operator(arch, binary, caCertificates string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, operatorConfig, base, app)
+	return newImage(arch, operatorConfig, base, app)
 }
 
 // pause returns the sandbox image: hack/images/pause at /pause, run as
@@ -101,7 +101,7 @@ func pause(arch, binary string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, config{User: "65535:65535", WorkingDir: "/", Entrypoint: []string{"/pause"}}, l)
+	return newImage(arch, config{User: "65535:65535", WorkingDir: "/", Entrypoint: []string{"/pause"}}, l)
 }
 
 // standin is one role of hack/images/standin and the image that plays it.
@@ -141,7 +141,7 @@ var standinUsers = []file{
 // Standins returns one image per stand-in role, each holding the one
 // hack/images/standin binary under the role's name as its entrypoint (the
 // program picks its role from argv[0]) on the standinUsers layer.
-func Standins(arch, binary string) ([]Named, error) {
+func standinImages(arch, binary string) ([]Named, error) {
 	bin, err := readExecutable(binary)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func Standins(arch, binary string) ([]Named, error) {
 		if err != nil {
 			return nil, err
 		}
-		img, err := New(arch, config{
+		img, err := newImage(arch, config{
 			User: s.user, WorkingDir: "/", Entrypoint: []string{s.path}, Cmd: s.cmd, ExposedPorts: s.ports,
 			Labels: map[string]string{"org.opencontainers.image.description": "hookwright stand-in for " + s.name},
 		}, users, l)

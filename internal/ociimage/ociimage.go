@@ -144,7 +144,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 
 // New returns an OCI image for linux/arch with cfg and the layers, built on
 // an empty base (FROM scratch). Env gets the default PATH unless cfg sets one.
-func New(arch string, cfg config, layers ...v1.Layer) (v1.Image, error) {
+func newImage(arch string, cfg config, layers ...v1.Layer) (v1.Image, error) {
 	if arch == "" {
 		return nil, fmt.Errorf("ociimage: an architecture is required")
 	}

@@ -109,7 +109,7 @@ func Bundle(arch, dir string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, config{Labels: meta.Annotations}, l)
+	return newImage(arch, config{Labels: meta.Annotations}, l)
 }
 
 // busyboxFiles are /bin/busybox and its applets' symlinks.
@@ -134,7 +134,7 @@ func userFiles(uid int) []file {
 // OPM returns the opm image: opm at /bin/opm and busybox for the shell,
 // user 1001 and ENTRYPOINT ["/bin/opm"] like operator-registry's opm image
 // (whose distroless/static:debug base carries busybox too).
-func OPM(arch, opm, busybox string) (v1.Image, error) {
+func opmImage(arch, opm, busybox string) (v1.Image, error) {
 	return withBusybox(arch, opm, "/bin/opm", busybox,
 		config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}})
 }
@@ -184,7 +184,7 @@ func withBusybox(arch, program, path, busybox string, cfg config, extra ...v1.La
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, cfg, append([]v1.Layer{base, app}, extra...)...)
+	return newImage(arch, cfg, append([]v1.Layer{base, app}, extra...)...)
 }
 
 // decompression returns the image of operator-sdk's decompression init
@@ -198,7 +198,7 @@ func decompression(arch, busybox string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, config{WorkingDir: "/", Cmd: []string{"/bin/sh"}}, l)
+	return newImage(arch, config{WorkingDir: "/", Cmd: []string{"/bin/sh"}}, l)
 }
 
 func readBusybox(p string) ([]byte, error) {

@@ -88,7 +88,7 @@ func TestOLMImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opm, err := OPM("amd64", static, static)
+	opm, err := opmImage("amd64", static, static)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestOLMImages(t *testing.T) {
 			t.Errorf("busybox %s: %v", bb, err)
 		}
 	}
-	if _, err := OPM("amd64", "/bin/ls", static); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+	if _, err := opmImage("amd64", "/bin/ls", static); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Errorf("dynamic opm: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func small(t *testing.T, content string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := New("amd64", config{Entrypoint: []string{"/hello"}}, l)
+	img, err := newImage("amd64", config{Entrypoint: []string{"/hello"}}, l)
 	if err != nil {
 		t.Fatal(err)
 	}

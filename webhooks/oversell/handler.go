@@ -73,7 +73,7 @@ type handler struct {
 	// owner is the NodeOversell this server acts for ("" acts for all).
 	owner string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
-	// serving.DefaultEnvelope().
+	// the process-wide Envelope with the default bounds (serving.Serve).
 	Envelope *serving.Envelope
 }
 

@@ -86,11 +86,10 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 	return e
 }
 
+// defaultEnvelope is the process-wide Envelope with the default bounds,
+// for handlers not given one.
 var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(EnvelopeOptions{}) })
 
-// DefaultEnvelope is the process-wide Envelope with the default bounds, for
-// handlers not given one.
-func DefaultEnvelope() *Envelope { return defaultEnvelope() }
 
 // MaxBody is the largest body accepted, in bytes.
 func (e *Envelope) MaxBody() int64 { return e.maxBody }

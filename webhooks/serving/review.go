@@ -36,10 +36,10 @@ type reviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
 // and log; a request answered 200 returns nil. The API server treats a
 // non-200 as a failed call and applies the webhook's failurePolicy, which
 // is right for garbage (k8s.io/apiserver pkg/admission/plugin/webhook/
-// request). A nil e is DefaultEnvelope().
+// request). A nil e is the process-wide Envelope with the default bounds.
 func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review reviewFunc) *bodyError {
 	if e == nil {
-		e = DefaultEnvelope()
+		e = defaultEnvelope()
 	}
 	if r.Method != http.MethodPost {
 		return refuse(w, Refuse(http.StatusMethodNotAllowed, ReasonMethod, "method "+r.Method+" not allowed: POST an AdmissionReview"))

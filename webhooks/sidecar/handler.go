@@ -40,7 +40,7 @@ type Handler struct {
 	// Injector names the SidecarInjector in metrics before a config is loaded.
 	Injector string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
-	// serving.DefaultEnvelope().
+	// the process-wide Envelope with the default bounds (serving.Serve).
 	Envelope *serving.Envelope
 }
 
