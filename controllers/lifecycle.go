@@ -589,13 +589,6 @@ func (r *reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []clien
 	return nil
 }
 
-func summarize(paths []string, n int) string {
-	if len(paths) <= n {
-		return strings.Join(paths, ", ")
-	}
-	return strings.Join(paths[:n], ", ") + fmt.Sprintf(" and %d more", len(paths)-n)
-}
-
 func minPositive(a, b time.Duration) time.Duration {
 	switch {
 	case a <= 0:

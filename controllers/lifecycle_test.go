@@ -2,9 +2,10 @@ package controllers
 
 import (
 	"context"
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"testing"
 	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"

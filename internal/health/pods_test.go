@@ -1,4 +1,4 @@
-package controllers
+package health
 
 import (
 	"strings"
@@ -125,7 +125,7 @@ func TestServerPodsState(t *testing.T) {
 			reason: "FailedMount", want: []string{`pod mounting: FailedMount: MountVolume.SetUp failed for volume "serving-cert" : secret "byo-serving" not found`},
 		},
 		{
-			name: "a starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
+			name: "a Starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
 			events: []corev1.Event{podEvent(mounting.UID, corev1.EventTypeNormal, "Pulled", "ok", 1)},
 			ok:     true, reason: reasonPodsHealthy,
 		},
@@ -137,7 +137,7 @@ func TestServerPodsState(t *testing.T) {
 		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: reasonPodFailing, want: []string{"Some reason!: x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, reason, msg := serverPodsState(tc.pods, tc.dep, tc.events)
+			ok, reason, msg := ServerPodsState(tc.pods, tc.dep, tc.events)
 			if ok != tc.ok || reason != tc.reason {
 				t.Errorf("ServerPodsState = %v, %q, %q; want %v, %q", ok, reason, msg, tc.ok, tc.reason)
 			}
@@ -154,7 +154,7 @@ func TestServerPodsState(t *testing.T) {
 }
 
 func TestServerPodsStateBoundsTheMessage(t *testing.T) {
-	_, _, msg := serverPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil, nil)
+	_, _, msg := ServerPodsState([]corev1.Pod{waitingPod("p", "CreateContainerError", strings.Repeat("x", 40000))}, nil, nil)
 	if len(msg) > maxProblemMessage || !strings.HasSuffix(msg, "...") {
 		t.Errorf("message of %d bytes, ends %q", len(msg), msg[len(msg)-5:])
 	}
@@ -166,12 +166,12 @@ func TestServerPodsStateBoundsTheMessage(t *testing.T) {
 func TestPodHealthKey(t *testing.T) {
 	a, b := runningPod("a"), runningPod("a")
 	b.Status.ContainerStatuses[0].Ready = false
-	if podHealthKey(&a) != podHealthKey(&b) {
+	if PodKey(&a) != PodKey(&b) {
 		t.Error("readiness alone changed the key")
 	}
 	c := waitingPod("a", "CrashLoopBackOff", "back-off 10s")
 	d := waitingPod("a", "CrashLoopBackOff", "back-off 20s")
-	if podHealthKey(&c) == podHealthKey(&d) {
+	if PodKey(&c) == PodKey(&d) {
 		t.Error("a new back-off message did not change the key")
 	}
 }
@@ -186,7 +186,7 @@ func podEvent(uid types.UID, typ, reason, msg string, at int64) corev1.Event {
 
 // Pods still creating containers are polled (their Events are not
 // watched); a pending pod with a status reason, or one not yet scheduled,
-// is not "starting".
+// is not "Starting".
 func TestStarting(t *testing.T) {
 	creating := waitingPod("a", "ContainerCreating", "")
 	creating.Spec.NodeName = "n"
@@ -205,8 +205,8 @@ func TestStarting(t *testing.T) {
 		{"failing with a reason", pulling, false},
 		{"running", runningPod("r"), false},
 	} {
-		if got := starting(&tc.pod); got != tc.want {
-			t.Errorf("%s: starting = %v, want %v", tc.name, got, tc.want)
+		if got := Starting(&tc.pod); got != tc.want {
+			t.Errorf("%s: Starting = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
