@@ -65,9 +65,9 @@ type Spec struct {
 	DNSNames []string
 }
 
-// Hash identifies the request Spec makes: a CSR or a certificate made for
+// hash identifies the request Spec makes: a CSR or a certificate made for
 // another hash (signer, names or lifetime changed) is replaced.
-func (s Spec) Hash() string {
+func (s Spec) hash() string {
 	names := slices.Clone(s.DNSNames)
 	slices.Sort(names)
 	exp := ""
@@ -202,7 +202,7 @@ func compute(in Input) plan {
 		// progress (a renewal takes a new key).
 		in.PendingKey, in.PendingCSR = nil, ""
 	}
-	hash := in.Spec.Hash()
+	hash := in.Spec.hash()
 	trustCAs := parse(in.Trust)
 	draining := in.DrainingCAs
 	if !in.Now.Before(in.DrainingUntil) {

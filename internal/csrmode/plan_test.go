@@ -48,7 +48,7 @@ func (f *fixture) request(name string, key []byte) CSR {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return CSR{Name: name, Created: t0, Hash: f.spec.Hash(), Request: req}
+	return CSR{Name: name, Created: t0, Hash: f.spec.hash(), Request: req}
 }
 
 // sign issues c's certificate from ca, valid for d from at.
@@ -75,7 +75,7 @@ func TestFirstCertificate(t *testing.T) {
 	}
 	in.PendingKey = f.key()
 	p = Compute(in)
-	if p.Create == nil || p.Create.Hash != f.spec.Hash() || !slices.Equal(p.Create.DNSNames, f.spec.DNSNames) || !slices.Equal(p.Create.Usages, ServingUsages) {
+	if p.Create == nil || p.Create.Hash != f.spec.hash() || !slices.Equal(p.Create.DNSNames, f.spec.DNSNames) || !slices.Equal(p.Create.Usages, ServingUsages) {
 		t.Fatalf("no CSR: %+v", p)
 	}
 	csr := f.request("hw-abc", in.PendingKey)
@@ -113,7 +113,7 @@ func TestFirstCertificate(t *testing.T) {
 	}
 	in.Published = p.CABundle
 	p = Compute(in)
-	if p.Serve == nil || !p.Ready || p.Reason != ReasonIssued || p.Serve.CSR != "hw-abc" || p.Serve.Hash != f.spec.Hash() {
+	if p.Serve == nil || !p.Ready || p.Reason != ReasonIssued || p.Serve.CSR != "hw-abc" || p.Serve.Hash != f.spec.hash() {
 		t.Fatalf("serve: %+v", p)
 	}
 	if cs, _ := certs.ParseCertsPEM(p.Serve.CA); len(cs) != 1 || !cs[0].Equal(f.ca.Cert) {
@@ -200,7 +200,7 @@ func TestRenewalAcrossCARotation(t *testing.T) {
 	f := newFixture(t)
 	key1 := f.key()
 	old := f.sign(f.request("hw-1", key1), f.ca, t0, 24*time.Hour)
-	serving := Serving{Cert: old.Certificate, Key: key1, CA: f.ca.CertPEM, Hash: f.spec.Hash(), CSR: "hw-1"}
+	serving := Serving{Cert: old.Certificate, Key: key1, CA: f.ca.CertPEM, Hash: f.spec.hash(), CSR: "hw-1"}
 	in := Input{Now: t0.Add(time.Hour), Spec: f.spec, Trust: f.ca.CertPEM, Serving: serving, CSRs: []CSR{old}, PublishedExists: true, Published: f.ca.CertPEM, DrainGrace: time.Minute}
 	if p := Compute(in); p.Reason != ReasonIssued || len(p.Delete) != 0 {
 		t.Fatalf("steady: %+v", p)
@@ -252,7 +252,7 @@ func TestRenewalDue(t *testing.T) {
 	key := f.key()
 	c := f.sign(f.request("hw-1", key), f.ca, t0, 3*time.Hour)
 	in := Input{Now: t0.Add(2*time.Hour + time.Minute), Spec: f.spec, Trust: f.ca.CertPEM, CSRs: []CSR{c, {Name: "stray", Hash: "x"}},
-		Serving: Serving{Cert: c.Certificate, Key: key, CA: f.ca.CertPEM, Hash: f.spec.Hash(), CSR: "hw-1"}}
+		Serving: Serving{Cert: c.Certificate, Key: key, CA: f.ca.CertPEM, Hash: f.spec.hash(), CSR: "hw-1"}}
 	p := Compute(in)
 	if !p.Ready || !p.NeedKey || !strings.Contains(p.Message, certs.ReasonRenewalDue) || !slices.Equal(p.Delete, []string{"stray"}) {
 		t.Fatalf("due: %+v", p)

@@ -111,23 +111,23 @@ func matchImage(pattern, image string) bool {
 	return image == pattern
 }
 
-// Namespace is the effective server namespace of server.
-func (p Policy) Namespace(server v1alpha1.ServerSpec) string {
+// namespace is the effective server namespace of server.
+func (p Policy) namespace(server v1alpha1.ServerSpec) string {
 	if server.Namespace != "" {
 		return server.Namespace
 	}
 	return p.DefaultNamespace
 }
 
-// AllowsNamespace reports whether ns is an allowed server namespace.
-func (p Policy) AllowsNamespace(ns string) bool { return slices.Contains(p.Namespaces, ns) }
+// allowsNamespace reports whether ns is an allowed server namespace.
+func (p Policy) allowsNamespace(ns string) bool { return slices.Contains(p.Namespaces, ns) }
 
 // Check returns what the CR's server and certificate specs break, each
 // error naming the field (spec.server.namespace, spec.server.image,
 // spec.certificate.secretName) and the rule; nil when allowed.
 func (p Policy) Check(server v1alpha1.ServerSpec, cert v1alpha1.CertificateSpec) field.ErrorList {
 	var errs field.ErrorList
-	if ns := p.Namespace(server); !p.AllowsNamespace(ns) {
+	if ns := p.namespace(server); !p.allowsNamespace(ns) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "server", "namespace"), fmt.Sprintf(
 			"%q is not an allowed server namespace (operator flag %s: %s)", ns, NamespacesFlag, strings.Join(p.Namespaces, ","))))
 	}

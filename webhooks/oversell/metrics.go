@@ -174,7 +174,7 @@ func (m *metrics) observeNode(node string, d *decision) {
 		}
 		ratio := 1.0
 		if d.Ratio[r].IsSet() {
-			ratio = d.Ratio[r].Float()
+			ratio = d.Ratio[r].float()
 		}
 		m.RawAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Raw[r]))
 		m.EffectiveAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Effective[r]))

@@ -84,8 +84,8 @@ func (r Ratio) IsSet() bool { return r.micro != 0 }
 // IsOne reports whether the ratio is exactly 1 (no inflation).
 func (r Ratio) IsOne() bool { return r.micro == 1_000_000 }
 
-// Float returns the ratio as a float64, for metrics only.
-func (r Ratio) Float() float64 { return float64(r.micro) / 1e6 }
+// float returns the ratio as a float64, for metrics only.
+func (r Ratio) float() float64 { return float64(r.micro) / 1e6 }
 
 // String formats the ratio in its shortest exact decimal form ("2", "1.5").
 func (r Ratio) String() string {

@@ -94,13 +94,13 @@ var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(Envel
 // MaxBody is the largest body accepted, in bytes.
 func (e *Envelope) MaxBody() int64 { return e.maxBody }
 
-// Deadline is when the body of r must have arrived: the request start plus
+// deadline is when the body of r must have arrived: the request start plus
 // the smaller of the envelope's timeout and the timeout the API server
 // passes as the "timeout" query parameter (the webhook's timeoutSeconds,
 // rounded up to a second: k8s.io/apiserver admission/plugin/webhook
 // mutating dispatcher via client-go rest.Request.Timeout). A caller cannot
 // extend the envelope's timeout.
-func (e *Envelope) Deadline(r *http.Request, start time.Time) time.Time {
+func (e *Envelope) deadline(r *http.Request, start time.Time) time.Time {
 	d := e.timeout
 	if r.URL == nil {
 		return start.Add(d)
@@ -224,7 +224,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*body, error) {
 		return nil, &bodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Msg: fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, e.maxBody)}
 	}
-	deadline := e.Deadline(r, start)
+	deadline := e.deadline(r, start)
 	rd := readDeadline{rc: http.NewResponseController(w), start: start, deadline: deadline}
 	src := http.MaxBytesReader(w, r.Body, e.maxBody)
 	b := &body{e: e}

@@ -135,7 +135,7 @@ func TestDeadline(t *testing.T) {
 		"?timeout=junk": 10 * time.Second,
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/x"+q, nil)
-		if got := e.Deadline(r, start).Sub(start); got != want {
+		if got := e.deadline(r, start).Sub(start); got != want {
 			t.Errorf("%q: got %v, want %v", q, got, want)
 		}
 	}

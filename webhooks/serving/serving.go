@@ -107,8 +107,8 @@ func tlsVersion(s string) (uint16, error) {
 	return 0, fmt.Errorf("unsupported TLS version %q: want 1.2 or 1.3", s)
 }
 
-// TLSOpts returns the tls.Config mutators for these options.
-func (o *Options) TLSOpts() ([]func(*tls.Config), error) {
+// tlsOpts returns the tls.Config mutators for these options.
+func (o *Options) tlsOpts() ([]func(*tls.Config), error) {
 	v, err := tlsVersion(o.MinTLSVersion)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func (o *Options) NewServer() (*Server, error) { return o.NewServerWithTLS() }
 // the options' own; one that sets GetCertificate replaces the certwatcher
 // on CertDir (the manager serves certificates it issues itself).
 func (o *Options) NewServerWithTLS(extra ...func(*tls.Config)) (*Server, error) {
-	tlsOpts, err := o.TLSOpts()
+	tlsOpts, err := o.tlsOpts()
 	if err != nil {
 		return nil, err
 	}

@@ -302,9 +302,9 @@ type Store struct {
 // Load returns the served config, or nil before the first successful Update.
 func (s *Store) Load() *Config { return s.cur.Load() }
 
-// Update compiles cr and, on success, serves it. On failure the previous
+// update compiles cr and, on success, serves it. On failure the previous
 // config stays and the compile error is returned (and kept for LastError).
-func (s *Store) Update(cr *v1alpha1.SidecarInjector) (*Config, error) {
+func (s *Store) update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	c, err := Compile(cr)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -320,8 +320,8 @@ func (s *Store) Update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	return c, nil
 }
 
-// LastError is the error of the last Update, nil when it succeeded.
-func (s *Store) LastError() error {
+// lastError is the error of the last update, nil when it succeeded.
+func (s *Store) lastError() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastErr

@@ -97,7 +97,7 @@ func (h *Handler) answer(r *http.Request, cfg *Config, body, dst []byte) ([]byte
 	if cfg == nil {
 		return nil, serving.Refuse(http.StatusServiceUnavailable, failNoConfig, ErrNoConfig.Error())
 	}
-	resp := h.ReviewContext(r.Context(), cfg, review.Request)
+	resp := h.reviewContext(r.Context(), cfg, review.Request)
 	// Encoded straight into the pooled buffer, without the trailing newline
 	// json.Encoder adds: the same bytes json.Marshal returns.
 	buf := bytes.NewBuffer(dst)
@@ -108,16 +108,16 @@ func (h *Handler) answer(r *http.Request, cfg *Config, body, dst []byte) ([]byte
 	return out[:len(out)-1], nil
 }
 
-// Review answers one admission request with cfg. It never reads DryRun:
+// review answers one admission request with cfg. It never reads DryRun:
 // injection has no side effects, so dry-run requests get the same answer.
-func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	return h.ReviewContext(context.Background(), cfg, req)
+func (h *Handler) review(cfg *Config, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return h.reviewContext(context.Background(), cfg, req)
 }
 
-// ReviewContext is Review that stops rendering once ctx is done (the API
+// reviewContext is review that stops rendering once ctx is done (the API
 // server closed the request after its webhook timeout) and denies with
 // reason Canceled; nobody reads that answer, it just frees the CPU.
-func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
+func (h *Handler) reviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
 	injector := cfg.Name
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	log := h.Log.WithValues("namespace", req.Namespace, "uid", req.UID)
@@ -220,7 +220,7 @@ func (s *Store) ConfigzHandler(injector string) http.Handler {
 		if c := s.Load(); c != nil {
 			z.Loaded, z.Generation, z.Hash = true, c.Generation, c.Hash
 		}
-		if err := s.LastError(); err != nil {
+		if err := s.lastError(); err != nil {
 			z.LastError = err.Error()
 		}
 		w.Header().Set("Content-Type", "application/json")

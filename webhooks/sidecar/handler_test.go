@@ -248,7 +248,7 @@ func TestConfigz(t *testing.T) {
 	}
 	cr := sampleCR(t)
 	cr.Generation = 7
-	if _, err := s.Update(cr); err != nil {
+	if _, err := s.update(cr); err != nil {
 		t.Fatal(err)
 	}
 	rec = httptest.NewRecorder()
@@ -266,7 +266,7 @@ func TestStoreKeepsLastGoodConfig(t *testing.T) {
 	}
 	cr := sampleCR(t)
 	cr.Generation = 1
-	if _, err := s.Update(cr); err != nil {
+	if _, err := s.update(cr); err != nil {
 		t.Fatal(err)
 	}
 	bad := []func(*v1alpha1.SidecarInjector){
@@ -287,18 +287,18 @@ func TestStoreKeepsLastGoodConfig(t *testing.T) {
 		c := sampleCR(t)
 		c.Generation = int64(10 + i)
 		mut(c)
-		if _, err := s.Update(c); err == nil {
+		if _, err := s.update(c); err == nil {
 			t.Errorf("bad config %d compiled", i)
 		}
 		if g := s.Load().Generation; g != 1 {
 			t.Fatalf("bad config %d replaced the good one (serving %d)", i, g)
 		}
-		if s.LastError() == nil {
+		if s.lastError() == nil {
 			t.Errorf("bad config %d: no LastError", i)
 		}
 	}
 	cr.Generation = 2
-	if _, err := s.Update(cr); err != nil || s.Load().Generation != 2 || s.LastError() != nil {
+	if _, err := s.update(cr); err != nil || s.Load().Generation != 2 || s.lastError() != nil {
 		t.Fatalf("good update: %v", err)
 	}
 	if len(swapped) != 2 {
@@ -381,7 +381,7 @@ func TestReviewCanceled(t *testing.T) {
 	if err := json.Unmarshal(reviewFor(t, []byte(`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"a","image":"a"}]}}`), "shop", false), &review); err != nil {
 		t.Fatal(err)
 	}
-	resp := h.ReviewContext(ctx, h.Store.Load(), review.Request)
+	resp := h.reviewContext(ctx, h.Store.Load(), review.Request)
 	if resp.Allowed || resp.Result == nil || resp.Result.Reason != failCanceled || len(resp.Patch) != 0 {
 		t.Fatalf("%+v", resp)
 	}

@@ -189,7 +189,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	for g := int64(2); g < 30; g++ {
 		cr := sampleCR(t)
 		cr.Generation = g
-		if _, err := h.Store.Update(cr); err != nil {
+		if _, err := h.Store.update(cr); err != nil {
 			t.Fatal(err)
 		}
 	}

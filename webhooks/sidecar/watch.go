@@ -32,7 +32,7 @@ func (s *Store) Watch(ctx context.Context, c cache.Cache, name string, m *metric
 		if cur := s.Load(); cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID {
 			return // status-only update or resync
 		}
-		c, err := s.Update(cr)
+		c, err := s.update(cr)
 		if err != nil {
 			m.RecordConfigError(name)
 			log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)
