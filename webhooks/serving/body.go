@@ -90,7 +90,6 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 // for handlers not given one.
 var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(EnvelopeOptions{}) })
 
-
 // MaxBody is the largest body accepted, in bytes.
 func (e *Envelope) MaxBody() int64 { return e.maxBody }
 
