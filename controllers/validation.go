@@ -57,15 +57,15 @@ type WebhookSettings struct {
 	Path string
 	// Certs, when set, is given the manager's client so every replica (not
 	// only the leader) serves the certificate from desired.ManagerCertSecretName.
-	Certs *servingCertSource
+	Certs *ServingCertSource
 }
 
-// servingCertSource serves the manager's webhook certificate from the
+// ServingCertSource serves the manager's webhook certificate from the
 // desired.ManagerCertSecretName Secret as read through a client (the manager's
 // cache, which holds Secrets labelled managed-by=hookwright), parsing it
 // again only when its resourceVersion changes. Use GetCertificate as
 // tls.Config.GetCertificate.
-type servingCertSource struct {
+type ServingCertSource struct {
 	key    client.ObjectKey
 	reader atomic.Pointer[client.Reader]
 
@@ -76,16 +76,16 @@ type servingCertSource struct {
 
 // NewServingCertSource reads desired.ManagerCertSecretName in namespace once a
 // reader is set (SetReader; Setup does it).
-func NewServingCertSource(namespace string) *servingCertSource {
-	return &servingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
+func NewServingCertSource(namespace string) *ServingCertSource {
+	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
 }
 
 // SetReader sets the client the Secret is read with.
-func (s *servingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
+func (s *ServingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
 
 // GetCertificate returns the current certificate, or an error (the TLS
 // handshake fails) while the Secret does not exist or does not parse.
-func (s *servingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (s *ServingCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	rp := s.reader.Load()
 	if rp == nil {
 		return nil, errors.New("webhook serving certificate: not set up yet")

@@ -66,12 +66,12 @@ type signer struct {
 	api      client.Reader
 	recorder events.EventRecorder
 	o        Options
-	trust    *trustBundles
+	trust    *TrustBundles
 }
 
 // Setup adds the signer and the ClusterTrustBundle publisher to mgr and
 // returns the publisher (what it observed, for the CSR mode).
-func Setup(mgr ctrl.Manager, o Options) (*trustBundles, error) {
+func Setup(mgr ctrl.Manager, o Options) (*TrustBundles, error) {
 	if o.SignerName == "" {
 		o.SignerName = v1alpha1.DefaultCSRSignerName
 	}
@@ -82,7 +82,7 @@ func Setup(mgr ctrl.Manager, o Options) (*trustBundles, error) {
 		o.Clock = certs.RealClock
 	}
 	rec := mgr.GetEventRecorder("hookwright-signer")
-	t := &trustBundles{client: mgr.GetClient(), recorder: rec, signerName: o.SignerName, caKey: o.CASecret, clock: o.Clock}
+	t := &TrustBundles{client: mgr.GetClient(), recorder: rec, signerName: o.SignerName, caKey: o.CASecret, clock: o.Clock}
 	if err := t.setup(mgr); err != nil {
 		return nil, err
 	}

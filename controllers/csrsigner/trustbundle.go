@@ -67,11 +67,11 @@ func TrustBundleName(signerName string) string {
 	return strings.ReplaceAll(signerName, "/", ":") + ":installation-ca"
 }
 
-// trustBundles publishes the installation CA as the ClusterTrustBundle of
+// TrustBundles publishes the installation CA as the ClusterTrustBundle of
 // the signer and tells others what it observed. When the API server does not
 // serve certificates.k8s.io/v1 ClusterTrustBundle it publishes nothing and
 // Available says why; it never fails the manager for it.
-type trustBundles struct {
+type TrustBundles struct {
 	client     client.Client
 	recorder   events.EventRecorder
 	signerName string
@@ -88,7 +88,7 @@ type trustBundles struct {
 
 // Available reports whether the API serves ClusterTrustBundles, with the
 // reason when not.
-func (t *trustBundles) Available() (bool, string) {
+func (t *TrustBundles) Available() (bool, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.available, t.unavailable
@@ -97,13 +97,13 @@ func (t *trustBundles) Available() (bool, string) {
 // Publishes reports whether ca is in the signer's ClusterTrustBundle as
 // last observed from the API server. Always true when the API is absent
 // (nothing publishes there; consumers cannot rely on it anyway).
-func (t *trustBundles) Publishes(ca *x509.Certificate) bool {
+func (t *TrustBundles) Publishes(ca *x509.Certificate) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.available || certs.BundleContains(t.published, ca)
 }
 
-func (t *trustBundles) observe(b []byte) {
+func (t *TrustBundles) observe(b []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.published = b
@@ -125,7 +125,7 @@ func DetectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
 }
 
 // Reconcile writes the ClusterTrustBundle of the CA Secret (its only key).
-func (t *trustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	sec := &corev1.Secret{}
 	if err := t.client.Get(ctx, t.caKey, sec); err != nil {
 		// No CA yet: the lifecycle reconcilers create it, and its event
@@ -194,7 +194,7 @@ func nextExpiry(b []byte, now time.Time) time.Duration {
 	return d
 }
 
-func (t *trustBundles) setup(mgr ctrl.Manager) error {
+func (t *TrustBundles) setup(mgr ctrl.Manager) error {
 	t.available, t.unavailable = DetectTrustBundleAPI(mgr.GetRESTMapper())
 	isCA := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == t.caKey.Namespace && o.GetName() == t.caKey.Name

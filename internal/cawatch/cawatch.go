@@ -43,8 +43,8 @@ const (
 // certificate files only, so keys or other Secret entries are never read.
 var defaultPatterns = []string{"*.crt", "*.pem"}
 
-// file is one bundle file as read.
-type file struct {
+// File is one bundle file as read.
+type File struct {
 	Name string // base name in the directory, e.g. "ca.crt"
 	Data []byte
 }
@@ -55,7 +55,7 @@ type Snapshot struct {
 	DirExists bool
 	// Files are the matching files in name order. A listed name whose
 	// symlink dangles or that was removed is simply absent.
-	Files []file
+	Files []File
 	// Bundle is the files' contents concatenated in name order, each ending
 	// in a newline so PEM blocks of adjacent files never merge.
 	Bundle []byte
@@ -191,7 +191,7 @@ func read(dir string, files, patterns []string, maxSize int64) (Snapshot, error)
 	slices.Sort(names)
 	names = slices.Compact(names)
 
-	var out []file
+	var out []File
 	for _, n := range names {
 		data, err := readFile(filepath.Join(dir, n), maxSize)
 		switch {
@@ -200,7 +200,7 @@ func read(dir string, files, patterns []string, maxSize int64) (Snapshot, error)
 		case err != nil:
 			return Snapshot{}, err
 		}
-		out = append(out, file{Name: n, Data: data})
+		out = append(out, File{Name: n, Data: data})
 	}
 	return snapshot(true, out), nil
 }
@@ -230,7 +230,7 @@ func readFile(path string, maxSize int64) ([]byte, error) {
 	return data, nil
 }
 
-func snapshot(exists bool, files []file) Snapshot {
+func snapshot(exists bool, files []File) Snapshot {
 	var bundle []byte
 	for _, f := range files {
 		bundle = append(bundle, f.Data...)

@@ -196,8 +196,8 @@ type Step struct {
 	Rotating bool
 }
 
-// caSet is the parsed CA Secret.
-type caSet struct {
+// CASet is the parsed CA Secret.
+type CASet struct {
 	Active  *KeyPair            // nil if missing or unusable
 	Next    *KeyPair            // nil if missing or unusable
 	Retired []*x509.Certificate // parsed retired CAs, expired ones included
@@ -212,8 +212,8 @@ type caSet struct {
 // and key parse, match, the certificate is a CA, and now is before NotAfter.
 // Unusable entries are reported in Problems, never returned as errors, so
 // Plan can decide what to do about them.
-func ParseCASecret(data map[string][]byte, now time.Time) caSet {
-	var set caSet
+func ParseCASecret(data map[string][]byte, now time.Time) CASet {
+	var set CASet
 	problem := func(k, msg string) {
 		if set.Problems == nil {
 			set.Problems = map[string]string{}
@@ -428,7 +428,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 // plus any other known CA (published, in the Secret's ca.crt, or orphaned)
 // that a serving certificate in use chains to. Dropping one of those would
 // fail admissions, so they are adopted until nothing uses them.
-func desiredCAs(ca caSet, s State, inUse []*x509.Certificate, now time.Time, p Policy) ([]*x509.Certificate, error) {
+func desiredCAs(ca CASet, s State, inUse []*x509.Certificate, now time.Time, p Policy) ([]*x509.Certificate, error) {
 	must := []*x509.Certificate{ca.Active.Cert}
 	if ca.Next != nil {
 		must = append(must, ca.Next.Cert)
@@ -590,7 +590,7 @@ func sameFingerprints(bundle []byte, want map[[sha256.Size]byte]bool) bool {
 	return maps.Equal(fingerprints(certs), want)
 }
 
-func problems(ca caSet) string {
+func problems(ca CASet) string {
 	if len(ca.Problems) == 0 {
 		return "missing"
 	}

@@ -50,10 +50,10 @@ const (
 	EventCSR = "CertificateSigningRequest"
 )
 
-// trustAPI says whether the API server serves certificates.k8s.io/v1
+// TrustAPI says whether the API server serves certificates.k8s.io/v1
 // ClusterTrustBundle, and why not (csrsigner.TrustBundles, or a
 // StaticTrustAPI from csrsigner.DetectTrustBundleAPI).
-type trustAPI interface {
+type TrustAPI interface {
 	Available() (bool, string)
 }
 
@@ -69,7 +69,7 @@ func (s StaticTrustAPI) Available() (bool, string) { return s.OK, s.Why }
 // CSRSettings configure mode CSR.
 type CSRSettings struct {
 	// Trust says whether ClusterTrustBundles are served; nil means they are.
-	Trust trustAPI
+	Trust TrustAPI
 	// OwnSigner is the operator's signerName (--csr-signer-name; "" when
 	// off): where ClusterTrustBundles are absent its trust is the
 	// installation CA, read from the CA Secret.

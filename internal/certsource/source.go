@@ -132,14 +132,14 @@ const (
 	reasonNoCertificate = "NoCertificate"
 )
 
-// publishRule says how a configuration's caBundle follows State.CABundle
+// PublishRule says how a configuration's caBundle follows State.CABundle
 // (Publish).
-type publishRule int
+type PublishRule int
 
 const (
 	// publishAsIs writes CABundle byte for byte: its source already keeps
 	// every CA a served certificate may chain to (SelfSigned's planner).
-	publishAsIs publishRule = iota
+	publishAsIs PublishRule = iota
 	// publishWithOverlap keeps the CAs the configuration carried before
 	// CABundle changed for the drain grace (OverlapCABundle).
 	publishWithOverlap
@@ -156,7 +156,7 @@ type State struct {
 	// written, so the API server is never pointed at an unverifiable server).
 	CABundle []byte
 	// Publish is how the configuration's caBundle follows CABundle.
-	Publish publishRule
+	Publish PublishRule
 	// Keep are the objects the source owns for the CR (not pruned).
 	Keep []client.Object
 	// NotAfter and RenewAt of the serving certificate (zero when unknown).

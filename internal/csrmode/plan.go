@@ -146,9 +146,9 @@ type CreateCSR struct {
 	Usages            []certificatesv1.KeyUsage
 }
 
-// plan is what to do; the caller performs the actions in field order and
+// Plan is what to do; the caller performs the actions in field order and
 // plans again when something changed.
-type plan struct {
+type Plan struct {
 	// NeedKey: generate a key (NewKey) and keep it as the pending key.
 	NeedKey bool
 	// Create this CSR from the pending key, and record its name as pending.
@@ -178,7 +178,7 @@ type plan struct {
 }
 
 // InProgress reports whether a request is under way (its key is needed).
-func (p plan) InProgress() bool { return p.Serve == nil && p.Reason != ReasonIssued }
+func (p Plan) InProgress() bool { return p.Serve == nil && p.Reason != ReasonIssued }
 
 // ServingUsages are the usages every request asks for.
 var ServingUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
@@ -187,7 +187,7 @@ var ServingUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignatu
 // offered for a configuration that does not exist yet: writing one would
 // point the API server at a server that cannot answer (a request waiting
 // for approval can wait for days).
-func Compute(in Input) plan {
+func Compute(in Input) Plan {
 	p := compute(in)
 	if !p.Ready && !in.PublishedExists {
 		p.CABundle = nil
@@ -195,8 +195,8 @@ func Compute(in Input) plan {
 	return p
 }
 
-func compute(in Input) plan {
-	var p plan
+func compute(in Input) Plan {
+	var p Plan
 	if len(in.PendingKey) > 0 && bytes.Equal(in.PendingKey, in.Serving.Key) {
 		// The key of the served certificate, left over: not a request in
 		// progress (a renewal takes a new key).
@@ -342,7 +342,7 @@ func compute(in Input) plan {
 	return p
 }
 
-func refuseIssued(p plan, prefix string, c *CSR, why string) plan {
+func refuseIssued(p Plan, prefix string, c *CSR, why string) Plan {
 	p.Reason = reasonBadCertificate
 	p.Message = prefix + fmt.Sprintf("the certificate issued for CSR %s is unusable (%s); delete the CSR to request again", c.Name, why)
 	p.Warning = p.Message

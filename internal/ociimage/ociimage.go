@@ -195,16 +195,16 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-// imageSizes are an image's byte counts: Compressed is what a registry
+// ImageSizes are an image's byte counts: Compressed is what a registry
 // stores and a pull transfers (layers as stored, config, manifest);
 // Uncompressed is the layers' tar size, about what the node unpacks.
-type imageSizes struct {
+type ImageSizes struct {
 	Compressed, Uncompressed int64
 }
 
 // Sizes returns img's imageSizes.
-func Sizes(img v1.Image) (imageSizes, error) {
-	var s imageSizes
+func Sizes(img v1.Image) (ImageSizes, error) {
+	var s ImageSizes
 	m, err := img.RawManifest()
 	if err != nil {
 		return s, err

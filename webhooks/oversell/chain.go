@@ -34,7 +34,7 @@ const reasonOtherWinner reason = "other-nodeoversell"
 // the write through unchanged); otherwise p is the policy to apply, nil when
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
-func (s *snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
+func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
 	p = s.Select(nodeLabels)
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false

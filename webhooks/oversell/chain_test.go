@@ -27,7 +27,7 @@ type chainModel struct {
 	rng    *rand.Rand
 	crs    map[string]*v1alpha1.NodeOversell // current CRs (deleting ones have a deletionTimestamp)
 	hooks  map[string]labels.Selector        // webhook configurations the API server calls
-	snaps  map[string]*snapshot              // each server's view
+	snaps  map[string]*Snapshot              // each server's view
 	lag    bool                              // servers refresh their view at random
 	stored nodeState
 	lister nodeState // the kubelet's informer copy
@@ -259,7 +259,7 @@ func TestOverlappingWebhooksInSeries(t *testing.T) {
 func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, uint64(crs)))
 	m := &chainModel{t: t, rng: rng, crs: map[string]*v1alpha1.NodeOversell{}, hooks: map[string]labels.Selector{},
-		snaps: map[string]*snapshot{}, lag: lag, clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		snaps: map[string]*Snapshot{}, lag: lag, clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	m.reals = map[string]bool{}
 	newReal := func() {
 		m.real = [numResources]string{
@@ -373,17 +373,17 @@ func TestChainCompoundingRegression(t *testing.T) {
 	onlyB := buildSnapshot([]*v1alpha1.NodeOversell{b}, nil, true)
 	for _, tc := range []struct {
 		name  string
-		snaps map[string]*snapshot
+		snaps map[string]*Snapshot
 		order []string
 		cpu   string // published
 	}{
-		{"views current", map[string]*snapshot{"oversell-pool": both, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
-		{"views current, reverse order", map[string]*snapshot{"oversell-pool": both, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "5700m"},
+		{"views current", map[string]*Snapshot{"oversell-pool": both, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"views current, reverse order", map[string]*Snapshot{"oversell-pool": both, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "5700m"},
 		// oversell-pool's server has not seen pool-b yet: both act; the raw
 		// stays exact and the last one's ratio holds until the next write.
-		{"first server behind", map[string]*snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
-		{"last server behind", map[string]*snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "7600m"},
-		{"other server behind", map[string]*snapshot{"oversell-pool": both, "pool-b": onlyB}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"first server behind", map[string]*Snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"oversell-pool", "pool-b"}, "5700m"},
+		{"last server behind", map[string]*Snapshot{"oversell-pool": onlyA, "pool-b": both}, []string{"pool-b", "oversell-pool"}, "7600m"},
+		{"other server behind", map[string]*Snapshot{"oversell-pool": both, "pool-b": onlyB}, []string{"oversell-pool", "pool-b"}, "5700m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old := node("4", "16Gi", nil) // kwok-like: registered with allocatable = capacity

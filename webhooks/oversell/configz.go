@@ -10,14 +10,14 @@ import (
 type Configz struct {
 	Synced           bool            `json:"synced"`
 	Hash             string          `json:"hash"`
-	NodeOversells    []configzPolicy `json:"nodeOversells"`
-	Ignored          []ignored       `json:"ignored"`
+	NodeOversells    []ConfigzPolicy `json:"nodeOversells"`
+	Ignored          []Ignored       `json:"ignored"`
 	Deleting         []string        `json:"deleting"`
 	TrustedReporters []string        `json:"trustedReporters"`
 }
 
-// configzPolicy is one served NodeOversell, in precedence order.
-type configzPolicy struct {
+// ConfigzPolicy is one served NodeOversell, in precedence order.
+type ConfigzPolicy struct {
 	Name       string            `json:"name"`
 	Generation int64             `json:"generation"`
 	Priority   int32             `json:"priority"`
@@ -26,17 +26,17 @@ type configzPolicy struct {
 }
 
 // newConfigz renders a snapshot.
-func newConfigz(s *snapshot) Configz {
+func newConfigz(s *Snapshot) Configz {
 	c := Configz{
 		Synced:           s.Synced,
 		Hash:             s.Hash,
-		NodeOversells:    []configzPolicy{},
+		NodeOversells:    []ConfigzPolicy{},
 		Ignored:          s.Ignored,
 		Deleting:         s.Deleting,
 		TrustedReporters: s.ExtraTrusted,
 	}
 	if c.Ignored == nil {
-		c.Ignored = []ignored{}
+		c.Ignored = []Ignored{}
 	}
 	if c.Deleting == nil {
 		c.Deleting = []string{}
@@ -45,7 +45,7 @@ func newConfigz(s *snapshot) Configz {
 		c.TrustedReporters = []string{}
 	}
 	for _, p := range s.Policies {
-		cp := configzPolicy{Name: p.Name, Generation: p.Generation, Priority: p.Priority, Selector: p.Selector.String(), Ratios: map[string]string{}}
+		cp := ConfigzPolicy{Name: p.Name, Generation: p.Generation, Priority: p.Priority, Selector: p.Selector.String(), Ratios: map[string]string{}}
 		for r := Resource(0); r < numResources; r++ {
 			if p.Ratios[r].IsSet() {
 				cp.Ratios[resourceNames[r]] = p.Ratios[r].String()
@@ -57,7 +57,7 @@ func newConfigz(s *snapshot) Configz {
 }
 
 // ConfigzHandler serves GET /configz with the current snapshot of src.
-func ConfigzHandler(src snapshotSource) http.Handler {
+func ConfigzHandler(src SnapshotSource) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "method not allowed; GET /configz", http.StatusMethodNotAllowed)

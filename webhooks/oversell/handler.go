@@ -41,12 +41,12 @@ var bodyReasons = map[string]string{
 	serving.ReasonBusy:    "busy",
 }
 
-// snapshotSource yields the configuration snapshot for one review.
-type snapshotSource interface {
-	Snapshot() *snapshot
+// SnapshotSource yields the configuration snapshot for one review.
+type SnapshotSource interface {
+	Snapshot() *Snapshot
 }
 
-// handler serves AdmissionReview v1 for UPDATE of nodes/status. It is a
+// Handler serves AdmissionReview v1 for UPDATE of nodes/status. It is a
 // plain http.Handler so it can decode only the fields it needs (name,
 // labels, annotations, status.capacity and status.allocatable of the object
 // and old object), skipping images and conditions; register it on
@@ -66,9 +66,9 @@ type snapshotSource interface {
 //   - 200 allowed with a JSONPatch on /status/allocatable/{cpu,memory} and
 //     the oversell.hookwright.io/ annotations otherwise (sideEffects: None;
 //     metrics are not side effects on the cluster).
-type handler struct {
-	src     snapshotSource
-	metrics *metrics
+type Handler struct {
+	src     SnapshotSource
+	metrics *Metrics
 	log     logr.Logger
 	// owner is the NodeOversell this server acts for ("" acts for all).
 	owner string
@@ -79,14 +79,14 @@ type handler struct {
 
 // NewHandler returns a handler reading configuration from src and
 // recording into m (required; see NewMetrics).
-func NewHandler(src snapshotSource, m *metrics, log logr.Logger) *handler {
-	return &handler{src: src, metrics: m, log: log}
+func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
+	return &Handler{src: src, metrics: m, log: log}
 }
 
 // ForNodeOversell makes h the server of NodeOversell name: it changes only
 // nodes that name wins and passes other writes through (snapshot.Route).
 // Without it h acts for whichever NodeOversell wins. It returns h.
-func (h *handler) ForNodeOversell(name string) *handler {
+func (h *Handler) ForNodeOversell(name string) *Handler {
 	h.owner = name
 	return h
 }
@@ -135,7 +135,7 @@ func (n *nodeJSON) state() nodeState {
 // ServeHTTP implements http.Handler through the shared skeleton
 // (serving.Serve); a refused request is counted as an error and logged at
 // V(1).
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	defer func() { h.metrics.Duration.Observe(time.Since(start).Seconds()) }()
 	if be := serving.Serve(w, r, h.Envelope, h.answer); be != nil {
@@ -149,7 +149,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer is the server's part of serving.Serve: parse, check, review.
-func (h *handler) answer(_ *http.Request, body, dst []byte) ([]byte, error) {
+func (h *Handler) answer(_ *http.Request, body, dst []byte) ([]byte, error) {
 	rv, nodeErr, err := parseReview(body)
 	if err != nil {
 		return nil, malformed("malformed AdmissionReview: %v", err)
@@ -170,7 +170,7 @@ func malformed(format string, args ...any) error {
 }
 
 // review decides one well-formed request and appends the response review.
-func (h *handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
+func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if req.Resource.Group != "" || req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != "UPDATE" {
 		h.metrics.Mutations.WithLabelValues(outcomeIgnored, "unknown", string(reasonNotNodeStatus)).Inc()
 		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+describeRequest(req)+" admitted unchanged")
@@ -272,7 +272,7 @@ func describeRequest(req *requestJSON) string {
 
 // problem answers an internal problem: allowed, no patch, a warning, a log
 // line and a metric. A heartbeat is never blocked.
-func (h *handler) problem(dst []byte, req *requestJSON, writer writerClass, reason reason, err error) []byte {
+func (h *Handler) problem(dst []byte, req *requestJSON, writer writerClass, reason reason, err error) []byte {
 	h.metrics.Mutations.WithLabelValues(outcomeError, writer.String(), string(reason)).Inc()
 	h.log.Error(err, "node status admitted unchanged after an internal problem", "node", req.Name, "uid", req.UID, "reason", reason)
 	return appendResponse(dst, req.UID, nil, "hookwright oversell: internal problem ("+string(reason)+"); node status admitted unchanged")

@@ -164,12 +164,12 @@ func reviewFor(t testing.TB, user string, groups []string, obj, old *corev1.Node
 var kubeletGroups = []string{"system:nodes", "system:authenticated"}
 
 // staticSource serves a fixed snapshot.
-type staticSource struct{ s *snapshot }
+type staticSource struct{ s *Snapshot }
 
-func (s staticSource) Snapshot() *snapshot { return s.s }
+func (s staticSource) Snapshot() *Snapshot { return s.s }
 
 // testHandler returns a handler over snap with a private registry.
-func testHandler(t testing.TB, snap *snapshot) (*handler, *metrics) {
+func testHandler(t testing.TB, snap *Snapshot) (*Handler, *Metrics) {
 	t.Helper()
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
@@ -180,7 +180,7 @@ func testHandler(t testing.TB, snap *snapshot) (*handler, *metrics) {
 
 // poolSnapshot is a synced snapshot with NodeOversell oversell-pool
 // (pool=oversell, cpu 2, memory 1.5).
-func poolSnapshot(t testing.TB) *snapshot {
+func poolSnapshot(t testing.TB) *Snapshot {
 	t.Helper()
 	return buildSnapshot(nodeOversells(t, "oversell-pool", "2", "1.5", 0, time.Unix(1000, 0)), []string{"harness"}, true)
 }

@@ -65,9 +65,9 @@ func (s *labelSet) forget(v string) {
 	s.mu.Unlock()
 }
 
-// metrics are the oversell server's Prometheus series. cpu values are in
+// Metrics are the oversell server's Prometheus series. cpu values are in
 // cores, memory in bytes, durations in seconds.
-type metrics struct {
+type Metrics struct {
 	// RawAllocatable, EffectiveAllocatable and Ratio are per node and
 	// resource; a restored node's series are deleted.
 	RawAllocatable       *prometheus.GaugeVec
@@ -94,8 +94,8 @@ type metrics struct {
 // NewMetrics creates the series and registers them on reg (controller-runtime's
 // metrics.Registry in the server). It returns the registration error, e.g.
 // when called twice on one registry.
-func NewMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		RawAllocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "hookwright_oversell_node_raw_allocatable",
 			Help: "Real allocatable of an amplified node (cpu in cores, memory in bytes).",
@@ -145,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // untrustedWrite counts a non-reporting allocatable write by user, or by
 // otherUser once maxUserSeries users have been seen.
-func (m *metrics) untrustedWrite(user string) {
+func (m *Metrics) untrustedWrite(user string) {
 	if !m.users.admit(user) {
 		user = otherUser
 	}
@@ -154,7 +154,7 @@ func (m *metrics) untrustedWrite(user string) {
 
 // observeNode updates the per-node gauges after an applied decision; a
 // restored node's series are deleted and its place in the bound freed.
-func (m *metrics) observeNode(node string, d *decision) {
+func (m *Metrics) observeNode(node string, d *decision) {
 	if d.Restore {
 		for r := Resource(0); r < numResources; r++ {
 			m.RawAllocatable.DeleteLabelValues(node, resourceNames[r])

@@ -34,23 +34,23 @@ type Policy struct {
 	Trusted []string
 }
 
-// ignored is a NodeOversell the snapshot left out, with the reason.
-type ignored struct {
+// Ignored is a NodeOversell the snapshot left out, with the reason.
+type Ignored struct {
 	Name       string `json:"name"`
 	Generation int64  `json:"generation"`
 	Reason     string `json:"reason"`
 }
 
-// snapshot is an immutable view of all NodeOversell objects. Handlers read it
+// Snapshot is an immutable view of all NodeOversell objects. Handlers read it
 // through an atomic pointer, so a CR change applies to the next status write.
-type snapshot struct {
+type Snapshot struct {
 	// Synced is false until the informer has delivered its initial list.
 	// Before that the handler must not treat "no policy" as "deselected".
 	Synced bool
 	// Policies are ordered by precedence: priority descending, then
 	// creationTimestamp ascending, then name.
 	Policies []*Policy
-	Ignored  []ignored
+	Ignored  []Ignored
 	// Deleting names NodeOversells with a deletionTimestamp, sorted: they
 	// no longer amplify anything, so that the operator's finalizer can
 	// restore their nodes without this server amplifying them again.
@@ -64,7 +64,7 @@ type snapshot struct {
 // Select returns the policy that applies to a node with these labels, or nil.
 // When several select the node, exactly one applies: the first in
 // precedence order.
-func (s *snapshot) Select(nodeLabels map[string]string) *Policy {
+func (s *Snapshot) Select(nodeLabels map[string]string) *Policy {
 	set := labels.Set(nodeLabels)
 	for _, p := range s.Policies {
 		if p.Selector.Matches(set) {
@@ -76,7 +76,7 @@ func (s *snapshot) Select(nodeLabels map[string]string) *Policy {
 
 // TrustedFunc returns the trusted-reporter test for a node selected by p
 // (p may be nil).
-func (s *snapshot) TrustedFunc(p *Policy) func(string) bool {
+func (s *Snapshot) TrustedFunc(p *Policy) func(string) bool {
 	return func(user string) bool {
 		if slices.Contains(s.ExtraTrusted, user) {
 			return true
@@ -127,8 +127,8 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 // buildSnapshot compiles objs into a snapshot. Invalid objects are listed in
 // ignored instead of failing the whole set; objects being deleted are
 // listed in Deleting and never become policies.
-func buildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *snapshot {
-	s := &snapshot{Synced: synced, ExtraTrusted: extraTrusted}
+func buildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
+	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted}
 	for _, o := range objs {
 		if o.DeletionTimestamp != nil {
 			s.Deleting = append(s.Deleting, o.Name)
@@ -136,7 +136,7 @@ func buildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced 
 		}
 		p, err := CompilePolicy(o)
 		if err != nil {
-			s.Ignored = append(s.Ignored, ignored{Name: o.Name, Generation: o.Generation, Reason: err.Error()})
+			s.Ignored = append(s.Ignored, Ignored{Name: o.Name, Generation: o.Generation, Reason: err.Error()})
 			continue
 		}
 		s.Policies = append(s.Policies, p)
@@ -164,33 +164,33 @@ func buildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced 
 	return s
 }
 
-// store holds the NodeOversell objects delivered by an informer and
+// Store holds the NodeOversell objects delivered by an informer and
 // publishes a new snapshot on every add, update and delete.
-type store struct {
+type Store struct {
 	log          logr.Logger
-	metrics      *metrics
+	metrics      *Metrics
 	extraTrusted []string
 
 	mu     sync.Mutex
 	objs   map[string]*v1alpha1.NodeOversell
 	synced bool
 
-	snap atomic.Pointer[snapshot]
+	snap atomic.Pointer[Snapshot]
 }
 
 // NewStore returns an unsynced, empty store. extraTrusted are user names
 // trusted as raw reporters for every node; m may be nil.
-func NewStore(extraTrusted []string, log logr.Logger, m *metrics) *store {
-	s := &store{log: log, metrics: m, extraTrusted: slices.Clone(extraTrusted), objs: map[string]*v1alpha1.NodeOversell{}}
+func NewStore(extraTrusted []string, log logr.Logger, m *Metrics) *Store {
+	s := &Store{log: log, metrics: m, extraTrusted: slices.Clone(extraTrusted), objs: map[string]*v1alpha1.NodeOversell{}}
 	s.snap.Store(buildSnapshot(nil, s.extraTrusted, false))
 	return s
 }
 
 // snapshot returns the current snapshot; never nil.
-func (s *store) Snapshot() *snapshot { return s.snap.Load() }
+func (s *Store) Snapshot() *Snapshot { return s.snap.Load() }
 
 // Upsert records an added or updated NodeOversell.
-func (s *store) Upsert(o *v1alpha1.NodeOversell) {
+func (s *Store) Upsert(o *v1alpha1.NodeOversell) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.objs[o.Name] = o
@@ -198,7 +198,7 @@ func (s *store) Upsert(o *v1alpha1.NodeOversell) {
 }
 
 // Delete forgets a NodeOversell by name.
-func (s *store) Delete(name string) {
+func (s *Store) Delete(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.objs, name)
@@ -206,7 +206,7 @@ func (s *store) Delete(name string) {
 }
 
 // MarkSynced records that the informer's initial list was delivered.
-func (s *store) MarkSynced() {
+func (s *Store) MarkSynced() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synced = true
@@ -215,9 +215,9 @@ func (s *store) MarkSynced() {
 
 // Synced reports whether the store has seen the informer's initial list;
 // it is the server's readiness condition.
-func (s *store) Synced() bool { return s.Snapshot().Synced }
+func (s *Store) Synced() bool { return s.Snapshot().Synced }
 
-func (s *store) rebuildLocked() {
+func (s *Store) rebuildLocked() {
 	objs := make([]*v1alpha1.NodeOversell, 0, len(s.objs))
 	for _, o := range s.objs {
 		objs = append(objs, o)
@@ -252,7 +252,7 @@ func eventObject(obj any) (*v1alpha1.NodeOversell, bool) {
 // Watch registers the store on the cache's NodeOversell informer and marks
 // it synced once the handler has seen the initial list. Call it before the
 // cache starts; it returns the informer lookup or registration error.
-func (s *store) Watch(ctx context.Context, c cache.Cache) error {
+func (s *Store) Watch(ctx context.Context, c cache.Cache) error {
 	inf, err := c.GetInformer(ctx, &v1alpha1.NodeOversell{})
 	if err != nil {
 		return fmt.Errorf("NodeOversell informer: %w", err)

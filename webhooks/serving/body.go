@@ -112,16 +112,16 @@ func (e *Envelope) deadline(r *http.Request, start time.Time) time.Time {
 	return start.Add(d)
 }
 
-// bodyError is a body the envelope refused. Status is the HTTP status to
+// BodyError is a body the envelope refused. Status is the HTTP status to
 // answer with (413, 408, 429 or 400) and Reason a short fixed token for
 // metrics: TooLarge, Timeout, Busy or Read.
-type bodyError struct {
+type BodyError struct {
 	Status int
 	Reason string
 	Msg    string
 }
 
-func (e *bodyError) Error() string { return e.Msg }
+func (e *BodyError) Error() string { return e.Msg }
 
 // body reasons.
 const (
@@ -131,10 +131,10 @@ const (
 	ReasonRead     = "Read"
 )
 
-// body is a request body read by an Envelope. Bytes is valid until Release,
+// Body is a request body read by an Envelope. Bytes is valid until Release,
 // which returns the buffer to its pool and its bytes to the budget; call
 // Release once, when the response is written.
-type body struct {
+type Body struct {
 	e    *Envelope
 	buf  []byte
 	box  *pooled // buf's pool entry, reused so a Put allocates nothing
@@ -142,10 +142,10 @@ type body struct {
 }
 
 // Bytes is the body.
-func (b *body) Bytes() []byte { return b.buf }
+func (b *Body) Bytes() []byte { return b.buf }
 
 // Release returns the buffer and its budget. It is safe on a nil body.
-func (b *body) Release() {
+func (b *Body) Release() {
 	if b == nil || b.e == nil {
 		return
 	}
@@ -217,16 +217,16 @@ func nextSize(cur int, max int64) int {
 // and the connection is closed. When the in-flight budget is full for longer
 // than the budget wait, the body is refused with 429. On success the caller
 // must Release the body.
-func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*body, error) {
+func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 	start := time.Now()
 	if r.ContentLength > e.maxBody {
-		return nil, &bodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
+		return nil, &BodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Msg: fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, e.maxBody)}
 	}
 	deadline := e.deadline(r, start)
 	rd := readDeadline{rc: http.NewResponseController(w), start: start, deadline: deadline}
 	src := http.MaxBytesReader(w, r.Body, e.maxBody)
-	b := &body{e: e}
+	b := &Body{e: e}
 	ctx := r.Context()
 	for {
 		rd.set(len(b.buf))
@@ -296,7 +296,7 @@ func (d *readDeadline) set(received int) {
 
 // grow moves b to the next buffer size, taking the difference from the
 // budget first.
-func (e *Envelope) grow(ctx context.Context, b *body, deadline time.Time) error {
+func (e *Envelope) grow(ctx context.Context, b *Body, deadline time.Time) error {
 	size := nextSize(cap(b.buf), e.maxBody)
 	need := int64(size) - b.held
 	if !e.budget.TryAcquire(need) {
@@ -308,7 +308,7 @@ func (e *Envelope) grow(ctx context.Context, b *body, deadline time.Time) error 
 		err := e.budget.Acquire(wctx, need)
 		cancel()
 		if err != nil {
-			return &bodyError{Status: http.StatusTooManyRequests, Reason: ReasonBusy,
+			return &BodyError{Status: http.StatusTooManyRequests, Reason: ReasonBusy,
 				Msg: fmt.Sprintf("server busy: request bodies in flight hold the %d byte limit; retry", e.inflight)}
 		}
 	}
@@ -324,25 +324,25 @@ func (e *Envelope) readError(err error, excess bool, rd *readDeadline) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case excess || errors.As(err, &mbe):
-		return &bodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
+		return &BodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Msg: fmt.Sprintf("body exceeds the %d byte limit", e.maxBody)}
 	case errors.Is(err, os.ErrDeadlineExceeded) && rd.cur.Before(rd.deadline):
-		return &bodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
+		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
 			Msg: fmt.Sprintf("body too slow: after %v it must arrive at %d KiB/s or more", BodyGrace, minBodyRate>>10)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return &bodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
+		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
 			Msg: fmt.Sprintf("body not received within the request timeout of %v", rd.deadline.Sub(rd.start).Round(time.Millisecond))}
 	}
-	return &bodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: "reading body: " + err.Error()}
+	return &BodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: "reading body: " + err.Error()}
 }
 
 // Fail writes a bodyError (or any error, as 400) as a plain-text answer.
 // A 408 or 413 also closes the connection: the rest of the body is never
 // read.
 func Fail(w http.ResponseWriter, err error) {
-	var be *bodyError
+	var be *BodyError
 	if !errors.As(err, &be) {
-		be = &bodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: err.Error()}
+		be = &BodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: err.Error()}
 	}
 	if be.Status == http.StatusRequestTimeout || be.Status == http.StatusRequestEntityTooLarge {
 		w.Header().Set("Connection", "close")

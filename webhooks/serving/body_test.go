@@ -37,9 +37,9 @@ func post(body io.Reader, contentLength int64) *http.Request {
 	return r
 }
 
-func bodyErr(t *testing.T, err error) *bodyError {
+func bodyErr(t *testing.T, err error) *BodyError {
 	t.Helper()
-	var be *bodyError
+	var be *BodyError
 	if !errors.As(err, &be) {
 		t.Fatalf("got %v, want a *BodyError", err)
 	}
@@ -143,7 +143,7 @@ func TestDeadline(t *testing.T) {
 
 func TestFail(t *testing.T) {
 	rec := httptest.NewRecorder()
-	Fail(rec, &bodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout, Msg: "slow"})
+	Fail(rec, &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout, Msg: "slow"})
 	if rec.Code != http.StatusRequestTimeout || rec.Header().Get("Connection") != "close" || !strings.Contains(rec.Body.String(), "slow") {
 		t.Fatalf("got %d %v %q", rec.Code, rec.Header(), rec.Body)
 	}

@@ -16,16 +16,16 @@ const (
 
 // Refuse returns the *bodyError that answers a request with status, a short
 // fixed reason token for metrics and a plain-text message.
-func Refuse(status int, reason, msg string) *bodyError {
-	return &bodyError{Status: status, Reason: reason, Msg: msg}
+func Refuse(status int, reason, msg string) *BodyError {
+	return &BodyError{Status: status, Reason: reason, Msg: msg}
 }
 
-// reviewFunc answers one AdmissionReview body, appending the JSON of the
+// ReviewFunc answers one AdmissionReview body, appending the JSON of the
 // response AdmissionReview to dst (a pooled buffer; body and dst are valid
 // only during the call). A *bodyError it returns is the answer (its status
 // and message, e.g. 400 for a body that is not a review, 503 while no
 // configuration is loaded); any other error is a 400.
-type reviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
+type ReviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
 
 // Serve is the HTTP skeleton both webhook servers answer with. It refuses
 // what the API server never sends (a method other than POST: 405; a content
@@ -37,7 +37,7 @@ type reviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
 // non-200 as a failed call and applies the webhook's failurePolicy, which
 // is right for garbage (k8s.io/apiserver pkg/admission/plugin/webhook/
 // request). A nil e is the process-wide Envelope with the default bounds.
-func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review reviewFunc) *bodyError {
+func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFunc) *BodyError {
 	if e == nil {
 		e = defaultEnvelope()
 	}
@@ -66,8 +66,8 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review reviewFun
 }
 
 // refuse answers err (Fail) and returns it as a *bodyError.
-func refuse(w http.ResponseWriter, err error) *bodyError {
-	var be *bodyError
+func refuse(w http.ResponseWriter, err error) *BodyError {
+	var be *BodyError
 	if !errors.As(err, &be) {
 		be = Refuse(http.StatusBadRequest, ReasonRead, err.Error())
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // A review declaring a 3 MiB Content-Length of which one byte arrives must
@@ -42,7 +42,7 @@ func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 // sidecarSeries counts the hookwright_sidecar_ series on the registry.
 func sidecarSeries(t *testing.T) int {
 	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
+	mfs, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ type Handler struct {
 	Params Params
 	Log    logr.Logger
 	// Metrics records every answer (required; see NewMetrics).
-	Metrics *metrics
+	Metrics *Metrics
 	// Injector names the SidecarInjector in metrics before a config is loaded.
 	Injector string
 	// Envelope bounds body size, read time and in-flight bytes; nil means

@@ -6,10 +6,10 @@ import (
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
-// metrics are the injector's Prometheus series. Reason labels take code
+// Metrics are the injector's Prometheus series. Reason labels take code
 // values or the handler's failure reasons, so cardinality stays bounded;
 // injector is the SidecarInjector's name.
-type metrics struct {
+type Metrics struct {
 	requests, injections, skips, failures *prometheus.CounterVec
 	warnings, configErrors                *prometheus.CounterVec
 	duration                              *prometheus.HistogramVec
@@ -19,8 +19,8 @@ type metrics struct {
 // NewMetrics creates the series and registers them on reg (controller-runtime's
 // metrics.Registry in the server, served on its metrics endpoint). It
 // returns the registration error, e.g. when called twice on one registry.
-func NewMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookwright_sidecar_injection_requests_total",
 			Help: "Admission requests received, by injector and outcome (Injected, Skipped, Failed).",
@@ -86,17 +86,17 @@ const (
 
 // RecordConfig sets the served-generation gauge; Store.Watch calls it after
 // every swap.
-func (m *metrics) RecordConfig(c *Config) {
+func (m *Metrics) RecordConfig(c *Config) {
 	m.configGeneration.WithLabelValues(c.Name).Set(float64(c.Generation))
 }
 
 // RecordConfigError counts a SidecarInjector version that did not compile.
-func (m *metrics) RecordConfigError(injector string) {
+func (m *Metrics) RecordConfigError(injector string) {
 	m.configErrors.WithLabelValues(injector).Inc()
 }
 
 // fail counts a request that could not be served.
-func (m *metrics) fail(injector, reason string) {
+func (m *Metrics) fail(injector, reason string) {
 	m.requests.WithLabelValues(injector, outcomeFailed).Inc()
 	m.failures.WithLabelValues(injector, reason).Inc()
 }

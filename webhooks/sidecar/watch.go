@@ -19,7 +19,7 @@ import (
 // deletion keeps the last loaded version. m records the served generation
 // and the rejected versions; c should hold only that one object (a
 // metadata.name field selector).
-func (s *Store) Watch(ctx context.Context, c cache.Cache, name string, m *metrics, log logr.Logger) error {
+func (s *Store) Watch(ctx context.Context, c cache.Cache, name string, m *Metrics, log logr.Logger) error {
 	inf, err := c.GetInformer(ctx, &v1alpha1.SidecarInjector{})
 	if err != nil {
 		return fmt.Errorf("SidecarInjector informer: %w", err)

@@ -19,11 +19,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
-// slowClients keeps n connections to a webhook server, each declaring a
+// SlowClients keeps n connections to a webhook server, each declaring a
 // 3 MiB body and trickling it (even ones 1 byte per second, as in issue 11's
 // report, odd ones 1 KiB every 50 ms), reconnecting whenever the server
 // answers or closes. Stop ends them and reports.
-type slowClients struct {
+type SlowClients struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -32,8 +32,8 @@ type slowClients struct {
 	answers                     map[string]int
 }
 
-// slowReport is what the slow clients saw.
-type slowReport struct {
+// SlowReport is what the slow clients saw.
+type SlowReport struct {
 	Opened, DialErrors int64
 	// Longest is the longest a connection was held before the server's
 	// answer.
@@ -43,7 +43,7 @@ type slowReport struct {
 	Answers map[string]int
 }
 
-func (r slowReport) String() string {
+func (r SlowReport) String() string {
 	var a []string
 	for k, v := range r.Answers {
 		a = append(a, fmt.Sprintf("%q: %d", k, v))
@@ -60,10 +60,10 @@ const openWhenStopped = "open when stopped"
 // The clients resume TLS sessions, as a determined attacker would: a full
 // handshake per reconnect costs both ends of a test on one machine more CPU
 // than the server's part of the soak.
-func StartSlowClients(addr string, cfg *tls.Config, path string, n int) *slowClients {
+func StartSlowClients(addr string, cfg *tls.Config, path string, n int) *SlowClients {
 	cfg = cfg.Clone()
 	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(n)
-	s := &slowClients{stop: make(chan struct{}), answers: map[string]int{}}
+	s := &SlowClients{stop: make(chan struct{}), answers: map[string]int{}}
 	for i := range n {
 		chunk, every := 1, time.Second
 		if i%2 == 1 {
@@ -79,15 +79,15 @@ func StartSlowClients(addr string, cfg *tls.Config, path string, n int) *slowCli
 }
 
 // Stop ends the clients and returns their report.
-func (s *slowClients) Stop() slowReport {
+func (s *SlowClients) Stop() SlowReport {
 	close(s.stop)
 	s.wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slowReport{Opened: s.opened.Load(), DialErrors: s.dialErrors.Load(), Longest: time.Duration(s.longest.Load()), Answers: maps.Clone(s.answers)}
+	return SlowReport{Opened: s.opened.Load(), DialErrors: s.dialErrors.Load(), Longest: time.Duration(s.longest.Load()), Answers: maps.Clone(s.answers)}
 }
 
-func (s *slowClients) run(addr string, cfg *tls.Config, path string, chunk int, every time.Duration) {
+func (s *SlowClients) run(addr string, cfg *tls.Config, path string, chunk int, every time.Duration) {
 	payload := bytes.Repeat([]byte(" "), chunk)
 	for {
 		select {
@@ -145,15 +145,15 @@ func (s *slowClients) run(addr string, cfg *tls.Config, path string, chunk int, 
 	}
 }
 
-// loadReport is the outcome of RunLoad.
-type loadReport struct {
+// LoadReport is the outcome of RunLoad.
+type LoadReport struct {
 	OK       int
 	Failures []string
 	P50, P99 time.Duration
 	Max      time.Duration
 }
 
-func (r loadReport) String() string {
+func (r LoadReport) String() string {
 	return fmt.Sprintf("%d ok, %d failed; latency p50 %v p99 %v max %v", r.OK, len(r.Failures),
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
 }
@@ -162,11 +162,11 @@ func (r loadReport) String() string {
 // what the rate owes by then, so a starved caller does not lower the
 // offered load), and waits for the calls to end. do returns an error for a
 // failed call.
-func RunLoad(perSec int, d time.Duration, do func() error) loadReport {
+func RunLoad(perSec int, d time.Duration, do func() error) LoadReport {
 	var (
 		mu  sync.Mutex
 		lat []time.Duration
-		rep loadReport
+		rep LoadReport
 		wg  sync.WaitGroup
 	)
 	tick := time.NewTicker(time.Second / time.Duration(perSec))
@@ -200,17 +200,17 @@ func RunLoad(perSec int, d time.Duration, do func() error) loadReport {
 	return rep
 }
 
-// peakSampler calls sample every period until Stop and keeps the largest
+// PeakSampler calls sample every period until Stop and keeps the largest
 // value it returned.
-type peakSampler struct {
+type PeakSampler struct {
 	stop chan struct{}
 	done chan struct{}
 	peak atomic.Uint64
 }
 
 // StartPeakSampler starts sampling.
-func StartPeakSampler(period time.Duration, sample func() uint64) *peakSampler {
-	p := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
+func StartPeakSampler(period time.Duration, sample func() uint64) *PeakSampler {
+	p := &PeakSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		tick := time.NewTicker(period)
@@ -230,7 +230,7 @@ func StartPeakSampler(period time.Duration, sample func() uint64) *peakSampler {
 }
 
 // Stop ends sampling and returns the peak.
-func (p *peakSampler) Stop() uint64 {
+func (p *PeakSampler) Stop() uint64 {
 	close(p.stop)
 	<-p.done
 	return p.peak.Load()
