@@ -80,8 +80,8 @@ func NewServingCertSource(namespace string) *ServingCertSource {
 	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
 }
 
-// SetReader sets the client the Secret is read with.
-func (s *ServingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
+// setReader sets the client the Secret is read with.
+func (s *ServingCertSource) setReader(r client.Reader) { s.reader.Store(&r) }
 
 // GetCertificate returns the current certificate, or an error (the TLS
 // handshake fails) while the Secret does not exist or does not parse.

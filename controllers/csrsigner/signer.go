@@ -146,7 +146,7 @@ func (s *signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	// The overlap rule: a certificate is only issued by a CA that trust
 	// consumers can already see, so a caBundle copied from the
 	// ClusterTrustBundle verifies it from the moment it exists.
-	if !s.trust.Publishes(ca.Cert) {
+	if !s.trust.publishes(ca.Cert) {
 		logger.V(1).Info("approved CSR waits for its CA in the ClusterTrustBundle", "ca", ca.Cert.Subject.CommonName)
 		return reconcile.Result{RequeueAfter: waitPoll}, nil
 	}

@@ -94,10 +94,10 @@ func (t *TrustBundles) Available() (bool, string) {
 	return t.available, t.unavailable
 }
 
-// Publishes reports whether ca is in the signer's ClusterTrustBundle as
+// publishes reports whether ca is in the signer's ClusterTrustBundle as
 // last observed from the API server. Always true when the API is absent
 // (nothing publishes there; consumers cannot rely on it anyway).
-func (t *TrustBundles) Publishes(ca *x509.Certificate) bool {
+func (t *TrustBundles) publishes(ca *x509.Certificate) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.available || certs.BundleContains(t.published, ca)

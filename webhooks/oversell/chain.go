@@ -29,13 +29,13 @@ package oversell
 // applies it, this one passes the write through.
 const reasonOtherWinner reason = "other-nodeoversell"
 
-// Route tells the server of NodeOversell owner what to do for a node with
+// route tells the server of NodeOversell owner what to do for a node with
 // these labels: act is false when another NodeOversell wins the node (pass
 // the write through unchanged); otherwise p is the policy to apply, nil when
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
-func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
-	p = s.Select(nodeLabels)
+func (s *Snapshot) route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
+	p = s.policyFor(nodeLabels)
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false
 	}

@@ -99,7 +99,7 @@ func (m *chainModel) refresh(all bool) {
 
 // truth is the NodeOversell that wins the node by the current CRs.
 func (m *chainModel) truth(nodeLabels map[string]string) *Policy {
-	return buildSnapshot(m.objs(), nil, true).Select(nodeLabels)
+	return buildSnapshot(m.objs(), nil, true).policyFor(nodeLabels)
 }
 
 // admit runs one nodes/status write through the webhook chain and stores it.
@@ -113,7 +113,7 @@ func (m *chainModel) admit(writer writerClass, obj nodeState) {
 			continue // objectSelector: neither the object nor the old object matches
 		}
 		m.calls++
-		p, act := m.snaps[name].Route(obj.Labels, name)
+		p, act := m.snaps[name].route(obj.Labels, name)
 		if !act {
 			continue
 		}
@@ -390,7 +390,7 @@ func TestChainCompoundingRegression(t *testing.T) {
 			obj := cloneState(old)
 			obj.Allocatable["cpu"] = "3800m"
 			for _, name := range tc.order {
-				p, act := tc.snaps[name].Route(obj.Labels, name)
+				p, act := tc.snaps[name].route(obj.Labels, name)
 				if !act {
 					continue
 				}

@@ -66,6 +66,6 @@ func ConfigzHandler(src SnapshotSource) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(newConfigz(src.Snapshot()))
+		_ = enc.Encode(newConfigz(src.snapshot()))
 	})
 }

@@ -43,7 +43,7 @@ var bodyReasons = map[string]string{
 
 // SnapshotSource yields the configuration snapshot for one review.
 type SnapshotSource interface {
-	Snapshot() *Snapshot
+	snapshot() *Snapshot
 }
 
 // Handler serves AdmissionReview v1 for UPDATE of nodes/status. It is a
@@ -178,7 +178,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if decodeErr != nil {
 		return h.problem(dst, req, writerOther, reasonDecode, decodeErr)
 	}
-	snap := h.src.Snapshot()
+	snap := h.src.snapshot()
 	if snap == nil || !snap.Synced {
 		h.metrics.Mutations.WithLabelValues(outcomeSkipped, "unknown", string(reasonNotSynced)).Inc()
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: NodeOversell configuration not loaded yet; node status admitted unchanged")
@@ -203,8 +203,8 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		}()
 		obj := req.Object.state()
 		var policy *Policy
-		policy, act = snap.Route(obj.Labels, h.owner)
-		writer = classifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.TrustedFunc(policy))
+		policy, act = snap.route(obj.Labels, h.owner)
+		writer = classifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.trustedFunc(policy))
 		if !act {
 			return nil
 		}

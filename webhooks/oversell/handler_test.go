@@ -450,7 +450,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 func TestSnapshotSelectNilSelectorGuard(t *testing.T) {
 	// A nil NodeSelector on the CR selects every node (labels.Everything).
 	s := buildSnapshot(nodeOversellsSel(t, "all", nil), nil, true)
-	if p := s.Select(labels.Set{"any": "thing"}); p == nil || p.Name != "all" {
+	if p := s.policyFor(labels.Set{"any": "thing"}); p == nil || p.Name != "all" {
 		t.Fatalf("got %v", p)
 	}
 }

@@ -90,8 +90,8 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 // for handlers not given one.
 var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(EnvelopeOptions{}) })
 
-// MaxBody is the largest body accepted, in bytes.
-func (e *Envelope) MaxBody() int64 { return e.maxBody }
+// bodyLimit is the largest body accepted, in bytes.
+func (e *Envelope) bodyLimit() int64 { return e.maxBody }
 
 // deadline is when the body of r must have arrived: the request start plus
 // the smaller of the envelope's timeout and the timeout the API server

@@ -84,14 +84,14 @@ const (
 	outcomeRenderAllow = "RenderFailedAllowed"
 )
 
-// RecordConfig sets the served-generation gauge; Store.Watch calls it after
+// recordConfig sets the served-generation gauge; Store.Watch calls it after
 // every swap.
-func (m *Metrics) RecordConfig(c *Config) {
+func (m *Metrics) recordConfig(c *Config) {
 	m.configGeneration.WithLabelValues(c.Name).Set(float64(c.Generation))
 }
 
-// RecordConfigError counts a SidecarInjector version that did not compile.
-func (m *Metrics) RecordConfigError(injector string) {
+// recordConfigError counts a SidecarInjector version that did not compile.
+func (m *Metrics) recordConfigError(injector string) {
 	m.configErrors.WithLabelValues(injector).Inc()
 }
 

@@ -34,11 +34,11 @@ func (s *Store) Watch(ctx context.Context, c cache.Cache, name string, m *Metric
 		}
 		c, err := s.update(cr)
 		if err != nil {
-			m.RecordConfigError(name)
+			m.recordConfigError(name)
 			log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)
 			return
 		}
-		m.RecordConfig(c)
+		m.recordConfig(c)
 		log.Info("serving SidecarInjector", "generation", c.Generation, "hash", c.Hash)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
