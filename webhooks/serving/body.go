@@ -90,9 +90,6 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 // for handlers not given one.
 var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(EnvelopeOptions{}) })
 
-// bodyLimit is the largest body accepted, in bytes.
-func (e *Envelope) bodyLimit() int64 { return e.maxBody }
-
 // deadline is when the body of r must have arrived: the request start plus
 // the smaller of the envelope's timeout and the timeout the API server
 // passes as the "timeout" query parameter (the webhook's timeoutSeconds,

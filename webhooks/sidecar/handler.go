@@ -108,15 +108,11 @@ func (h *Handler) answer(r *http.Request, cfg *Config, body, dst []byte) ([]byte
 	return out[:len(out)-1], nil
 }
 
-// review answers one admission request with cfg. It never reads DryRun:
-// injection has no side effects, so dry-run requests get the same answer.
-func (h *Handler) review(cfg *Config, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	return h.reviewContext(context.Background(), cfg, req)
-}
-
-// reviewContext is review that stops rendering once ctx is done (the API
-// server closed the request after its webhook timeout) and denies with
-// reason Canceled; nobody reads that answer, it just frees the CPU.
+// reviewContext answers one admission request with cfg. It never reads
+// DryRun: injection has no side effects, so dry-run requests get the same
+// answer. It stops rendering once ctx is done (the API server closed the
+// request after its webhook timeout) and denies with reason Canceled;
+// nobody reads that answer, it just frees the CPU.
 func (h *Handler) reviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
 	injector := cfg.Name
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
