@@ -19,7 +19,7 @@ package oversell
 //     the others pass the write through unchanged. When no NodeOversell
 //     selects the node any server restores it.
 //   - The engine never takes an earlier webhook's output for the writer's
-//     report (decide reads a reporting writer's recorded raw from the
+//     report (Decide reads a reporting writer's recorded raw from the
 //     admitted object), so servers whose snapshots disagree for a moment
 //     (two both believing they win during a priority change) still record
 //     the raw exactly; the node then carries the last one's ratio until the
@@ -29,12 +29,12 @@ package oversell
 // applies it, this one passes the write through.
 const reasonOtherWinner reason = "other-nodeoversell"
 
-// route tells the server of NodeOversell owner what to do for a node with
+// Route tells the server of NodeOversell owner what to do for a node with
 // these labels: act is false when another NodeOversell wins the node (pass
 // the write through unchanged); otherwise p is the policy to apply, nil when
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
-func (s *Snapshot) route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
+func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
 	p = s.policyFor(nodeLabels)
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false

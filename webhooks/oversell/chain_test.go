@@ -29,8 +29,8 @@ type chainModel struct {
 	hooks  map[string]labels.Selector        // webhook configurations the API server calls
 	snaps  map[string]*Snapshot              // each server's view
 	lag    bool                              // servers refresh their view at random
-	stored nodeState
-	lister nodeState // the kubelet's informer copy
+	stored NodeState
+	lister NodeState // the kubelet's informer copy
 	real   [numResources]string
 	clock  time.Time
 	calls  int // webhook calls
@@ -89,7 +89,7 @@ func (m *chainModel) objs() []*v1alpha1.NodeOversell {
 // refresh updates the servers' snapshots: all of them, or with lag a random
 // subset (their informers deliver the change at different times).
 func (m *chainModel) refresh(all bool) {
-	cur := buildSnapshot(m.objs(), nil, true)
+	cur := BuildSnapshot(m.objs(), nil, true)
 	for _, n := range chainNames {
 		if all || !m.lag || m.rng.IntN(2) == 0 {
 			m.snaps[n] = cur
@@ -99,11 +99,11 @@ func (m *chainModel) refresh(all bool) {
 
 // truth is the NodeOversell that wins the node by the current CRs.
 func (m *chainModel) truth(nodeLabels map[string]string) *Policy {
-	return buildSnapshot(m.objs(), nil, true).policyFor(nodeLabels)
+	return BuildSnapshot(m.objs(), nil, true).policyFor(nodeLabels)
 }
 
 // admit runs one nodes/status write through the webhook chain and stores it.
-func (m *chainModel) admit(writer writerClass, obj nodeState) {
+func (m *chainModel) admit(writer writerClass, obj NodeState) {
 	m.writes++
 	m.acted = false
 	old := cloneState(m.stored)
@@ -113,11 +113,11 @@ func (m *chainModel) admit(writer writerClass, obj nodeState) {
 			continue // objectSelector: neither the object nor the old object matches
 		}
 		m.calls++
-		p, act := m.snaps[name].route(obj.Labels, name)
+		p, act := m.snaps[name].Route(obj.Labels, name)
 		if !act {
 			continue
 		}
-		d := decide(input{Writer: writer, Object: obj, Old: &old, Policy: p})
+		d := Decide(Input{Writer: writer, Object: obj, Old: &old, Policy: p})
 		if !d.Apply && d.Reason != reasonNotSelected && d.Reason != reasonNoAllocatable {
 			m.t.Fatalf("write %d: server %s made no decision (%s) for %+v over %+v", m.writes, name, d.Reason, obj, old)
 		}
@@ -168,7 +168,7 @@ func (m *chainModel) restore() bool {
 	for _, k := range annotationKeys {
 		delete(obj.Annotations, k)
 	}
-	m.admit(writerOther, obj)
+	m.admit(WriterOther, obj)
 	return true
 }
 
@@ -328,7 +328,7 @@ func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 				obj.Annotations = map[string]string{}
 			}
 			obj.Annotations["example.com/condition"] = fmt.Sprint(i)
-			m.admit(writerOther, obj)
+			m.admit(WriterOther, obj)
 		default:
 			// Another user writes an allocatable; only on an amplified node
 			// (on a plain one its value is adopted as raw, as documented).
@@ -338,7 +338,7 @@ func runChain(t *testing.T, crs int, lag bool, seed uint64, steps int) {
 			obj := cloneState(m.stored)
 			obj.Allocatable["cpu"] = fmt.Sprintf("%dm", rng.IntN(40000))
 			obj.Allocatable["memory"] = fmt.Sprintf("%dMi", rng.IntN(200000))
-			m.admit(writerOther, obj)
+			m.admit(WriterOther, obj)
 		}
 		m.check(!lag)
 	}
@@ -368,9 +368,9 @@ func TestChainCompoundingRegression(t *testing.T) {
 		}
 	}
 	a, b := mk("oversell-pool", "2", 0, 1), mk("pool-b", "1.5", 10, 2)
-	both := buildSnapshot([]*v1alpha1.NodeOversell{a, b}, nil, true)
-	onlyA := buildSnapshot([]*v1alpha1.NodeOversell{a}, nil, true)
-	onlyB := buildSnapshot([]*v1alpha1.NodeOversell{b}, nil, true)
+	both := BuildSnapshot([]*v1alpha1.NodeOversell{a, b}, nil, true)
+	onlyA := BuildSnapshot([]*v1alpha1.NodeOversell{a}, nil, true)
+	onlyB := BuildSnapshot([]*v1alpha1.NodeOversell{b}, nil, true)
 	for _, tc := range []struct {
 		name  string
 		snaps map[string]*Snapshot
@@ -390,11 +390,11 @@ func TestChainCompoundingRegression(t *testing.T) {
 			obj := cloneState(old)
 			obj.Allocatable["cpu"] = "3800m"
 			for _, name := range tc.order {
-				p, act := tc.snaps[name].route(obj.Labels, name)
+				p, act := tc.snaps[name].Route(obj.Labels, name)
 				if !act {
 					continue
 				}
-				obj, _ = applyDecision(t, obj, decide(input{Writer: writerKubelet, Object: obj, Old: &old, Policy: p}))
+				obj, _ = applyDecision(t, obj, Decide(Input{Writer: writerKubelet, Object: obj, Old: &old, Policy: p}))
 			}
 			st := readStored(obj.Annotations)
 			if !st.rawOK[CPU] || st.raw[CPU].String() != "3800m" {

@@ -46,8 +46,8 @@ import (
 type writerClass int
 
 const (
-	// writerOther is any user whose allocatable is not trusted as real.
-	writerOther writerClass = iota
+	// WriterOther is any user whose allocatable is not trusted as real.
+	WriterOther writerClass = iota
 	// writerKubelet is the node's own kubelet: user system:node:<node name>
 	// in group system:nodes (the NodeRestriction identity).
 	writerKubelet
@@ -68,7 +68,7 @@ func (w writerClass) String() string {
 }
 
 // reportsRaw reports whether the writer's allocatable is the node's real one.
-func (w writerClass) reportsRaw() bool { return w != writerOther }
+func (w writerClass) reportsRaw() bool { return w != WriterOther }
 
 const nodeUserPrefix = "system:node:"
 
@@ -85,26 +85,26 @@ func classifyWriter(nodeName, user string, groups []string, trusted func(string)
 	if trusted != nil && trusted(user) {
 		return writerTrusted
 	}
-	return writerOther
+	return WriterOther
 }
 
-// nodeState is the part of a Node the engine reads. Quantities stay strings
+// NodeState is the part of a Node the engine reads. Quantities stay strings
 // as they appear in the JSON; the engine parses only cpu and memory.
-type nodeState struct {
+type NodeState struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Capacity    map[string]string
 	Allocatable map[string]string
 }
 
-// input is everything a decision depends on.
-type input struct {
+// Input is everything a decision depends on.
+type Input struct {
 	Writer writerClass
 	// Object is the node as it will be stored (after the writer's patch).
-	Object nodeState
+	Object NodeState
 	// Old is the stored node before the write; nil only if the API server
 	// sent no oldObject.
-	Old *nodeState
+	Old *NodeState
 	// Policy is the NodeOversell that selects the node, nil if none does.
 	Policy *Policy
 }
@@ -112,7 +112,7 @@ type input struct {
 // reason explains a decision; it is a metric label, so the set is closed.
 type reason string
 
-// Reasons of decide.
+// Reasons of Decide.
 const (
 	reasonKubeletReport   reason = "kubelet-report"   // raw taken from the node's kubelet
 	reasonTrustedReport   reason = "trusted-report"   // raw taken from a trusted reporter
@@ -267,7 +267,7 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 	return q, err == nil
 }
 
-// decide computes the node's allocatable and annotations for one status
+// Decide computes the node's allocatable and annotations for one status
 // write. It never compounds: the published value is always raw × ratio,
 // where raw comes from the writer only if it reports real values (the node's
 // kubelet or a trusted reporter) and otherwise from the raw-allocatable
@@ -282,12 +282,12 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 // Misreading a real value that happens to equal the amplified one errs on
 // the safe side (the node is under- rather than over-committed).
 //
-// decide is idempotent under chaining: feeding its output (the object with
-// the patch applied) to decide again, with the same writer and old object,
+// Decide is idempotent under chaining: feeding its output (the object with
+// the patch applied) to Decide again, with the same writer and old object,
 // with this or any other policy, keeps the same raw. So N webhook servers
 // called in series, whatever snapshot each holds, record the writer's raw
 // exactly and publish raw × the last acting server's ratio.
-func decide(in input) decision {
+func Decide(in Input) decision {
 	var d decision
 	obj := in.Object
 	// Several NodeOversells may select one node, and the API server then
@@ -424,7 +424,7 @@ func decide(in input) decision {
 func staleReport(st stored, capacity *resource.Quantity, r Resource, incoming resource.Quantity) bool {
 	// A ratio above 1 publishes more than a raw within capacity, so a value
 	// at most the raw (the kubelet's usual report) is a report; this also
-	// keeps decide's steady state free of the multiplication.
+	// keeps Decide's steady state free of the multiplication.
 	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() || incoming.Cmp(st.raw[r]) <= 0 {
 		return false
 	}

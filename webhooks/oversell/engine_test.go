@@ -36,10 +36,10 @@ func mustRatio(s string) Ratio {
 	return r
 }
 
-// node builds a nodeState with capacity cpu=4, memory=16Gi (unless given)
+// node builds a NodeState with capacity cpu=4, memory=16Gi (unless given)
 // and the given allocatable and annotations.
-func node(cpu, mem string, ann map[string]string) nodeState {
-	return nodeState{
+func node(cpu, mem string, ann map[string]string) NodeState {
+	return NodeState{
 		Labels:      map[string]string{"pool": "oversell"},
 		Annotations: ann,
 		Capacity:    map[string]string{"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi", "hugepages-2Mi": "0"},
@@ -93,302 +93,302 @@ func TestDecide(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		in   input
+		in   Input
 		want want
 	}{
 		{
 			name: "first amplification by the kubelet",
-			in:   input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "first amplification by another writer adopts the unamplified value",
-			in:   input{Writer: writerOther, Object: plain, Old: &plain, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: plain, Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonAdopted, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet heartbeat with unchanged real value",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet reports a new real value (reservations changed)",
-			in:   input{Writer: writerKubelet, Object: node("3500m", "14Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3500m", "14Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7", mem: "21Gi",
 				raw: `{"cpu":"3500m","memory":"14Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet patch from a stale copy leaves the amplified value: raw kept",
-			in:   input{Writer: writerKubelet, Object: amplified, Old: &amplified, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: amplified, Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonStaleReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "trusted reporter counts as raw",
-			in:   input{Writer: writerTrusted, Object: node("3000m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			in:   Input{Writer: writerTrusted, Object: node("3000m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonTrustedReport, cpu: "6", mem: "23040Mi",
 				raw: `{"cpu":"3","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer patches only conditions: no compounding",
-			in:   input{Writer: writerOther, Object: amplified, Old: &amplified, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer writes a stale raw value back",
-			in:   input{Writer: writerOther, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "another writer writes a doubled value: published value restored",
-			in:   input{Writer: writerOther, Object: node("15200m", "46080Mi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: node("15200m", "46080Mi", amplifiedAnn()), Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "another writer cannot inject a raw annotation",
-			in: input{Writer: writerOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"100","memory":"1Ti"}`)),
+			in: Input{Writer: WriterOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"100","memory":"1Ti"}`)),
 				Old: &amplified, Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio raised, kubelet write",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "11400m", mem: "30Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"3","memory":"2"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio raised, operator resync write",
-			in:   input{Writer: writerOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), v1alpha1.OversellResyncKey, "1")), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
+			in:   Input{Writer: WriterOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), v1alpha1.OversellResyncKey, "1")), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "11400m", mem: "30Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"3","memory":"2"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio lowered",
-			in:   input{Writer: writerOther, Object: amplified, Old: &amplified, Policy: policy("oversell-pool", "1.5", "1.25")},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: policy("oversell-pool", "1.5", "1.25")},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "5700m", mem: "19200Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"1.5","memory":"1.25"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio 1.0 publishes raw and keeps bookkeeping",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "1.0", "1")},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "1.0", "1")},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "3800m", mem: "15Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"1","memory":"1"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "cpu-only ratio restores memory to raw",
-			in:   input{Writer: writerOther, Object: amplified, Old: &amplified, Policy: policy("cpu-only", "2", "")},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: policy("cpu-only", "2", "")},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "15Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2"}`, appliedBy: "cpu-only"},
 		},
 		{
 			name: "deselected: another writer's write restores raw",
-			in:   input{Writer: writerOther, Object: amplified, Old: &amplified},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified},
 			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3800m", mem: "15Gi"},
 		},
 		{
 			name: "deselected: kubelet write restores its value",
-			in:   input{Writer: writerKubelet, Object: node("3700m", "15Gi", amplifiedAnn()), Old: &amplified},
+			in:   Input{Writer: writerKubelet, Object: node("3700m", "15Gi", amplifiedAnn()), Old: &amplified},
 			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3700m", mem: "15Gi"},
 		},
 		{
 			name: "deselected node hit by a full write of an old amplified copy: raw from the copy's bookkeeping",
-			in:   input{Writer: writerOther, Object: amplified, Old: &plain},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain},
 			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3800m", mem: "15Gi", untrusted: true},
 		},
 		{
 			name: "selected node hit by a full write of an old amplified copy: no compounding",
-			in:   input{Writer: writerOther, Object: amplified, Old: &plain, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "never selected: nothing to do",
-			in:   input{Writer: writerKubelet, Object: plain, Old: &plain},
+			in:   Input{Writer: writerKubelet, Object: plain, Old: &plain},
 			want: want{reason: reasonNotSelected},
 		},
 		{
 			name: "raw annotation missing, another writer: no safe decision",
-			in:   input{Writer: writerOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "-"))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "-"))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, another writer: no safe decision",
-			in:   input{Writer: writerOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m",`))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m",`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation has a corrupt quantity, another writer: no safe decision",
-			in:   input{Writer: writerOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"lots","memory":"15Gi"}`))), Policy: pool},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"lots","memory":"15Gi"}`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, deselected, another writer: annotations kept as evidence",
-			in:   input{Writer: writerOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage")))},
+			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage")))},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, kubelet write repairs it",
-			in: input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, "garbage")),
+			in: Input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, "garbage")),
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage"))), Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "recorded raw above capacity × ratio, another writer: not trusted (no 1e30 published)",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw above capacity but within capacity × ratio, another writer: not trusted",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"5","memory":"15Gi"}`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw zero under a non-zero capacity, another writer: not trusted",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"0"}`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw negative, another writer: not trusted",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"-1","memory":"15Gi"}`))), Policy: pool},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw without a capacity to bound it, another writer: not trusted",
-			in: func() input {
+			in: func() Input {
 				n := node("7600m", "23040Mi", amplifiedAnn())
 				delete(n.Capacity, "memory")
-				return input{Writer: writerOther, Object: n, Old: &n, Policy: pool}
+				return Input{Writer: WriterOther, Object: n, Old: &n, Policy: pool}
 			}(),
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw equal to capacity is plausible",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"4","memory":"16Gi"}`))), Policy: pool},
 			want: want{apply: true, reason: reasonAnnotation, cpu: "8", mem: "24Gi",
 				raw: `{"cpu":"4","memory":"16Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "recorded raw above capacity, deselected, another writer: not restored",
-			in: input{Writer: writerOther, Object: amplified,
+			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)))},
 			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw above capacity, kubelet write replaces it",
-			in: input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)),
+			in: Input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)),
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer's value above capacity on a never amplified node is not adopted",
-			in:   input{Writer: writerOther, Object: node("3800m", "1e30", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: node("3800m", "1e30", nil), Old: &plain, Policy: pool},
 			want: want{reason: reasonRawUnknown, untrusted: true},
 		},
 		{
 			name: "another writer's zero value on a never amplified node is not adopted",
-			in:   input{Writer: writerOther, Object: node("0", "15Gi", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: WriterOther, Object: node("0", "15Gi", nil), Old: &plain, Policy: pool},
 			want: want{reason: reasonRawUnknown, untrusted: true},
 		},
 		{
 			name: "deselected: kubelet value above capacity restored as capacity",
-			in:   input{Writer: writerKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
+			in:   Input{Writer: writerKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
 			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "4", mem: "15Gi"},
 		},
 		{
 			name: "kubelet write with no allocatable records nothing",
-			in: func() input {
+			in: func() Input {
 				n := node("3800m", "15Gi", map[string]string{"other": "kept"})
 				n.Allocatable = nil
-				return input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
+				return Input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
 			}(),
 			want: want{reason: reasonNoAllocatable},
 		},
 		{
 			name: "kubelet write with allocatable but no cpu or memory records nothing",
-			in: func() input {
+			in: func() Input {
 				n := node("3800m", "15Gi", nil)
 				n.Allocatable = map[string]string{"pods": "110"}
-				return input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
+				return Input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
 			}(),
 			want: want{reason: reasonNoAllocatable},
 		},
 		{
 			name: "empty raw annotation counts as absent: another writer's value adopted",
-			in: input{Writer: writerOther, Object: node("3800m", "15Gi", emptyBookkeeping()),
+			in: Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()),
 				Old: ref(node("3800m", "15Gi", emptyBookkeeping())), Policy: pool},
 			want: want{apply: true, reason: reasonAdopted, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "empty raw annotation, deselected: nothing to restore",
-			in:   input{Writer: writerOther, Object: node("3800m", "15Gi", emptyBookkeeping()), Old: ref(node("3800m", "15Gi", emptyBookkeeping()))},
+			in:   Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()), Old: ref(node("3800m", "15Gi", emptyBookkeeping()))},
 			want: want{reason: reasonNotSelected},
 		},
 		{
 			name: "invalid incoming quantity: no decision",
-			in:   input{Writer: writerKubelet, Object: node("many", "15Gi", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("many", "15Gi", nil), Old: &plain, Policy: pool},
 			want: want{reason: reasonInvalidQuantity},
 		},
 		{
 			name: "odd formats: decimal cores and exponent bytes",
-			in:   input{Writer: writerKubelet, Object: node("3.8", "1.5e9", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3.8", "1.5e9", nil), Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "2250e6",
 				raw: `{"cpu":"3800m","memory":"1500e6"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "odd formats: decimal SI memory",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "16G", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "16G", nil), Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "24G",
 				raw: `{"cpu":"3800m","memory":"16G"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "memory in plain bytes",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "16106127360", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "16106127360", nil), Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "24159191040",
 				raw: `{"cpu":"3800m","memory":"16106127360"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "memory in Ki (same value as the bytes case)",
-			in:   input{Writer: writerKubelet, Object: node("3800m", "15728640Ki", nil), Old: &plain, Policy: pool},
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15728640Ki", nil), Old: &plain, Policy: pool},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "rounded down to whole millicores and bytes",
-			in:   input{Writer: writerKubelet, Object: node("3333m", "1001", nil), Old: &plain, Policy: policy("p", "1.5", "1.5")},
+			in:   Input{Writer: writerKubelet, Object: node("3333m", "1001", nil), Old: &plain, Policy: policy("p", "1.5", "1.5")},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "4999m", mem: "1501",
 				raw: `{"cpu":"3333m","memory":"1001"}`, ratios: `{"cpu":"1.5","memory":"1.5"}`, appliedBy: "p"},
 		},
 		{
 			name: "capped at capacity × ratio",
-			in:   input{Writer: writerKubelet, Object: node("4", "20Gi", nil), Old: &plain, Policy: policy("p", "2", "2")},
+			in:   Input{Writer: writerKubelet, Object: node("4", "20Gi", nil), Old: &plain, Policy: policy("p", "2", "2")},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "8", mem: "32Gi",
 				raw: `{"cpu":"4","memory":"20Gi"}`, ratios: `{"cpu":"2","memory":"2"}`, appliedBy: "p"},
 		},
 		{
 			name: "sub-millicore raw never published below raw",
-			in:   input{Writer: writerKubelet, Object: node("1500u", "15Gi", nil), Old: &plain, Policy: policy("p", "1.000001", "")},
+			in:   Input{Writer: writerKubelet, Object: node("1500u", "15Gi", nil), Old: &plain, Policy: policy("p", "1.000001", "")},
 			want: want{apply: true, reason: reasonKubeletReport, cpu: "1500u", mem: "15Gi",
 				raw: `{"cpu":"1500u","memory":"15Gi"}`, ratios: `{"cpu":"1.000001"}`, appliedBy: "p"},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := decide(tc.in)
+			d := Decide(tc.in)
 			if d.Apply != tc.want.apply || d.Reason != tc.want.reason || d.Restore != tc.want.restore || d.UntrustedAllocatableWrite != tc.want.untrusted {
 				t.Fatalf("apply=%v reason=%q restore=%v untrusted=%v; want %v %q %v %v",
 					d.Apply, d.Reason, d.Restore, d.UntrustedAllocatableWrite, tc.want.apply, tc.want.reason, tc.want.restore, tc.want.untrusted)
@@ -417,11 +417,11 @@ func TestClassifyWriter(t *testing.T) {
 		want   writerClass
 	}{
 		{"system:node:n1", []string{"system:nodes", "system:authenticated"}, writerKubelet},
-		{"system:node:n1", []string{"system:authenticated"}, writerOther},
-		{"system:node:n2", []string{"system:nodes"}, writerOther},
-		{"system:node:n1x", []string{"system:nodes"}, writerOther},
+		{"system:node:n1", []string{"system:authenticated"}, WriterOther},
+		{"system:node:n2", []string{"system:nodes"}, WriterOther},
+		{"system:node:n1x", []string{"system:nodes"}, WriterOther},
 		{"harness", nil, writerTrusted},
-		{"admin", []string{"system:masters"}, writerOther},
+		{"admin", []string{"system:masters"}, WriterOther},
 	}
 	for _, c := range cases {
 		if got := classifyWriter("n1", c.user, c.groups, trusted); got != c.want {

@@ -123,8 +123,8 @@ type nodeJSON struct {
 	} `json:"status"`
 }
 
-func (n *nodeJSON) state() nodeState {
-	return nodeState{
+func (n *nodeJSON) state() NodeState {
+	return NodeState{
 		Labels:      n.Metadata.Labels,
 		Annotations: n.Metadata.Annotations,
 		Capacity:    n.Status.Capacity,
@@ -176,7 +176,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+describeRequest(req)+" admitted unchanged")
 	}
 	if decodeErr != nil {
-		return h.problem(dst, req, writerOther, reasonDecode, decodeErr)
+		return h.problem(dst, req, WriterOther, reasonDecode, decodeErr)
 	}
 	snap := h.src.snapshot()
 	if snap == nil || !snap.Synced {
@@ -203,17 +203,17 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		}()
 		obj := req.Object.state()
 		var policy *Policy
-		policy, act = snap.route(obj.Labels, h.owner)
+		policy, act = snap.Route(obj.Labels, h.owner)
 		writer = classifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.trustedFunc(policy))
 		if !act {
 			return nil
 		}
-		in := input{Writer: writer, Object: obj, Policy: policy}
+		in := Input{Writer: writer, Object: obj, Policy: policy}
 		if req.OldObject != nil {
 			old := req.OldObject.state()
 			in.Old = &old
 		}
-		d = decide(in)
+		d = Decide(in)
 		patch, patched = appendPatch(make([]byte, 0, 512), obj, d)
 		return nil
 	}(); perr != nil {

@@ -226,7 +226,7 @@ func TestHandlerDeselectionRestoresAndDropsSeries(t *testing.T) {
 
 func TestHandlerOverlapOneApplies(t *testing.T) {
 	objs := append(nodeOversells(t, "low", "3", "3", 0, testTime(1)), nodeOversells(t, "high", "1.5", "1.25", 10, testTime(5))...)
-	h, _ := testHandler(t, buildSnapshot(objs, nil, true))
+	h, _ := testHandler(t, BuildSnapshot(objs, nil, true))
 	obj := realisticNode("n1", "7600m", "30Gi", nil)
 	got := patchedNode(t, obj, decodeResponse(t, post(h, reviewFor(t, "system:node:n1", kubeletGroups, obj, obj), "application/json")))
 	if got.Annotations[annApplied] != "high" || got.Annotations[annRatios] != `{"cpu":"1.5","memory":"1.25"}` {
@@ -244,7 +244,7 @@ func TestHandlerOverlapOneApplies(t *testing.T) {
 // reinvocation), keeps the raw.
 func TestHandlerOverlapChainedServers(t *testing.T) {
 	objs := append(nodeOversells(t, "low", "3", "3", 0, testTime(1)), nodeOversells(t, "high", "1.5", "1.25", 10, testTime(5))...)
-	snap := buildSnapshot(objs, nil, true)
+	snap := BuildSnapshot(objs, nil, true)
 	low, _ := testHandler(t, snap)
 	low.ForNodeOversell("low")
 	high, m := testHandler(t, snap)
@@ -350,7 +350,7 @@ func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
 	review := reviewFor(t, "system:node:n1", kubeletGroups, obj, obj)
 
 	t.Run("config not synced", func(t *testing.T) {
-		h, m := testHandler(t, buildSnapshot(nil, nil, false))
+		h, m := testHandler(t, BuildSnapshot(nil, nil, false))
 		resp := decodeResponse(t, post(h, review, "application/json"))
 		if len(resp.Patch) != 0 || len(resp.Warnings) != 1 {
 			t.Fatalf("patch %q warnings %v", resp.Patch, resp.Warnings)
@@ -449,7 +449,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 
 func TestSnapshotSelectNilSelectorGuard(t *testing.T) {
 	// A nil NodeSelector on the CR selects every node (labels.Everything).
-	s := buildSnapshot(nodeOversellsSel(t, "all", nil), nil, true)
+	s := BuildSnapshot(nodeOversellsSel(t, "all", nil), nil, true)
 	if p := s.policyFor(labels.Set{"any": "thing"}); p == nil || p.Name != "all" {
 		t.Fatalf("got %v", p)
 	}

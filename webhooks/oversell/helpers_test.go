@@ -182,5 +182,5 @@ func testHandler(t testing.TB, snap *Snapshot) (*Handler, *Metrics) {
 // (pool=oversell, cpu 2, memory 1.5).
 func poolSnapshot(t testing.TB) *Snapshot {
 	t.Helper()
-	return buildSnapshot(nodeOversells(t, "oversell-pool", "2", "1.5", 0, time.Unix(1000, 0)), []string{"harness"}, true)
+	return BuildSnapshot(nodeOversells(t, "oversell-pool", "2", "1.5", 0, time.Unix(1000, 0)), []string{"harness"}, true)
 }

@@ -9,8 +9,8 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 )
 
-// nodeDoc renders a nodeState as the JSON of a Node.
-func nodeDoc(t testing.TB, n nodeState) []byte {
+// nodeDoc renders a NodeState as the JSON of a Node.
+func nodeDoc(t testing.TB, n NodeState) []byte {
 	t.Helper()
 	var doc nodeJSON
 	doc.Metadata.Name = "n1"
@@ -27,7 +27,7 @@ func nodeDoc(t testing.TB, n nodeState) []byte {
 
 // applyDecision runs decide's output through appendPatch and a real JSON
 // patch implementation, returning the resulting node.
-func applyDecision(t testing.TB, obj nodeState, d decision) (nodeState, []byte) {
+func applyDecision(t testing.TB, obj NodeState, d decision) (NodeState, []byte) {
 	t.Helper()
 	patch, ok := appendPatch(nil, obj, d)
 	if !ok {
@@ -54,7 +54,7 @@ func TestAppendPatch(t *testing.T) {
 	amplified := node("7600m", "23040Mi", amplifiedAnn())
 
 	t.Run("first amplification", func(t *testing.T) {
-		got, patch := applyDecision(t, plain, decide(input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
+		got, patch := applyDecision(t, plain, Decide(Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
 		want := node("7600m", "23040Mi", amplifiedAnn())
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %+v\nwant %+v", got, want)
@@ -71,7 +71,7 @@ func TestAppendPatch(t *testing.T) {
 
 	t.Run("no annotations map", func(t *testing.T) {
 		bare := node("3800m", "15Gi", nil)
-		got, _ := applyDecision(t, bare, decide(input{Writer: writerKubelet, Object: bare, Old: &bare, Policy: pool}))
+		got, _ := applyDecision(t, bare, Decide(Input{Writer: writerKubelet, Object: bare, Old: &bare, Policy: pool}))
 		want := node("7600m", "23040Mi", with(amplifiedAnn(), "other", "-"))
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %+v\nwant %+v", got, want)
@@ -80,7 +80,7 @@ func TestAppendPatch(t *testing.T) {
 
 	t.Run("heartbeat only touches allocatable", func(t *testing.T) {
 		in := node("3800m", "15Gi", amplifiedAnn())
-		got, patch := applyDecision(t, in, decide(input{Writer: writerKubelet, Object: in, Old: &amplified, Policy: pool}))
+		got, patch := applyDecision(t, in, Decide(Input{Writer: writerKubelet, Object: in, Old: &amplified, Policy: pool}))
 		if !reflect.DeepEqual(got, amplified) {
 			t.Fatalf("got %+v", got)
 		}
@@ -93,20 +93,20 @@ func TestAppendPatch(t *testing.T) {
 	t.Run("steady state carries no patch", func(t *testing.T) {
 		// "7.6" equals "7600m": no rewrite for a different spelling.
 		in := node("7.6", "23040Mi", amplifiedAnn())
-		if patch, ok := appendPatch(nil, in, decide(input{Writer: writerOther, Object: in, Old: &amplified, Policy: pool})); ok {
+		if patch, ok := appendPatch(nil, in, Decide(Input{Writer: WriterOther, Object: in, Old: &amplified, Policy: pool})); ok {
 			t.Fatalf("unexpected patch %s", patch)
 		}
 	})
 
 	t.Run("deselection removes annotations and restores raw", func(t *testing.T) {
-		got, _ := applyDecision(t, amplified, decide(input{Writer: writerOther, Object: amplified, Old: &amplified}))
+		got, _ := applyDecision(t, amplified, Decide(Input{Writer: WriterOther, Object: amplified, Old: &amplified}))
 		if !reflect.DeepEqual(got, plain) {
 			t.Fatalf("got %+v\nwant %+v", got, plain)
 		}
 	})
 
 	t.Run("other resources untouched", func(t *testing.T) {
-		got, _ := applyDecision(t, plain, decide(input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
+		got, _ := applyDecision(t, plain, Decide(Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
 		for _, k := range []string{"pods", "ephemeral-storage", "hugepages-2Mi"} {
 			if got.Allocatable[k] != plain.Allocatable[k] || got.Capacity[k] != plain.Capacity[k] {
 				t.Errorf("%s changed", k)

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-func cloneState(n nodeState) nodeState {
-	return nodeState{
+func cloneState(n NodeState) NodeState {
+	return NodeState{
 		Labels:      maps.Clone(n.Labels),
 		Annotations: maps.Clone(n.Annotations),
 		Capacity:    maps.Clone(n.Capacity),
@@ -68,10 +68,10 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 	pol := newPolicy()
 	stored := node(real[CPU], real[Memory], map[string]string{"other": "kept"})
 	lister := cloneState(stored) // kubelet's informer copy
-	history := []nodeState{cloneState(stored)}
+	history := []NodeState{cloneState(stored)}
 	tainted := false // a raw was tampered with and the kubelet has not reported since
 
-	kubeletWrite := func(fresh bool) nodeState {
+	kubeletWrite := func(fresh bool) NodeState {
 		if fresh {
 			lister = cloneState(stored)
 		}
@@ -114,8 +114,8 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 		}
 
 		var (
-			merged nodeState
-			writer = writerOther
+			merged NodeState
+			writer = WriterOther
 			outage = rng.IntN(100) < 5
 		)
 		switch x := rng.IntN(100); {
@@ -155,9 +155,9 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 			stored = merged
 		} else {
 			old := stored
-			d := decide(input{Writer: writer, Object: merged, Old: &old, Policy: pol})
+			d := Decide(Input{Writer: writer, Object: merged, Old: &old, Policy: pol})
 			switch {
-			case !d.Apply && d.Reason == reasonRawUnknown && writer == writerOther && implausibleRaw(merged, old):
+			case !d.Apply && d.Reason == reasonRawUnknown && writer == WriterOther && implausibleRaw(merged, old):
 				// Admitted unchanged; a later kubelet patch from a stale
 				// copy carries these values as its own (documented).
 				stored = merged
@@ -179,7 +179,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 	}
 
 	// The next heartbeat, from a fresh copy, settles on real × ratio.
-	d := decide(input{Writer: writerKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
+	d := Decide(Input{Writer: writerKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
 	stored, _ = applyDecision(t, kubeletWrite(false), d)
 	for r := Resource(0); r < numResources; r++ {
 		var ratio Ratio
@@ -203,7 +203,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 // take as raw: the recorded raw (from the stored object, else the written
 // one) or, on a node never amplified, the written value is missing, zero or
 // above capacity.
-func implausibleRaw(merged, old nodeState) bool {
+func implausibleRaw(merged, old NodeState) bool {
 	st := readStored(old.Annotations)
 	if !st.present {
 		st = readStored(merged.Annotations)
@@ -243,7 +243,7 @@ func checkBound(t *testing.T, i int, r Resource, published, capacity resource.Qu
 // bookkeeping; the raw is a real value when strict. An applied decision
 // never publishes above capacity × ratio; a deselected raw above capacity is
 // published as capacity.
-func checkPublished(t *testing.T, i int, n nodeState, pol *Policy, reals map[string]bool, strict, applied bool) {
+func checkPublished(t *testing.T, i int, n NodeState, pol *Policy, reals map[string]bool, strict, applied bool) {
 	t.Helper()
 	st := readStored(n.Annotations)
 	if pol == nil {

@@ -124,10 +124,10 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 	return p, nil
 }
 
-// buildSnapshot compiles objs into a snapshot. Invalid objects are listed in
+// BuildSnapshot compiles objs into a snapshot. Invalid objects are listed in
 // ignored instead of failing the whole set; objects being deleted are
 // listed in Deleting and never become policies.
-func buildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
+func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
 	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted}
 	for _, o := range objs {
 		if o.DeletionTimestamp != nil {
@@ -182,7 +182,7 @@ type Store struct {
 // trusted as raw reporters for every node; m may be nil.
 func NewStore(extraTrusted []string, log logr.Logger, m *Metrics) *Store {
 	s := &Store{log: log, metrics: m, extraTrusted: slices.Clone(extraTrusted), objs: map[string]*v1alpha1.NodeOversell{}}
-	s.snap.Store(buildSnapshot(nil, s.extraTrusted, false))
+	s.snap.Store(BuildSnapshot(nil, s.extraTrusted, false))
 	return s
 }
 
@@ -222,7 +222,7 @@ func (s *Store) rebuildLocked() {
 	for _, o := range s.objs {
 		objs = append(objs, o)
 	}
-	snap := buildSnapshot(objs, s.extraTrusted, s.synced)
+	snap := BuildSnapshot(objs, s.extraTrusted, s.synced)
 	prev := s.snap.Swap(snap)
 	for _, ig := range snap.Ignored {
 		if prev != nil && slices.Contains(prev.Ignored, ig) {

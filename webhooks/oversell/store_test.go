@@ -48,7 +48,7 @@ func TestBuildSnapshotPrecedence(t *testing.T) {
 	objs = append(objs, nodeOversells(t, "newer", "2", "", 5, testTime(20))...)
 	objs = append(objs, nodeOversells(t, "oldest-low", "2", "", 1, testTime(1))...)
 	objs = append(objs, nodeOversells(t, "top", "2", "", 7, testTime(30))...)
-	s := buildSnapshot(objs, nil, true)
+	s := BuildSnapshot(objs, nil, true)
 	var got []string
 	for _, p := range s.Policies {
 		got = append(got, p.Name)
@@ -82,7 +82,7 @@ func TestBuildSnapshotIgnoresInvalid(t *testing.T) {
 		}),
 		bad("fine", func(*v1alpha1.NodeOversell) {}),
 	}
-	s := buildSnapshot(objs, nil, true)
+	s := BuildSnapshot(objs, nil, true)
 	if len(s.Policies) != 1 || s.Policies[0].Name != "fine" || len(s.Ignored) != 4 {
 		t.Fatalf("policies %d ignored %+v", len(s.Policies), s.Ignored)
 	}
@@ -95,7 +95,7 @@ func TestBuildSnapshotSkipsDeleting(t *testing.T) {
 	now := metav1.NewTime(testTime(50))
 	objs[0].DeletionTimestamp = &now
 	objs[0].Finalizers = []string{"oversell.hookwright.io/restore"}
-	s := buildSnapshot(objs, nil, true)
+	s := BuildSnapshot(objs, nil, true)
 	if p := s.policyFor(map[string]string{"pool": "oversell"}); p == nil || p.Name != "staying" {
 		t.Fatalf("selected %+v, want staying", p)
 	}
@@ -105,16 +105,16 @@ func TestBuildSnapshotSkipsDeleting(t *testing.T) {
 	if c := newConfigz(s); len(c.Deleting) != 1 || len(c.NodeOversells) != 1 {
 		t.Fatalf("configz %+v", c)
 	}
-	if buildSnapshot(objs[:1], nil, true).policyFor(map[string]string{"pool": "oversell"}) != nil {
+	if BuildSnapshot(objs[:1], nil, true).policyFor(map[string]string{"pool": "oversell"}) != nil {
 		t.Fatal("a deleting NodeOversell alone still selects the node")
 	}
 }
 
 func TestSnapshotHashFollowsGenerations(t *testing.T) {
 	a := nodeOversells(t, "a", "2", "", 0, testTime(1))
-	h1 := buildSnapshot(a, nil, true).Hash
+	h1 := BuildSnapshot(a, nil, true).Hash
 	a[0].Generation = 2
-	if h2 := buildSnapshot(a, nil, true).Hash; h2 == h1 {
+	if h2 := BuildSnapshot(a, nil, true).Hash; h2 == h1 {
 		t.Fatal("hash unchanged after a generation change")
 	}
 }
@@ -208,7 +208,7 @@ func TestStoreWatchHotReload(t *testing.T) {
 
 func TestConfigz(t *testing.T) {
 	objs := append(nodeOversells(t, "oversell-pool", "2", "1.5", 0, testTime(1)), nodeOversells(t, "broken", "0", "", 0, testTime(1))...)
-	s := buildSnapshot(objs, []string{"harness"}, true)
+	s := BuildSnapshot(objs, []string{"harness"}, true)
 	w := httptest.NewRecorder()
 	ConfigzHandler(staticSource{s}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/configz", nil))
 	var c Configz
