@@ -27,7 +27,7 @@ package oversell
 
 // reasonOtherWinner means another NodeOversell wins the node; its own server
 // applies it, this one passes the write through.
-const reasonOtherWinner reason = "other-nodeoversell"
+const reasonOtherWinner Reason = "other-nodeoversell"
 
 // Route tells the server of NodeOversell owner what to do for a node with
 // these labels: act is false when another NodeOversell wins the node (pass

@@ -103,7 +103,7 @@ func (m *chainModel) truth(nodeLabels map[string]string) *Policy {
 }
 
 // admit runs one nodes/status write through the webhook chain and stores it.
-func (m *chainModel) admit(writer writerClass, obj NodeState) {
+func (m *chainModel) admit(writer WriterClass, obj NodeState) {
 	m.writes++
 	m.acted = false
 	old := cloneState(m.stored)

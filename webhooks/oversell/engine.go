@@ -41,13 +41,13 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// writerClass is who is writing the node status, as far as raw allocatable
+// WriterClass is who is writing the node status, as far as raw allocatable
 // is concerned.
-type writerClass int
+type WriterClass int
 
 const (
 	// WriterOther is any user whose allocatable is not trusted as real.
-	WriterOther writerClass = iota
+	WriterOther WriterClass = iota
 	// writerKubelet is the node's own kubelet: user system:node:<node name>
 	// in group system:nodes (the NodeRestriction identity).
 	writerKubelet
@@ -57,7 +57,7 @@ const (
 )
 
 // String returns the metric label: "kubelet", "trusted" or "other".
-func (w writerClass) String() string {
+func (w WriterClass) String() string {
 	switch w {
 	case writerKubelet:
 		return "kubelet"
@@ -68,13 +68,13 @@ func (w writerClass) String() string {
 }
 
 // reportsRaw reports whether the writer's allocatable is the node's real one.
-func (w writerClass) reportsRaw() bool { return w != WriterOther }
+func (w WriterClass) reportsRaw() bool { return w != WriterOther }
 
 const nodeUserPrefix = "system:node:"
 
 // classifyWriter classifies the request user for node nodeName. trusted
 // reports whether a user name is a configured trusted reporter (may be nil).
-func classifyWriter(nodeName, user string, groups []string, trusted func(string) bool) writerClass {
+func classifyWriter(nodeName, user string, groups []string, trusted func(string) bool) WriterClass {
 	if len(user) == len(nodeUserPrefix)+len(nodeName) && user[:len(nodeUserPrefix)] == nodeUserPrefix && user[len(nodeUserPrefix):] == nodeName {
 		for _, g := range groups {
 			if g == "system:nodes" {
@@ -99,7 +99,7 @@ type NodeState struct {
 
 // Input is everything a decision depends on.
 type Input struct {
-	Writer writerClass
+	Writer WriterClass
 	// Object is the node as it will be stored (after the writer's patch).
 	Object NodeState
 	// Old is the stored node before the write; nil only if the API server
@@ -109,29 +109,29 @@ type Input struct {
 	Policy *Policy
 }
 
-// reason explains a decision; it is a metric label, so the set is closed.
-type reason string
+// Reason explains a decision; it is a metric label, so the set is closed.
+type Reason string
 
 // Reasons of Decide.
 const (
-	reasonKubeletReport   reason = "kubelet-report"   // raw taken from the node's kubelet
-	reasonTrustedReport   reason = "trusted-report"   // raw taken from a trusted reporter
-	reasonStaleReport     reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
-	reasonAnnotation      reason = "annotation"       // other writer; raw from the annotation
-	reasonAdopted         reason = "adopted"          // other writer, node never amplified: its value is raw
-	reasonDeselected      reason = "deselected"       // no NodeOversell selects the node any more: raw restored
-	reasonNotSelected     reason = "not-selected"     // no NodeOversell, nothing to undo
-	reasonRawUnknown      reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
-	reasonInvalidQuantity reason = "invalid-quantity" // allocatable cpu or memory does not parse
-	reasonNoAllocatable   reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
+	reasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
+	reasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter
+	reasonStaleReport     Reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
+	reasonAnnotation      Reason = "annotation"       // other writer; raw from the annotation
+	reasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
+	reasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
+	reasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
+	reasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
+	reasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
+	reasonNoAllocatable   Reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
 )
 
-// decision is the outcome of decide. When Apply is false the write must be
+// Decision is the outcome of Decide. When Apply is false the write must be
 // admitted unchanged. When Apply is true, Allocatable and Annotations give
 // the final values; BuildPatch turns them into JSON patch operations.
-type decision struct {
+type Decision struct {
 	Apply  bool
-	Reason reason
+	Reason Reason
 	// Restore is true when the node's annotations are removed and its raw
 	// allocatable published (deselection).
 	Restore bool
@@ -150,7 +150,7 @@ type decision struct {
 	UntrustedAllocatableWrite bool
 }
 
-// annotationKeys are the keys the engine owns, in decision.Annotations order.
+// annotationKeys are the keys the engine owns, in Decision.Annotations order.
 var annotationKeys = [3]string{
 	v1alpha1.OversellRawAllocatableKey,
 	v1alpha1.OversellRatiosKey,
@@ -287,8 +287,8 @@ func optQuantity(m map[string]string, key string) (resource.Quantity, bool) {
 // with this or any other policy, keeps the same raw. So N webhook servers
 // called in series, whatever snapshot each holds, record the writer's raw
 // exactly and publish raw × the last acting server's ratio.
-func Decide(in Input) decision {
-	var d decision
+func Decide(in Input) Decision {
+	var d Decision
 	obj := in.Object
 	// Several NodeOversells may select one node, and the API server then
 	// calls one hookwright webhook after another, each seeing the object as
@@ -348,7 +348,7 @@ func Decide(in Input) decision {
 	if !d.Present[CPU] && !d.Present[Memory] {
 		// Recording "{}" would mark the node amplified with no raw, and
 		// every later non-reporting write would be skipped as raw-unknown.
-		return decision{Reason: reasonNoAllocatable}
+		return Decision{Reason: reasonNoAllocatable}
 	}
 
 	// Raw per resource.
@@ -377,13 +377,13 @@ func Decide(in Input) decision {
 			d.Reason = reasonAdopted
 		default:
 			d.Reason = reasonRawUnknown
-			return decision{Reason: reasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			return Decision{Reason: reasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
 	}
 
 	if in.Policy == nil {
 		if !st.present {
-			return decision{Reason: reasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			return Decision{Reason: reasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
 		d.Apply, d.Restore, d.Reason = true, true, reasonDeselected
 		for r := Resource(0); r < numResources; r++ {

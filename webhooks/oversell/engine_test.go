@@ -83,7 +83,7 @@ func TestDecide(t *testing.T) {
 
 	type want struct {
 		apply     bool
-		reason    reason
+		reason    Reason
 		restore   bool
 		cpu, mem  string // effective allocatable
 		raw       string // raw annotation
@@ -414,7 +414,7 @@ func TestClassifyWriter(t *testing.T) {
 	cases := []struct {
 		user   string
 		groups []string
-		want   writerClass
+		want   WriterClass
 	}{
 		{"system:node:n1", []string{"system:nodes", "system:authenticated"}, writerKubelet},
 		{"system:node:n1", []string{"system:authenticated"}, WriterOther},

@@ -27,10 +27,10 @@ const (
 
 // handler-level reasons, next to the engine's reason values.
 const (
-	reasonNotSynced     reason = "not-synced"
-	reasonNotNodeStatus reason = "not-node-status"
-	reasonDecode        reason = "decode-error"
-	reasonPanic         reason = "panic"
+	reasonNotSynced     Reason = "not-synced"
+	reasonNotNodeStatus Reason = "not-node-status"
+	reasonDecode        Reason = "decode-error"
+	reasonPanic         Reason = "panic"
 )
 
 // bodyReasons are the mutations reasons of requests the skeleton refused:
@@ -189,8 +189,8 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		name = req.Object.Metadata.Name
 	}
 	var (
-		d       decision
-		writer  writerClass
+		d       Decision
+		writer  WriterClass
 		patch   []byte
 		patched bool
 		act     bool
@@ -223,7 +223,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if !act {
 		if !req.DryRun {
 			// The node's gauges are the winner's server's now.
-			h.metrics.observeNode(name, &decision{Restore: true})
+			h.metrics.observeNode(name, &Decision{Restore: true})
 		}
 		h.metrics.Mutations.WithLabelValues(outcomeUnchanged, writer.String(), string(reasonOtherWinner)).Inc()
 		return appendResponse(dst, req.UID, nil, "")
@@ -272,7 +272,7 @@ func describeRequest(req *requestJSON) string {
 
 // problem answers an internal problem: allowed, no patch, a warning, a log
 // line and a metric. A heartbeat is never blocked.
-func (h *Handler) problem(dst []byte, req *requestJSON, writer writerClass, reason reason, err error) []byte {
+func (h *Handler) problem(dst []byte, req *requestJSON, writer WriterClass, reason Reason, err error) []byte {
 	h.metrics.Mutations.WithLabelValues(outcomeError, writer.String(), string(reason)).Inc()
 	h.log.Error(err, "node status admitted unchanged after an internal problem", "node", req.Name, "uid", req.UID, "reason", reason)
 	return appendResponse(dst, req.UID, nil, "hookwright oversell: internal problem ("+string(reason)+"); node status admitted unchanged")

@@ -154,7 +154,7 @@ func (m *Metrics) untrustedWrite(user string) {
 
 // observeNode updates the per-node gauges after an applied decision; a
 // restored node's series are deleted and its place in the bound freed.
-func (m *Metrics) observeNode(node string, d *decision) {
+func (m *Metrics) observeNode(node string, d *Decision) {
 	if d.Restore {
 		for r := Resource(0); r < numResources; r++ {
 			m.RawAllocatable.DeleteLabelValues(node, resourceNames[r])

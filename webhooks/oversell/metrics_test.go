@@ -54,14 +54,14 @@ func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 func TestMetricsNodeBoundFreedOnRestore(t *testing.T) {
 	_, m := testHandler(t, poolSnapshot(t))
 	m.nodes = newLabelSet(1, maxNodeLabelBytes)
-	var d decision
+	var d Decision
 	d.Present[CPU] = true
 	m.observeNode("a", &d)
 	m.observeNode("b", &d)
 	if v := testutil.ToFloat64(m.NodeSeriesDropped); v != 1 {
 		t.Fatalf("dropped %v, want 1", v)
 	}
-	m.observeNode("a", &decision{Restore: true})
+	m.observeNode("a", &Decision{Restore: true})
 	m.observeNode("b", &d)
 	if testutil.CollectAndCount(m.RawAllocatable) != 1 || testutil.ToFloat64(m.NodeSeriesDropped) != 1 {
 		t.Fatalf("after restoring a, b was not admitted: %d series, %v dropped", testutil.CollectAndCount(m.RawAllocatable), testutil.ToFloat64(m.NodeSeriesDropped))

@@ -11,7 +11,7 @@ import (
 // touches /status/allocatable/{cpu,memory} and the engine's annotations; a
 // value equal in quantity to the current one ("8" vs "8000m") is left alone
 // so steady-state writes carry no patch. dst gets "[...]" only when ops > 0.
-func appendPatch(dst []byte, obj NodeState, d decision) ([]byte, bool) {
+func appendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 	if !d.Apply {
 		return dst, false
 	}

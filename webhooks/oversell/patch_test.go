@@ -27,7 +27,7 @@ func nodeDoc(t testing.TB, n NodeState) []byte {
 
 // applyDecision runs decide's output through appendPatch and a real JSON
 // patch implementation, returning the resulting node.
-func applyDecision(t testing.TB, obj NodeState, d decision) (NodeState, []byte) {
+func applyDecision(t testing.TB, obj NodeState, d Decision) (NodeState, []byte) {
 	t.Helper()
 	patch, ok := appendPatch(nil, obj, d)
 	if !ok {
@@ -118,7 +118,7 @@ func TestAppendPatch(t *testing.T) {
 	})
 
 	t.Run("no decision, no patch", func(t *testing.T) {
-		if patch, ok := appendPatch([]byte("x"), plain, decision{Reason: reasonRawUnknown}); ok || string(patch) != "x" {
+		if patch, ok := appendPatch([]byte("x"), plain, Decision{Reason: reasonRawUnknown}); ok || string(patch) != "x" {
 			t.Fatalf("got %q %v", patch, ok)
 		}
 	})
