@@ -145,8 +145,8 @@ func New(o Options) (*Watcher, error) {
 	return &Watcher{o: o, log: o.Logger.WithValues("dir", o.Dir), newFSWatcher: fsnotify.NewWatcher}, nil
 }
 
-// Current returns the last snapshot passed to OnChange (zero before the first).
-func (w *Watcher) Current() Snapshot {
+// latest returns the last snapshot passed to OnChange (zero before the first).
+func (w *Watcher) latest() Snapshot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current

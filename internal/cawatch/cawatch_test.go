@@ -182,7 +182,7 @@ func testKubeletSymlinkSwap(t *testing.T, poll time.Duration) {
 	if !first.DirExists || string(first.Bundle) != pemish("A") || len(first.Files) != 1 || first.Files[0].Name != "ca.crt" {
 		t.Fatalf("initial snapshot %+v", first)
 	}
-	if h.w.Current().Hash != first.Hash {
+	if h.w.latest().Hash != first.Hash {
 		t.Error("Current() differs from the delivered snapshot")
 	}
 
@@ -462,7 +462,7 @@ func TestReadErrorKeepsPreviousBundle(t *testing.T) {
 	// Too large to be a bundle: a read error, not an empty bundle.
 	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(strings.Repeat("x", 2048)))
 	h.quiet(quietFor)
-	if string(h.w.Current().Bundle) != pemish("A") {
+	if string(h.w.latest().Bundle) != pemish("A") {
 		t.Error("Current() changed after a failed read")
 	}
 	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(pemish("B")))

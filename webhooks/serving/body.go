@@ -128,9 +128,9 @@ const (
 	ReasonRead     = "Read"
 )
 
-// Body is a request body read by an Envelope. Bytes is valid until Release,
-// which returns the buffer to its pool and its bytes to the budget; call
-// Release once, when the response is written.
+// Body is a request body read by an Envelope. Its bytes are valid until
+// Release, which returns the buffer to its pool and its bytes to the
+// budget; call Release once, when the response is written.
 type Body struct {
 	e    *Envelope
 	buf  []byte
@@ -138,8 +138,8 @@ type Body struct {
 	held int64
 }
 
-// Bytes is the body.
-func (b *Body) Bytes() []byte { return b.buf }
+// bytes is the body.
+func (b *Body) bytes() []byte { return b.buf }
 
 // Release returns the buffer and its budget. It is safe on a nil body.
 func (b *Body) Release() {

@@ -74,10 +74,10 @@ func TestReadGrowsWithBytesReceived(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
-		if !bytes.Equal(b.Bytes(), data) {
+		if !bytes.Equal(b.bytes(), data) {
 			t.Fatalf("%d bytes: body differs", n)
 		}
-		if c := cap(b.Bytes()); c > 2*n+16<<10 {
+		if c := cap(b.bytes()); c > 2*n+16<<10 {
 			t.Fatalf("%d bytes held in a %d byte buffer", n, c)
 		}
 		b.Release()

@@ -55,7 +55,7 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFun
 	defer body.Release()
 	out := outPool.Get().(*outBuf)
 	defer putOut(out)
-	answer, err := review(r, body.Bytes(), out.b[:0])
+	answer, err := review(r, body.bytes(), out.b[:0])
 	if err != nil {
 		return refuse(w, err)
 	}
