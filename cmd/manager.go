@@ -142,9 +142,9 @@ func (o *managerOptions) metricsOptions() (metricsserver.Options, error) {
 	return m, nil
 }
 
-// ReleaseImageRepository is where release images are published (the
+// releaseImageRepository is where release images are published (the
 // Makefile's IMAGE_TAG_BASE); the tag is the stamped version.
-const ReleaseImageRepository = "ghcr.io/hookwright/hookwright"
+const releaseImageRepository = "ghcr.io/hookwright/hookwright"
 
 // defaultServerImage is the operator's own image: OLM passes it as
 // RELATED_IMAGE_SERVER (the relatedImages convention for disconnected
@@ -154,7 +154,7 @@ func defaultServerImage() string {
 	if v := os.Getenv("RELATED_IMAGE_SERVER"); v != "" {
 		return v
 	}
-	return ReleaseImageRepository + ":" + version.Version
+	return releaseImageRepository + ":" + version.Version
 }
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {

@@ -2,10 +2,7 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/health"
 )
 
 // ConfigLoaded is read from the servers themselves: each ready server pod
@@ -27,13 +25,6 @@ import (
 // subresource.
 // (Listing pods is granted in overcommit.go.)
 // +kubebuilder:rbac:groups="",namespace=system,resources=pods/proxy,verbs=get
-
-// Condition reasons of ConfigLoaded.
-const (
-	ReasonGenerationServed = "GenerationServed"
-	ReasonServersLagging   = "ServersLagging"
-	ReasonNoReadyServers   = "NoReadyServers"
-)
 
 // configLoadedPoll is how often ConfigLoaded is read again while it is not
 // True (a server reloads a new generation within about a second).
@@ -51,47 +42,10 @@ func podsProxyFetcher(cs kubernetes.Interface) configzFetcher {
 	}
 }
 
-// podServing is what one ready server pod reports for one CR: the
-// generation it serves (0: none) or why it could not be read.
-type podServing struct {
-	Pod        string
-	Generation int64
-	// Problem is "" when /configz was read; else a short, stable
-	// description ("unreachable", "not loaded", "ignored: ...").
-	Problem string
-}
-
-// configLoadedState decides ConfigLoaded for generation gen from what the
-// ready pods report: True when every one serves gen; served is the lowest
-// generation served by a ready pod (0 with none).
-func configLoadedState(gen int64, pods []podServing) (ok bool, reason, message string, served int64) {
-	if len(pods) == 0 {
-		return false, ReasonNoReadyServers, fmt.Sprintf("no ready server pod to serve generation %d", gen), 0
-	}
-	slices.SortFunc(pods, func(a, b podServing) int { return strings.Compare(a.Pod, b.Pod) })
-	var lag []string
-	for i, p := range pods {
-		if i == 0 || p.Generation < served {
-			served = p.Generation
-		}
-		switch {
-		case p.Problem != "" && p.Generation != gen:
-			lag = append(lag, fmt.Sprintf("%s (%s)", p.Pod, p.Problem))
-		case p.Generation != gen:
-			lag = append(lag, fmt.Sprintf("%s (generation %d)", p.Pod, p.Generation))
-		}
-	}
-	if len(lag) == 0 {
-		return true, ReasonGenerationServed, fmt.Sprintf("%d of %d ready server pods serve generation %d", len(pods), len(pods), gen), served
-	}
-	return false, ReasonServersLagging, fmt.Sprintf("%d of %d ready server pods do not serve generation %d: %s",
-		len(lag), len(pods), gen, summarize(lag, 5)), served
-}
-
 // configLoaded sets ConfigLoaded and status.servedGeneration from the ready
 // pods of op's Deployment and returns when to look again (0: True, nothing
 // to poll).
-func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
+func (r *reconciler) configLoaded(ctx context.Context, op desired.CR) time.Duration {
 	if r.fetchConfigz == nil {
 		return 0
 	}
@@ -101,7 +55,7 @@ func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 		log.FromContext(ctx).Error(err, "list server pods for ConfigLoaded")
 		return configLoadedPoll
 	}
-	var got []podServing
+	var got []health.PodServing
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if !podReady(p) {
@@ -110,14 +64,14 @@ func (r *Reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 		body, err := r.fetchConfigz(ctx, ns, p.Name, desired.WebhookPort)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("read /configz", "pod", p.Name, "error", err.Error())
-			got = append(got, podServing{Pod: p.Name, Problem: "unreachable"})
+			got = append(got, health.PodServing{Pod: p.Name, Problem: "unreachable"})
 			continue
 		}
 		s := r.kind.ServedGeneration(op.Object.GetName(), body)
 		s.Pod = p.Name
 		got = append(got, s)
 	}
-	ok, reason, msg, served := configLoadedState(op.Object.GetGeneration(), got)
+	ok, reason, msg, served := health.ConfigLoadedState(op.Object.GetGeneration(), got)
 	r.setCondition(op, v1alpha1.ConditionConfigLoaded, ok, reason, msg)
 	op.Object.SetServedGeneration(served)
 	if ok {

@@ -28,17 +28,3 @@ func TestServedGeneration(t *testing.T) {
 		}
 	}
 }
-
-func TestConfigLoadedState(t *testing.T) {
-	ok, reason, msg, served := configLoadedState(5, []podServing{{Pod: "b", Generation: 5}, {Pod: "a", Generation: 5}})
-	if !ok || reason != ReasonGenerationServed || served != 5 || msg != "2 of 2 ready server pods serve generation 5" {
-		t.Fatalf("all served: %t %s %q %d", ok, reason, msg, served)
-	}
-	ok, reason, msg, served = configLoadedState(5, []podServing{{Pod: "b", Generation: 4}, {Pod: "a", Generation: 5}, {Pod: "c", Problem: "unreachable"}})
-	if ok || reason != ReasonServersLagging || served != 0 || msg != "2 of 3 ready server pods do not serve generation 5: b (generation 4), c (unreachable)" {
-		t.Fatalf("lagging: %t %s %q %d", ok, reason, msg, served)
-	}
-	if ok, reason, _, _ := configLoadedState(5, nil); ok || reason != ReasonNoReadyServers {
-		t.Fatalf("no pods: %t %s", ok, reason)
-	}
-}

@@ -47,7 +47,7 @@ func csrSettings(mgr ctrl.Manager, s certsource.CSRSettings) certsource.CSRSetti
 // csrWatches re-reconciles a CR when one of its CSRs changes (approval,
 // issuance, denial) and every CR when a ClusterTrustBundle does (its
 // signer's trust moved; only where the API is served).
-func (r *Reconciler) csrWatches(b *builder.Builder) *builder.Builder {
+func (r *reconciler) csrWatches(b *builder.Builder) *builder.Builder {
 	b = b.Owns(&certificatesv1.CertificateSigningRequest{})
 	if ok, _ := r.Settings.CSR.Trust.Available(); ok {
 		b = b.Watches(&certificatesv1.ClusterTrustBundle{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -1,13 +1,14 @@
 // Package controllers wires the operator's reconcilers: one lifecycle
 // engine (lifecycle.go) that turns each SidecarInjector and NodeOversell
 // into a running, self-healing webhook through named phases, the kind
-// adapters it runs (sidecar.go, oversell.go), the status checks it reads
-// from the cluster (ConfigLoaded, EndpointsOwned), OLM's Upgradeable gate,
-// the manager's own validating webhook, and Setup.
+// adapters it runs (sidecar.go, oversell.go), the reads behind the status
+// checks (ServerPodsHealthy, ConfigLoaded, EndpointsOwned), OLM's
+// Upgradeable gate, the manager's own validating webhook, and Setup.
 //
 // What is built lives in internal/desired, how it is written in
-// internal/apply, certificates in internal/certsource and NodeOversell's
-// node work in internal/oversellnodes: this package only wires them. It
+// internal/apply, certificates in internal/certsource, NodeOversell's node
+// work in internal/oversellnodes and what the status checks decide in
+// internal/health: this package only wires them. It
 // must not be imported by those packages, nor by the webhook servers.
 package controllers
 

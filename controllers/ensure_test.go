@@ -19,7 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func newEnsureReconciler(t *testing.T) (*Reconciler, client.Client) {
+func newEnsureReconciler(t *testing.T) (*reconciler, client.Client) {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -29,7 +29,7 @@ func newEnsureReconciler(t *testing.T) (*Reconciler, client.Client) {
 		t.Fatal(err)
 	}
 	api := fake.NewClientBuilder().WithScheme(s).Build()
-	r := &Reconciler{
+	r := &reconciler{
 		Client: api, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),
 		Settings: Settings{Settings: testSettings.Settings, Repairs: apply.Budget{Max: 5, Window: time.Hour}},
 		kind:     sidecarKind{}, Now: func() time.Time { return t0 },
@@ -51,7 +51,7 @@ func tamper(t *testing.T, api client.Client, key client.ObjectKey) {
 	}
 }
 
-func mustEnsure(t *testing.T, r *Reconciler, op desired.CR, obj client.Object) {
+func mustEnsure(t *testing.T, r *reconciler, op desired.CR, obj client.Object) {
 	t.Helper()
 	if _, err := r.ensure(context.Background(), op, obj); err != nil {
 		t.Fatal(err)

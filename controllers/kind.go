@@ -10,9 +10,10 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/health"
 )
 
-// kind is what the lifecycle engine (Reconciler) needs of one CR kind.
+// kind is what the lifecycle engine (reconciler) needs of one CR kind.
 // Optional capabilities are further interfaces a kind may implement,
 // found by type assertion: finalizing, afterApplying, watching.
 type kind interface {
@@ -25,7 +26,7 @@ type kind interface {
 	Build(cr v1alpha1.Object, s desired.Settings) *desired.Desired
 	// ServedGeneration reads the CR named crName's served generation from
 	// a server pod's /configz body.
-	ServedGeneration(crName string, configz []byte) podServing
+	ServedGeneration(crName string, configz []byte) health.PodServing
 }
 
 // finalizing kinds hold a CR being deleted until Finalize reports done;

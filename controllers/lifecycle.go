@@ -67,14 +67,14 @@ const (
 
 // Condition reasons besides the certificate ones.
 const (
-	ReasonConfigured    = "Configured"
-	ReasonApplyFailed   = "ApplyFailed"
-	ReasonNoCertificate = "NoCertificate"
-	ReasonAvailable     = "MinimumReplicasAvailable"
-	ReasonUnavailable   = "NoReplicasAvailable"
-	ReasonNoDeployment  = "DeploymentMissing"
-	ReasonReady         = "Ready"
-	ReasonNotReady      = "NotReady"
+	reasonConfigured    = "Configured"
+	reasonApplyFailed   = "ApplyFailed"
+	reasonNoCertificate = "NoCertificate"
+	reasonAvailable     = "MinimumReplicasAvailable"
+	reasonUnavailable   = "NoReplicasAvailable"
+	reasonNoDeployment  = "DeploymentMissing"
+	reasonReady         = "Ready"
+	reasonNotReady      = "NotReady"
 	ReasonConflicting   = "ConflictingWriter"
 	ReasonPaused        = "ReconcilePaused"
 )
@@ -84,13 +84,13 @@ const (
 // predicate of operator-framework/operator-lib.
 const PauseReconcileAnnotation = "admission.hookwright.io/pause-reconcile"
 
-// Reconciler is the lifecycle reconciler of one CR kind: it turns each CR
+// reconciler is the lifecycle reconciler of one CR kind: it turns each CR
 // into a ServiceAccount, RBAC, a Deployment, a PodDisruptionBudget, a
 // Service, a serving certificate Secret and a MutatingWebhookConfiguration,
 // all owned by the CR and written with server-side apply only when they
 // differ from what is desired. Per-kind behaviour comes from its kind
 // adapter (sidecarKind, oversellKind); Setup builds one per kind.
-type Reconciler struct {
+type reconciler struct {
 	Client    client.Client
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
@@ -116,8 +116,8 @@ type Reconciler struct {
 	fetchConfigz configzFetcher
 }
 
-func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
-	r := &Reconciler{
+func newReconciler(mgr ctrl.Manager, s Settings, k kind) *reconciler {
+	r := &reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Kind().Short), Settings: s, kind: k,
 		shared: &shared{},
@@ -135,7 +135,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k kind) *Reconciler {
 
 // newApplier is r's writer of owned objects, counting repairs in the
 // operator's metrics.
-func newApplier(r *Reconciler) *apply.Applier {
+func newApplier(r *reconciler) *apply.Applier {
 	return &apply.Applier{
 		Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme, Recorder: r.Recorder,
 		Budget: r.Settings.Repairs, Now: r.now,
@@ -145,14 +145,14 @@ func newApplier(r *Reconciler) *apply.Applier {
 }
 
 // ensure applies obj as an object op owns (apply.Applier.Ensure).
-func (r *Reconciler) ensure(ctx context.Context, op desired.CR, obj client.Object) (bool, error) {
+func (r *reconciler) ensure(ctx context.Context, op desired.CR, obj client.Object) (bool, error) {
 	return r.applier.Ensure(ctx, owner(op), obj)
 }
 
 func owner(op desired.CR) apply.Owner { return apply.Owner{Object: op.Object, Kind: op.Kind.Name} }
 
 // certEnv is what the certificate sources of r use.
-func (r *Reconciler) certEnv() certsource.Env {
+func (r *reconciler) certEnv() certsource.Env {
 	return certsource.Env{
 		Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
 		Settings: r.Settings.Settings, Certificates: r.Settings.Certificates,
@@ -164,7 +164,7 @@ func (r *Reconciler) certEnv() certsource.Env {
 
 // SetupWithManager registers the controller: the CR kind, every owned type,
 // and the CA Secret (a change re-reconciles every CR of the kind).
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named(r.kind.Kind().Short).For(r.kind.New())
 	for _, o := range ownedTypes() {
 		b = b.Owns(o)
@@ -199,7 +199,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // allRequests lists every CR of the reconciler's kind from the cache.
-func (r *Reconciler) allRequests(ctx context.Context) []reconcile.Request {
+func (r *reconciler) allRequests(ctx context.Context) []reconcile.Request {
 	list := r.kind.NewList()
 	if err := r.Client.List(ctx, list); err != nil {
 		log.FromContext(ctx).Error(err, "list CRs to re-reconcile")
@@ -213,7 +213,7 @@ func (r *Reconciler) allRequests(ctx context.Context) []reconcile.Request {
 	return reqs
 }
 
-func (r *Reconciler) now() time.Time {
+func (r *reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
 	}
@@ -226,7 +226,7 @@ func (r *Reconciler) now() time.Time {
 // Reconcile brings one CR's owned objects and status to the desired state,
 // one named phase after another (phases). It writes nothing when
 // everything already matches.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	obj := r.kind.New()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -277,7 +277,7 @@ type phase struct {
 // phases are the steps of a reconcile, in order: the pause and the server
 // policy may stop it; then the certificate, the owned objects, the webhook
 // configuration, the status conditions and the kind's own after-apply work.
-func (r *Reconciler) phases() []phase {
+func (r *reconciler) phases() []phase {
 	ps := []phase{
 		{name: "pause", run: r.phasePause},
 		{name: "server-policy", run: r.phasePolicy},
@@ -297,7 +297,7 @@ func (r *Reconciler) phases() []phase {
 
 // run runs the phases. Only a generation every phase acted on counts as
 // observed (NodeOversell resyncs nodes when it differs).
-func (r *Reconciler) run(ctx context.Context, p *pass) (ctrl.Result, error) {
+func (r *reconciler) run(ctx context.Context, p *pass) (ctrl.Result, error) {
 	for _, ph := range r.phases() {
 		after, stop, err := ph.run(ctx, p)
 		if err != nil {
@@ -317,7 +317,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (ctrl.Result, error) {
 // (apply.ConflictError) is no error of the reconcile: it also sets the
 // phase's condition, becomes a Warning Event and a requeue when the repair
 // budget allows the next repair.
-func (r *Reconciler) fail(ctx context.Context, op desired.CR, ph phase, err error) (ctrl.Result, error) {
+func (r *reconciler) fail(ctx context.Context, op desired.CR, ph phase, err error) (ctrl.Result, error) {
 	var ce *apply.ConflictError
 	if errors.As(err, &ce) {
 		log.FromContext(ctx).Info("repair budget exhausted; backing off", "phase", ph.name, "object", ce.Object, "writers", ce.Writers, "retryAfter", ce.RetryAfter)
@@ -329,14 +329,14 @@ func (r *Reconciler) fail(ctx context.Context, op desired.CR, ph phase, err erro
 		return ctrl.Result{RequeueAfter: ce.RetryAfter}, nil
 	}
 	log.FromContext(ctx).V(1).Info("reconcile failed", "phase", ph.name, "error", err.Error())
-	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonApplyFailed, err.Error())
+	r.setCondition(op, v1alpha1.ConditionReady, false, reasonApplyFailed, err.Error())
 	return ctrl.Result{}, err
 }
 
 // phasePause: with the pause annotation, owned objects are neither
 // repaired nor pruned, so an administrator can edit them (deletion still
 // runs the finalizer).
-func (r *Reconciler) phasePause(_ context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phasePause(_ context.Context, p *pass) (time.Duration, bool, error) {
 	if p.op.Object.GetAnnotations()[PauseReconcileAnnotation] != "true" {
 		return 0, false, nil
 	}
@@ -348,7 +348,7 @@ func (r *Reconciler) phasePause(_ context.Context, p *pass) (time.Duration, bool
 // phasePolicy refuses a CR whose server the policy does not allow. No
 // requeue: only a CR edit (an event) or a restart with other flags changes
 // the verdict.
-func (r *Reconciler) phasePolicy(ctx context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phasePolicy(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	errs := r.Settings.ServerPolicy().Check(p.op.Server, p.op.Certificate)
 	if len(errs) == 0 {
 		return 0, false, nil
@@ -358,7 +358,7 @@ func (r *Reconciler) phasePolicy(ctx context.Context, p *pass) (time.Duration, b
 
 // phaseCertificate runs the source of the CR's certificate mode and sets
 // CertificateReady.
-func (r *Reconciler) phaseCertificate(ctx context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phaseCertificate(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	op := p.op
 	src := r.sources.For(op)
 	if src == nil {
@@ -382,7 +382,7 @@ func (r *Reconciler) phaseCertificate(ctx context.Context, p *pass) (time.Durati
 // phaseObjects applies every owned object but the webhook configuration
 // (identity and RBAC first, the Service last) and prunes those no longer
 // desired.
-func (r *Reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	p.d = r.kind.Build(p.op.Object, r.Settings.Settings)
 	keep := slices.Clone(p.cert.Keep)
 	for _, o := range p.d.Objects() {
@@ -400,7 +400,7 @@ func (r *Reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, 
 // phaseWebhook writes the webhook configuration with the caBundle the
 // certificate calls for (certsource.Publish), or leaves it as it is while
 // there is no usable certificate.
-func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	wh := p.d.Webhook
 	var live *admissionregistrationv1.MutatingWebhookConfiguration
 	if m := (&admissionregistrationv1.MutatingWebhookConfiguration{}); r.Client.Get(ctx, client.ObjectKeyFromObject(wh), m) == nil {
@@ -408,7 +408,7 @@ func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 	}
 	published, overlapEnds := certsource.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
 	if !published {
-		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
+		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, reasonNoCertificate,
 			"MutatingWebhookConfiguration "+wh.Name+" is not written until a serving certificate is ready")
 		return 0, false, nil
 	}
@@ -416,19 +416,19 @@ func (r *Reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 		return 0, false, err
 	}
 	if p.cert.BundleOnly {
-		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, ReasonNoCertificate,
+		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, reasonNoCertificate,
 			"MutatingWebhookConfiguration "+wh.Name+" has the new caBundle; its serving certificate is issued next")
 		return overlapEnds, false, nil
 	}
 	svc := wh.Webhooks[0].ClientConfig.Service
-	r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, true, ReasonConfigured, fmt.Sprintf(
+	r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, true, reasonConfigured, fmt.Sprintf(
 		"MutatingWebhookConfiguration %s calls service %s/%s:443%s", wh.Name, svc.Namespace, svc.Name, *svc.Path))
 	return overlapEnds, false, nil
 }
 
 // phaseStatus sets ServerAvailable, ServerPodsHealthy, EndpointsOwned,
 // ConfigLoaded and Ready.
-func (r *Reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, bool, error) {
+func (r *reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	r.serverAvailable(ctx, p.op, p.d.Deployment)
 	podPoll := r.serverPodHealth(ctx, p.op, p.d.Deployment) // podhealth.go
 	if err := r.checkEndpoints(ctx, p.op, p.d.Service, p.d.Deployment); err != nil {
@@ -441,7 +441,7 @@ func (r *Reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, b
 
 // forget drops what is remembered of a CR that is gone: its metrics, the
 // applier's memory of its objects, its upgrade hold.
-func (r *Reconciler) forget(ctx context.Context, name string) {
+func (r *reconciler) forget(ctx context.Context, name string) {
 	forgetMetrics(r.kind.Kind().Name, name)
 	r.applier.Forget(r.kind.Kind().Name, name)
 	if _, ok := r.kind.(finalizing); ok {
@@ -451,7 +451,7 @@ func (r *Reconciler) forget(ctx context.Context, name string) {
 
 // addFinalizer adds the kind's finalizer (if it has one) with a merge patch
 // of the finalizer list alone; the reconcile goes on.
-func (r *Reconciler) addFinalizer(ctx context.Context, obj v1alpha1.Object) error {
+func (r *reconciler) addFinalizer(ctx context.Context, obj v1alpha1.Object) error {
 	f, ok := r.kind.(finalizing)
 	if !ok || slices.Contains(obj.GetFinalizers(), f.Finalizer()) {
 		return nil
@@ -464,7 +464,7 @@ func (r *Reconciler) addFinalizer(ctx context.Context, obj v1alpha1.Object) erro
 // reconcileDelete runs the kind's finalizer for a CR being deleted: its
 // configuration loses its webhooks first, so its server is called no more;
 // the garbage collector removes the owned objects.
-func (r *Reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (ctrl.Result, error) {
+func (r *reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (ctrl.Result, error) {
 	f, ok := r.kind.(finalizing)
 	if !ok || !slices.Contains(obj.GetFinalizers(), f.Finalizer()) {
 		return ctrl.Result{}, nil
@@ -489,14 +489,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (
 }
 
 // writeStatus patches the status subresource only when it changed.
-func (r *Reconciler) writeStatus(ctx context.Context, orig, obj v1alpha1.Object) error {
+func (r *reconciler) writeStatus(ctx context.Context, orig, obj v1alpha1.Object) error {
 	if equality.Semantic.DeepEqual(orig.StatusValue(), obj.StatusValue()) {
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
 }
 
-func (r *Reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
+func (r *reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
 	st := metav1.ConditionFalse
 	if ok {
 		st = metav1.ConditionTrue
@@ -508,23 +508,23 @@ func (r *Reconciler) setCondition(op desired.CR, typ string, ok bool, reason, ms
 
 // serverAvailable sets ServerAvailable from the Deployment's availableReplicas
 // as the cache last saw it (a Deployment status change re-triggers us).
-func (r *Reconciler) serverAvailable(ctx context.Context, op desired.CR, want *appsv1.Deployment) {
+func (r *reconciler) serverAvailable(ctx context.Context, op desired.CR, want *appsv1.Deployment) {
 	dep := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), dep); err != nil {
-		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonNoDeployment, fmt.Sprintf("Deployment %s/%s: %v", want.Namespace, want.Name, err))
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, reasonNoDeployment, fmt.Sprintf("Deployment %s/%s: %v", want.Namespace, want.Name, err))
 		return
 	}
 	msg := fmt.Sprintf("Deployment %s/%s: %d of %d replicas available", dep.Namespace, dep.Name, dep.Status.AvailableReplicas, *want.Spec.Replicas)
 	if dep.Status.AvailableReplicas > 0 {
-		r.setCondition(op, v1alpha1.ConditionServerAvailable, true, ReasonAvailable, msg)
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, true, reasonAvailable, msg)
 	} else {
-		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, ReasonUnavailable, msg)
+		r.setCondition(op, v1alpha1.ConditionServerAvailable, false, reasonUnavailable, msg)
 	}
 }
 
 // setReady sets Ready from CertificateReady, WebhookConfigured and
 // ServerAvailable, naming the ones that are not True.
-func (r *Reconciler) setReady(op desired.CR) {
+func (r *reconciler) setReady(op desired.CR) {
 	var not []string
 	for _, t := range []string{v1alpha1.ConditionCertificateReady, v1alpha1.ConditionWebhookConfigured, v1alpha1.ConditionServerAvailable} {
 		if !apimeta.IsStatusConditionTrue(op.Conditions(), t) {
@@ -537,10 +537,10 @@ func (r *Reconciler) setReady(op desired.CR) {
 		}
 	}
 	if len(not) == 0 {
-		r.setCondition(op, v1alpha1.ConditionReady, true, ReasonReady, "webhook configured, certificate valid and server available")
+		r.setCondition(op, v1alpha1.ConditionReady, true, reasonReady, "webhook configured, certificate valid and server available")
 		return
 	}
-	r.setCondition(op, v1alpha1.ConditionReady, false, ReasonNotReady, strings.Join(not, "; "))
+	r.setCondition(op, v1alpha1.ConditionReady, false, reasonNotReady, strings.Join(not, "; "))
 }
 
 // prunable are the owned types whose objects may stop being desired: a PDB
@@ -559,7 +559,7 @@ func prunable() []client.ObjectList {
 
 // pruneOwned deletes objects op controls (found in the cache by the
 // instance label) that are not in keep.
-func (r *Reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []client.Object) error {
+func (r *reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []client.Object) error {
 	key := func(o client.Object) string {
 		gvk, _ := apiutil.GVKForObject(o, r.Scheme)
 		return gvk.Kind + "/" + o.GetNamespace() + "/" + o.GetName()
@@ -592,13 +592,6 @@ func (r *Reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []clien
 		}
 	}
 	return nil
-}
-
-func summarize(paths []string, n int) string {
-	if len(paths) <= n {
-		return strings.Join(paths, ", ")
-	}
-	return strings.Join(paths[:n], ", ") + fmt.Sprintf(" and %d more", len(paths)-n)
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -2,9 +2,10 @@ package controllers
 
 import (
 	"context"
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"testing"
 	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -31,7 +32,7 @@ import (
 // controller-runtime's fake client (no control plane): fast checks of the
 // phases of Reconcile. withCertManager registers cert-manager's kinds, as
 // if its CRDs were installed.
-func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*Reconciler, *certsource.CAReconciler, client.Client) {
+func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*reconciler, *certsource.CAReconciler, client.Client) {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -55,7 +56,7 @@ func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithRESTMapper(rm).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.SidecarInjector{}, &v1alpha1.NodeOversell{}).Build()
-	r := &Reconciler{
+	r := &reconciler{
 		Client: c, APIReader: c, Scheme: s, Recorder: &events.FakeRecorder{},
 		Settings: testSettings, kind: sidecarKind{}, shared: &shared{},
 		Now: func() time.Time { return t0 },
@@ -67,7 +68,7 @@ func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*
 	return r, ca, c
 }
 
-func reconcileAll(t *testing.T, r *Reconciler, ca *certsource.CAReconciler, name string) {
+func reconcileAll(t *testing.T, r *reconciler, ca *certsource.CAReconciler, name string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := ca.Reconcile(ctx, reconcile.Request{}); err != nil {
@@ -139,24 +140,24 @@ func TestReconcilePhases(t *testing.T) {
 	}{
 		{name: "SelfSigned before the CA exists: no configuration", noCA: true, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False", v1alpha1.ConditionReady: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonCAUnusable, v1alpha1.ConditionWebhookConfigured: ReasonNoCertificate, v1alpha1.ConditionReady: ReasonNotReady},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonCAUnusable, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate, v1alpha1.ConditionReady: reasonNotReady},
 			deploy:  true,
 		}},
 		{name: "SelfSigned, server not yet available", want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "True", v1alpha1.ConditionWebhookConfigured: "True", v1alpha1.ConditionServerAvailable: "False", v1alpha1.ConditionReady: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonIssued, v1alpha1.ConditionServerAvailable: ReasonUnavailable, v1alpha1.ConditionReady: ReasonNotReady},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonIssued, v1alpha1.ConditionServerAvailable: reasonUnavailable, v1alpha1.ConditionReady: reasonNotReady},
 			webhook: true, bundle: true, deploy: true,
 		}},
 		{name: "SelfSigned, server available: Ready", available: true, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionServerAvailable: "True", v1alpha1.ConditionEndpointsOwned: "True", v1alpha1.ConditionReady: "True"},
-			reasons: map[string]string{v1alpha1.ConditionReady: ReasonReady},
+			reasons: map[string]string{v1alpha1.ConditionReady: reasonReady},
 			webhook: true, bundle: true, deploy: true,
 		}},
 		{name: "Secret mode, Secret missing: no configuration", mutate: func(si *v1alpha1.SidecarInjector) {
 			si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "my-tls"}
 		}, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonSecretMissing, v1alpha1.ConditionWebhookConfigured: ReasonNoCertificate},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonSecretMissing, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate},
 			deploy:  true,
 		}},
 		{name: "Secret mode, valid Secret: its ca.crt published", mutate: func(si *v1alpha1.SidecarInjector) {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/hookwright/hookwright/internal/health"
 	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	"github.com/operator-framework/operator-lib/conditions"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -24,12 +22,6 @@ import (
 // OLM sets it in the operator's Deployment (operator-lib's conditions
 // package reads it).
 const OperatorConditionEnv = "OPERATOR_CONDITION_NAME"
-
-// Reasons of the Upgradeable condition.
-const (
-	ReasonUpgradeable    = "NoDisruptiveWorkInProgress"
-	ReasonNotUpgradeable = "DisruptiveWorkInProgress"
-)
 
 // upgradeResync is how often a failed OperatorCondition write is retried.
 const upgradeResync = 30 * time.Second
@@ -125,20 +117,8 @@ func (g *upgradeGate) Start(ctx context.Context) error {
 // NeedLeaderElection: only the leader does the work the condition is about.
 func (g *upgradeGate) NeedLeaderElection() bool { return true }
 
-// upgradeableState is the Upgradeable status and message for holds.
-func upgradeableState(holds map[string]string) (metav1.ConditionStatus, string, string) {
-	if len(holds) == 0 {
-		return metav1.ConditionTrue, ReasonUpgradeable, "no CA rotation or NodeOversell restore in progress"
-	}
-	var why []string
-	for _, k := range slices.Sorted(maps.Keys(holds)) {
-		why = append(why, holds[k])
-	}
-	return metav1.ConditionFalse, ReasonNotUpgradeable, "in progress: " + strings.Join(why, "; ")
-}
-
 func (g *upgradeGate) syncLocked(ctx context.Context) error {
-	status, reason, msg := upgradeableState(g.holds)
+	status, reason, msg := health.UpgradeableState(g.holds)
 	want := string(status) + "/" + msg
 	if want == g.written {
 		return nil

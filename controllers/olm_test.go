@@ -85,16 +85,6 @@ func TestUpgradeGateWritesOnChange(t *testing.T) {
 	}
 }
 
-func TestUpgradeableState(t *testing.T) {
-	st, reason, msg := upgradeableState(map[string]string{"restore/b": "NodeOversell b restoring its nodes", "ca-rotation": "CA rotation"})
-	if st != metav1.ConditionFalse || reason != ReasonNotUpgradeable || msg != "in progress: CA rotation; NodeOversell b restoring its nodes" {
-		t.Fatalf("%s %s %q", st, reason, msg)
-	}
-	if st, _, _ := upgradeableState(nil); st != metav1.ConditionTrue {
-		t.Fatal(st)
-	}
-}
-
 func TestProxyEnvReachesServers(t *testing.T) {
 	s := testSettings
 	s.ProxyEnv = []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "https_proxy", Value: "http://proxy:3128"}}

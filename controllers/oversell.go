@@ -15,6 +15,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/health"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
@@ -51,25 +52,25 @@ func (oversellKind) Build(cr v1alpha1.Object, s desired.Settings) *desired.Desir
 }
 
 // ServedGeneration: an oversell server serves every NodeOversell it accepted.
-func (oversellKind) ServedGeneration(crName string, body []byte) podServing {
+func (oversellKind) ServedGeneration(crName string, body []byte) health.PodServing {
 	var z oversell.Configz
 	if err := json.Unmarshal(body, &z); err != nil {
-		return podServing{Problem: "unreadable /configz"}
+		return health.PodServing{Problem: "unreadable /configz"}
 	}
 	if !z.Synced {
-		return podServing{Problem: "not synced"}
+		return health.PodServing{Problem: "not synced"}
 	}
 	for _, p := range z.NodeOversells {
 		if p.Name == crName {
-			return podServing{Generation: p.Generation}
+			return health.PodServing{Generation: p.Generation}
 		}
 	}
 	for _, ig := range z.Ignored {
 		if ig.Name == crName {
-			return podServing{Generation: 0, Problem: "ignored: " + ig.Reason}
+			return health.PodServing{Generation: 0, Problem: "ignored: " + ig.Reason}
 		}
 	}
-	return podServing{Problem: "not served"}
+	return health.PodServing{Problem: "not served"}
 }
 
 // Finalizer is OversellFinalizer.

@@ -30,7 +30,7 @@ const ReasonServerNotAllowed = "ServerNotAllowed"
 // webhooks, so the API server stops sending objects to a server the
 // operator does not vouch for (an unknown image would see every pod, or
 // every node status write). Ready says which field breaks which rule.
-func (r *Reconciler) refuse(ctx context.Context, op desired.CR, errs field.ErrorList) error {
+func (r *reconciler) refuse(ctx context.Context, op desired.CR, errs field.ErrorList) error {
 	msg := "not acted on: " + errs.ToAggregate().Error()
 	if c := apimeta.FindStatusCondition(op.Conditions(), v1alpha1.ConditionReady); c == nil || c.Reason != ReasonServerNotAllowed || c.Message != msg {
 		log.FromContext(ctx).Info("server not allowed by the operator's policy", "problems", errs.ToAggregate().Error())
@@ -58,7 +58,7 @@ func (r *Reconciler) refuse(ctx context.Context, op desired.CR, errs field.Error
 // the operator holds no delete permission on webhook configurations; the
 // garbage collector deletes the configuration with the CR). It reports
 // whether the configuration exists and whether this call removed webhooks.
-func (r *Reconciler) disarm(ctx context.Context, op desired.CR, name string) (exists, removed bool, err error) {
+func (r *reconciler) disarm(ctx context.Context, op desired.CR, name string) (exists, removed bool, err error) {
 	live := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -100,7 +100,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	}
 	if s.Webhook.Service != "" {
 		if s.Webhook.Certs != nil {
-			s.Webhook.Certs.SetReader(mgr.GetClient())
+			s.Webhook.Certs.setReader(mgr.GetClient())
 		}
 		v := &validationReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Settings: s, shared: sh}
 		if err := v.setup(mgr); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/health"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -25,18 +26,18 @@ func (sidecarKind) Build(cr v1alpha1.Object, s desired.Settings) *desired.Desire
 
 // ServedGeneration: a SidecarInjector server serves one injector
 // (sidecar.Configz.Injector).
-func (sidecarKind) ServedGeneration(crName string, body []byte) podServing {
+func (sidecarKind) ServedGeneration(crName string, body []byte) health.PodServing {
 	var z sidecar.Configz
 	if err := json.Unmarshal(body, &z); err != nil {
-		return podServing{Problem: "unreadable /configz"}
+		return health.PodServing{Problem: "unreadable /configz"}
 	}
 	switch {
 	case z.Injector != crName:
-		return podServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
+		return health.PodServing{Problem: fmt.Sprintf("serves injector %q", z.Injector)}
 	case !z.Loaded:
-		return podServing{Problem: "not loaded"}
+		return health.PodServing{Problem: "not loaded"}
 	case z.LastError != "":
-		return podServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
+		return health.PodServing{Generation: z.Generation, Problem: "newer generation rejected: " + z.LastError}
 	}
-	return podServing{Generation: z.Generation}
+	return health.PodServing{Generation: z.Generation}
 }

@@ -61,7 +61,7 @@ func slimSecretMeta(obj any) (any, error) {
 // userSecretSource enqueues the CRs of r's kind whose certificate mode is
 // Secret and whose spec.certificate.secretName, in the server namespace,
 // is the changed Secret.
-func (r *Reconciler) userSecretSource(c cache.Cache) source.Source {
+func (r *reconciler) userSecretSource(c cache.Cache) source.Source {
 	return source.Kind(c, secretMeta(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		return r.usersOf(ctx, o.GetNamespace(), o.GetName())
 	}))
@@ -69,7 +69,7 @@ func (r *Reconciler) userSecretSource(c cache.Cache) source.Source {
 
 // usersOf lists (from the cache) the CRs that use the Secret ns/name as
 // their user-provided serving certificate.
-func (r *Reconciler) usersOf(ctx context.Context, ns, name string) []reconcile.Request {
+func (r *reconciler) usersOf(ctx context.Context, ns, name string) []reconcile.Request {
 	list := r.kind.NewList()
 	if err := r.Client.List(ctx, list); err != nil {
 		log.FromContext(ctx).Error(err, "list CRs for a changed Secret")

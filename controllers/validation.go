@@ -80,8 +80,8 @@ func NewServingCertSource(namespace string) *ServingCertSource {
 	return &ServingCertSource{key: client.ObjectKey{Namespace: namespace, Name: desired.ManagerCertSecretName}}
 }
 
-// SetReader sets the client the Secret is read with.
-func (s *ServingCertSource) SetReader(r client.Reader) { s.reader.Store(&r) }
+// setReader sets the client the Secret is read with.
+func (s *ServingCertSource) setReader(r client.Reader) { s.reader.Store(&r) }
 
 // GetCertificate returns the current certificate, or an error (the TLS
 // handshake fails) while the Secret does not exist or does not parse.
@@ -251,7 +251,7 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 }
 
 // waitCached waits (up to 10 s) until the cache serves the Secret key with
-// tls.crt certPEM, so ServingCertSource has it before the API server calls.
+// tls.crt certPEM, so servingCertSource has it before the API server calls.
 func (v *validationReconciler) waitCached(ctx context.Context, key client.ObjectKey, certPEM string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -36,7 +36,7 @@ import (
 
 // Event reasons on a CSR.
 const (
-	EventSigned         = "CertificateSigned"
+	eventSigned         = "CertificateSigned"
 	EventSigningRefused = "SigningRefused"
 )
 
@@ -60,8 +60,8 @@ type Options struct {
 	Clock certs.Clock
 }
 
-// Signer signs approved CSRs for its signerName.
-type Signer struct {
+// signer signs approved CSRs for its signerName.
+type signer struct {
 	client   client.Client
 	api      client.Reader
 	recorder events.EventRecorder
@@ -86,7 +86,7 @@ func Setup(mgr ctrl.Manager, o Options) (*TrustBundles, error) {
 	if err := t.setup(mgr); err != nil {
 		return nil, err
 	}
-	s := &Signer{client: mgr.GetClient(), api: mgr.GetAPIReader(), recorder: rec, o: o, trust: t}
+	s := &signer{client: mgr.GetClient(), api: mgr.GetAPIReader(), recorder: rec, o: o, trust: t}
 	ours := predicate.NewPredicateFuncs(func(obj client.Object) bool {
 		csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 		return ok && csr.Spec.SignerName == o.SignerName
@@ -126,7 +126,7 @@ func condition(csr *certificatesv1.CertificateSigningRequest, typ certificatesv1
 }
 
 // Reconcile signs or refuses one approved CSR.
-func (s *Signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (s *signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	csr := &certificatesv1.CertificateSigningRequest{}
 	if err := s.client.Get(ctx, req.NamespacedName, csr); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -146,7 +146,7 @@ func (s *Signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	// The overlap rule: a certificate is only issued by a CA that trust
 	// consumers can already see, so a caBundle copied from the
 	// ClusterTrustBundle verifies it from the moment it exists.
-	if !s.trust.Publishes(ca.Cert) {
+	if !s.trust.publishes(ca.Cert) {
 		logger.V(1).Info("approved CSR waits for its CA in the ClusterTrustBundle", "ca", ca.Cert.Subject.CommonName)
 		return reconcile.Result{RequeueAfter: waitPoll}, nil
 	}
@@ -173,7 +173,7 @@ func (s *Signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		}
 		return reconcile.Result{}, fmt.Errorf("write certificate of CSR %s: %w", csr.Name, err)
 	}
-	s.recorder.Eventf(csr, nil, corev1.EventTypeNormal, EventSigned, "Sign", "signed by %s for %s, valid %s",
+	s.recorder.Eventf(csr, nil, corev1.EventTypeNormal, eventSigned, "Sign", "signed by %s for %s, valid %s",
 		ca.Cert.Subject.CommonName, strings.Join(grant.DNSNames, ","), grant.Validity)
 	logger.Info("CSR signed", "names", grant.DNSNames, "ca", ca.Cert.Subject.CommonName)
 	return reconcile.Result{}, nil
@@ -181,7 +181,7 @@ func (s *Signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 
 // activeCA is the installation's signing CA, read from the API server (a
 // just-promoted CA must not be missed because of a stale cache).
-func (s *Signer) activeCA(ctx context.Context, now time.Time) (*certs.KeyPair, error) {
+func (s *signer) activeCA(ctx context.Context, now time.Time) (*certs.KeyPair, error) {
 	sec := &corev1.Secret{}
 	if err := s.api.Get(ctx, s.o.CASecret, sec); err != nil {
 		return nil, err
@@ -195,7 +195,7 @@ func (s *Signer) activeCA(ctx context.Context, now time.Time) (*certs.KeyPair, e
 
 // policy is csrsign.Policy with the Services the request names, read from
 // the API server in allowed namespaces only.
-func (s *Signer) policy(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (csrsign.Policy, error) {
+func (s *signer) policy(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (csrsign.Policy, error) {
 	p := csrsign.Policy{Namespaces: s.o.Namespaces, ClusterDomain: s.o.ClusterDomain, MaxValidity: s.o.MaxValidity, Services: map[string]csrsign.Service{}}
 	for _, key := range csrsign.ServiceKeys(csr.Spec.Request, s.o.ClusterDomain) {
 		ns, name, _ := strings.Cut(key, "/")
@@ -222,7 +222,7 @@ func (s *Signer) policy(ctx context.Context, csr *certificatesv1.CertificateSign
 }
 
 // fail marks the CSR Failed with reason and records a Warning event.
-func (s *Signer) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, reason, msg string) error {
+func (s *signer) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, reason, msg string) error {
 	now := metav1.Now()
 	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: reason,

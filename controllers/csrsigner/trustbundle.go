@@ -52,13 +52,13 @@ const (
 
 // Event reasons on the CA Secret.
 const (
-	EventTrustBundlePublished   = "ClusterTrustBundlePublished"
+	eventTrustBundlePublished   = "ClusterTrustBundlePublished"
 	EventTrustBundleUnavailable = "ClusterTrustBundleUnavailable"
 )
 
-// ClusterTrustBundleGVK is the kind published: certificates.k8s.io/v1 only
+// clusterTrustBundleGVK is the kind published: certificates.k8s.io/v1 only
 // (v1alpha1 and v1beta1 are off by default on the servers that have them).
-var ClusterTrustBundleGVK = schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "ClusterTrustBundle"}
+var clusterTrustBundleGVK = schema.GroupVersionKind{Group: "certificates.k8s.io", Version: "v1", Kind: "ClusterTrustBundle"}
 
 // TrustBundleName is the name of the ClusterTrustBundle published for
 // signerName: the signer name with "/" as ":" (the API requires that
@@ -94,10 +94,10 @@ func (t *TrustBundles) Available() (bool, string) {
 	return t.available, t.unavailable
 }
 
-// Publishes reports whether ca is in the signer's ClusterTrustBundle as
+// publishes reports whether ca is in the signer's ClusterTrustBundle as
 // last observed from the API server. Always true when the API is absent
 // (nothing publishes there; consumers cannot rely on it anyway).
-func (t *TrustBundles) Publishes(ca *x509.Certificate) bool {
+func (t *TrustBundles) publishes(ca *x509.Certificate) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.available || certs.BundleContains(t.published, ca)
@@ -112,7 +112,7 @@ func (t *TrustBundles) observe(b []byte) {
 // DetectTrustBundleAPI asks the RESTMapper (discovery) whether the server
 // serves certificates.k8s.io/v1 clustertrustbundles.
 func DetectTrustBundleAPI(mapper apimeta.RESTMapper) (bool, string) {
-	_, err := mapper.RESTMapping(ClusterTrustBundleGVK.GroupKind(), ClusterTrustBundleGVK.Version)
+	_, err := mapper.RESTMapping(clusterTrustBundleGVK.GroupKind(), clusterTrustBundleGVK.Version)
 	switch {
 	case err == nil:
 		return true, ""
@@ -156,7 +156,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("create ClusterTrustBundle %s: %w", name, err)
 		}
 		t.observe(want)
-		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, EventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
+		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, eventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
 	case err != nil:
 		return reconcile.Result{}, err
 	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue || len(certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))) > 0:
@@ -170,7 +170,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("update ClusterTrustBundle %s: %w", name, err)
 		}
 		t.observe(want)
-		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, EventTrustBundlePublished, "Publish", "ClusterTrustBundle %s updated to %d CAs", name, count(want))
+		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, eventTrustBundlePublished, "Publish", "ClusterTrustBundle %s updated to %d CAs", name, count(want))
 	default:
 		t.observe([]byte(live.Spec.TrustBundle))
 	}

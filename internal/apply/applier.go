@@ -25,9 +25,9 @@ import (
 // Event reasons of owned objects.
 const (
 	EventCreated       = "Created"
-	EventUpdated       = "Updated"
+	eventUpdated       = "Updated"
 	EventDriftRepaired = "DriftRepaired"
-	EventDeleted       = "Deleted"
+	eventDeleted       = "Deleted"
 )
 
 // Owner is the custom resource that controls the objects an Applier writes.
@@ -48,8 +48,8 @@ type Budget struct {
 	Window time.Duration
 }
 
-// DefaultBudget allows 5 repairs of one object per minute.
-var DefaultBudget = Budget{Max: 5, Window: time.Minute}
+// defaultBudget allows 5 repairs of one object per minute.
+var defaultBudget = Budget{Max: 5, Window: time.Minute}
 
 // Applier writes owned objects with server-side apply only when the live
 // object (from the cache) lacks a field the desired one sets, and tells a
@@ -63,7 +63,7 @@ type Applier struct {
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
-	// Budget limits repairs; zero fields take DefaultBudget.
+	// Budget limits repairs; zero fields take defaultBudget.
 	Budget Budget
 	// Now is the clock of the repair budget; nil means time.Now.
 	Now func() time.Time
@@ -135,10 +135,10 @@ func (e *ConflictError) Error() string {
 func (a *Applier) budget() Budget {
 	b := a.Budget
 	if b.Max <= 0 {
-		b.Max = DefaultBudget.Max
+		b.Max = defaultBudget.Max
 	}
 	if b.Window <= 0 {
-		b.Window = DefaultBudget.Window
+		b.Window = defaultBudget.Window
 	}
 	return b
 }
@@ -294,7 +294,7 @@ func (a *Applier) Ensure(ctx context.Context, owner Owner, obj client.Object) (b
 		a.Recorder.Eventf(owner.Object, obj, corev1.EventTypeNormal, EventCreated, "Create", "created %s", name)
 	case updated:
 		log.FromContext(ctx).Info("updated", "object", name, "fields", drift)
-		a.Recorder.Eventf(owner.Object, obj, corev1.EventTypeNormal, EventUpdated, "Update", "updated %s: %s", name, summarize(drift, 5))
+		a.Recorder.Eventf(owner.Object, obj, corev1.EventTypeNormal, eventUpdated, "Update", "updated %s: %s", name, summarize(drift, 5))
 	default:
 		a.recordRepair(budgetKey, now)
 		a.count(a.OnRepair, owner.Kind, gvk.Kind)
@@ -396,6 +396,6 @@ func (a *Applier) Delete(ctx context.Context, owner Owner, obj client.Object) er
 	}
 	gvk, _ := apiutil.GVKForObject(obj, a.Scheme)
 	a.forgetKey(key(owner, gvk.Kind, obj))
-	a.Recorder.Eventf(owner.Object, nil, corev1.EventTypeNormal, EventDeleted, "Delete", "deleted %s %s/%s (no longer desired)", gvk.Kind, obj.GetNamespace(), obj.GetName())
+	a.Recorder.Eventf(owner.Object, nil, corev1.EventTypeNormal, eventDeleted, "Delete", "deleted %s %s/%s (no longer desired)", gvk.Kind, obj.GetNamespace(), obj.GetName())
 	return nil
 }

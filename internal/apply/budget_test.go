@@ -29,7 +29,7 @@ func TestRepairBudget(t *testing.T) {
 	if w := r.checkBudget("k", t0.Add(time.Minute)); w != 0 {
 		t.Fatalf("after the window: wait %s", w)
 	}
-	if d := (&Applier{}).budget(); d != DefaultBudget {
+	if d := (&Applier{}).budget(); d != defaultBudget {
 		t.Fatalf("default budget %+v", d)
 	}
 }

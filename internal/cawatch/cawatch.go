@@ -34,14 +34,14 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultDebounce     = 100 * time.Millisecond
-	DefaultPollInterval = 30 * time.Second
-	DefaultMaxFileSize  = 1 << 20 // bytes; a CA bundle is a few KiB
+	defaultDebounce     = 100 * time.Millisecond
+	defaultPollInterval = 30 * time.Second
+	defaultMaxFileSize  = 1 << 20 // bytes; a CA bundle is a few KiB
 )
 
-// DefaultPatterns select the bundle files when Options.Files is empty:
+// defaultPatterns select the bundle files when Options.Files is empty:
 // certificate files only, so keys or other Secret entries are never read.
-var DefaultPatterns = []string{"*.crt", "*.pem"}
+var defaultPatterns = []string{"*.crt", "*.pem"}
 
 // File is one bundle file as read.
 type File struct {
@@ -72,7 +72,7 @@ type Options struct {
 	// "..data" and "..<timestamp>" internals) are never read directly.
 	Files []string
 	// Patterns are filepath.Match patterns used when Files is empty;
-	// default DefaultPatterns.
+	// default defaultPatterns.
 	Patterns []string
 	// Debounce waits this long after the last filesystem event before
 	// re-reading (default 100 ms), so a multi-step kubelet update is read
@@ -117,7 +117,7 @@ func New(o Options) (*Watcher, error) {
 		return nil, errors.New("cawatch: OnChange is required")
 	}
 	if len(o.Files) == 0 && len(o.Patterns) == 0 {
-		o.Patterns = DefaultPatterns
+		o.Patterns = defaultPatterns
 	}
 	for _, p := range o.Patterns {
 		if _, err := filepath.Match(p, ""); err != nil {
@@ -130,13 +130,13 @@ func New(o Options) (*Watcher, error) {
 		}
 	}
 	if o.Debounce <= 0 {
-		o.Debounce = DefaultDebounce
+		o.Debounce = defaultDebounce
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
+		o.PollInterval = defaultPollInterval
 	}
 	if o.MaxFileSize <= 0 {
-		o.MaxFileSize = DefaultMaxFileSize
+		o.MaxFileSize = defaultMaxFileSize
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
@@ -145,31 +145,31 @@ func New(o Options) (*Watcher, error) {
 	return &Watcher{o: o, log: o.Logger.WithValues("dir", o.Dir), newFSWatcher: fsnotify.NewWatcher}, nil
 }
 
-// Current returns the last snapshot passed to OnChange (zero before the first).
-func (w *Watcher) Current() Snapshot {
+// latest returns the last snapshot passed to OnChange (zero before the first).
+func (w *Watcher) latest() Snapshot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current
 }
 
-// Read reads the directory once, as Run does on every event or poll.
+// read reads the directory once, as Run does on every event or poll.
 func (w *Watcher) Read() (Snapshot, error) {
-	return Read(w.o.Dir, w.o.Files, w.o.Patterns, w.o.MaxFileSize)
+	return read(w.o.Dir, w.o.Files, w.o.Patterns, w.o.MaxFileSize)
 }
 
-// Read reads the bundle files of dir: the names in files, or, when files is
-// empty, the non-hidden entries matching patterns (DefaultPatterns if none)
+// read reads the bundle files of dir: the names in files, or, when files is
+// empty, the non-hidden entries matching patterns (defaultPatterns if none)
 // that resolve to regular files. A missing dir or file is not an error; any
 // other read error is, because a partial bundle could drop a CA in use.
-// maxSize <= 0 means DefaultMaxFileSize.
-func Read(dir string, files, patterns []string, maxSize int64) (Snapshot, error) {
+// maxSize <= 0 means defaultMaxFileSize.
+func read(dir string, files, patterns []string, maxSize int64) (Snapshot, error) {
 	if maxSize <= 0 {
-		maxSize = DefaultMaxFileSize
+		maxSize = defaultMaxFileSize
 	}
 	names := slices.Clone(files)
 	if len(names) == 0 {
 		if len(patterns) == 0 {
-			patterns = DefaultPatterns
+			patterns = defaultPatterns
 		}
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, fs.ErrNotExist) {

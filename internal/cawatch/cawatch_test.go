@@ -182,7 +182,7 @@ func testKubeletSymlinkSwap(t *testing.T, poll time.Duration) {
 	if !first.DirExists || string(first.Bundle) != pemish("A") || len(first.Files) != 1 || first.Files[0].Name != "ca.crt" {
 		t.Fatalf("initial snapshot %+v", first)
 	}
-	if h.w.Current().Hash != first.Hash {
+	if h.w.latest().Hash != first.Hash {
 		t.Error("Current() differs from the delivered snapshot")
 	}
 
@@ -462,7 +462,7 @@ func TestReadErrorKeepsPreviousBundle(t *testing.T) {
 	// Too large to be a bundle: a read error, not an empty bundle.
 	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(strings.Repeat("x", 2048)))
 	h.quiet(quietFor)
-	if string(h.w.Current().Bundle) != pemish("A") {
+	if string(h.w.latest().Bundle) != pemish("A") {
 		t.Error("Current() changed after a failed read")
 	}
 	replaceFile(t, filepath.Join(dir, "ca.crt"), []byte(pemish("B")))
@@ -475,11 +475,11 @@ func TestReadDanglingSymlinkIsAbsent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	must(t, os.Symlink("..data/ca.crt", filepath.Join(dir, "ca.crt")))
-	s, err := Read(dir, nil, nil, 0)
+	s, err := read(dir, nil, nil, 0)
 	if err != nil || !s.DirExists || len(s.Files) != 0 {
 		t.Fatalf("%+v %v", s, err)
 	}
-	s2, err := Read(filepath.Join(dir, "missing"), []string{"ca.crt"}, nil, 0)
+	s2, err := read(filepath.Join(dir, "missing"), []string{"ca.crt"}, nil, 0)
 	if err != nil || s2.DirExists || s2.Hash != s.Hash {
 		t.Fatalf("missing dir: %+v %v (hash must equal an empty bundle's)", s2, err)
 	}
@@ -502,7 +502,7 @@ func TestNewValidation(t *testing.T) {
 	}
 	w, err := New(Options{Dir: "/x/", OnChange: ok})
 	must(t, err)
-	if w.o.Debounce != DefaultDebounce || w.o.PollInterval != DefaultPollInterval || !slices.Equal(w.o.Patterns, DefaultPatterns) || w.o.Dir != "/x" {
+	if w.o.Debounce != defaultDebounce || w.o.PollInterval != defaultPollInterval || !slices.Equal(w.o.Patterns, defaultPatterns) || w.o.Dir != "/x" {
 		t.Errorf("defaults %+v", w.o)
 	}
 }

@@ -8,25 +8,25 @@ import (
 	"time"
 )
 
-// DefaultMaxBundleCerts caps a caBundle. A rotation needs at most three
+// defaultMaxBundleCerts caps a caBundle. A rotation needs at most three
 // entries (next, active, one retired); the slack absorbs adopted CAs.
-const DefaultMaxBundleCerts = 8
+const defaultMaxBundleCerts = 8
 
-// BundleOptions configure TidyBundle/BuildBundle.
+// BundleOptions configure tidyBundle/BuildBundle.
 type BundleOptions struct {
 	// Now drops certificates whose NotAfter is not after Now; zero keeps all.
 	Now time.Time
 	// Max keeps at most Max certificates (the newest); 0 means
-	// DefaultMaxBundleCerts, negative means no cap.
+	// defaultMaxBundleCerts, negative means no cap.
 	Max int
 	// CAOnly drops certificates that are not CAs (a leaf in caBundle is noise).
 	CAOnly bool
 }
 
-// TidyBundle dedupes certs (by DER), drops expired ones, orders newest first
+// tidyBundle dedupes certs (by DER), drops expired ones, orders newest first
 // (NotBefore descending, then NotAfter descending, then DER for a total
 // order) and caps the count. The input slice is not modified.
-func TidyBundle(certs []*x509.Certificate, o BundleOptions) []*x509.Certificate {
+func tidyBundle(certs []*x509.Certificate, o BundleOptions) []*x509.Certificate {
 	seen := map[[sha256.Size]byte]bool{}
 	var out []*x509.Certificate
 	for _, c := range certs {
@@ -57,7 +57,7 @@ func TidyBundle(certs []*x509.Certificate, o BundleOptions) []*x509.Certificate 
 	})
 	limit := o.Max
 	if limit == 0 {
-		limit = DefaultMaxBundleCerts
+		limit = defaultMaxBundleCerts
 	}
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
@@ -65,10 +65,10 @@ func TidyBundle(certs []*x509.Certificate, o BundleOptions) []*x509.Certificate 
 	return out
 }
 
-// BuildBundle is TidyBundle followed by PEM encoding: the bytes to put in a
+// BuildBundle is tidyBundle followed by PEM encoding: the bytes to put in a
 // webhook configuration's caBundle. An empty result is nil.
 func BuildBundle(certs []*x509.Certificate, o BundleOptions) []byte {
-	return EncodeCertsPEM(TidyBundle(certs, o))
+	return EncodeCertsPEM(tidyBundle(certs, o))
 }
 
 // MergeBundlesPEM parses and concatenates several PEM bundles, skipping any

@@ -19,7 +19,7 @@ func TestTidyBundle(t *testing.T) {
 	in := []*x509.Certificate{old.Cert, mid.Cert, nil, newest.Cert, mid.Cert, leaf.Cert}
 	orig := slices.Clone(in)
 
-	got := TidyBundle(in, BundleOptions{Now: now, CAOnly: true})
+	got := tidyBundle(in, BundleOptions{Now: now, CAOnly: true})
 	if want := []*x509.Certificate{newest.Cert, mid.Cert}; !slices.EqualFunc(got, want, (*x509.Certificate).Equal) {
 		t.Errorf("got %v, want newest, mid", names(got))
 	}
@@ -27,23 +27,23 @@ func TestTidyBundle(t *testing.T) {
 		t.Error("input modified")
 	}
 	// Zero Now keeps expired; Max caps to the newest.
-	got = TidyBundle(in, BundleOptions{Max: 2})
+	got = tidyBundle(in, BundleOptions{Max: 2})
 	// newest and leaf share NotBefore; the longer NotAfter (newest) wins the tie.
 	if want := []*x509.Certificate{newest.Cert, leaf.Cert}; !slices.EqualFunc(got, want, (*x509.Certificate).Equal) {
 		t.Errorf("capped: %v", names(got))
 	}
-	if got := TidyBundle(in, BundleOptions{Max: -1}); len(got) != 4 {
+	if got := tidyBundle(in, BundleOptions{Max: -1}); len(got) != 4 {
 		t.Errorf("uncapped: %d", len(got))
 	}
-	if got := TidyBundle(in, BundleOptions{Max: 1, CAOnly: true}); len(got) != 1 || !got[0].Equal(newest.Cert) {
+	if got := tidyBundle(in, BundleOptions{Max: 1, CAOnly: true}); len(got) != 1 || !got[0].Equal(newest.Cert) {
 		t.Errorf("cap 1: %v", names(got))
 	}
 	// Default cap.
 	var many []*x509.Certificate
-	for i := range DefaultMaxBundleCerts + 3 {
+	for i := range defaultMaxBundleCerts + 3 {
 		many = append(many, mustCA(t, t0.Add(time.Duration(i)*time.Hour), 0).Cert)
 	}
-	if got := TidyBundle(many, BundleOptions{}); len(got) != DefaultMaxBundleCerts || !got[0].Equal(many[len(many)-1]) {
+	if got := tidyBundle(many, BundleOptions{}); len(got) != defaultMaxBundleCerts || !got[0].Equal(many[len(many)-1]) {
 		t.Errorf("default cap: %d certs", len(got))
 	}
 	// Deterministic order regardless of input order.

@@ -32,24 +32,24 @@ import (
 
 // Defaults. Durations are wall-clock lengths of validity.
 const (
-	// DefaultCAValidity is the CA lifetime: long enough that rotation is a rare
+	// defaultCAValidity is the CA lifetime: long enough that rotation is a rare
 	// event, short enough that a leaked key ages out (knative uses 7 days,
 	// OPA cert-controller 10 years; 5 years sits between with rotation tested).
-	DefaultCAValidity = 5 * 365 * 24 * time.Hour
+	defaultCAValidity = 5 * 365 * 24 * time.Hour
 	// DefaultServingValidity is the serving certificate lifetime (cert-manager's default).
 	DefaultServingValidity = 90 * 24 * time.Hour
-	// DefaultRenewFraction is the elapsed fraction of a certificate's lifetime
+	// defaultRenewFraction is the elapsed fraction of a certificate's lifetime
 	// after which it is renewed (cert-manager renews at 2/3).
-	DefaultRenewFraction = 2.0 / 3.0
-	// DefaultCALookahead rotates the CA at the latest this long before it
+	defaultRenewFraction = 2.0 / 3.0
+	// defaultCALookahead rotates the CA at the latest this long before it
 	// expires, so a serving certificate issued just before rotation never
 	// outlives its CA by much (serving certs are also capped at the CA's NotAfter).
-	DefaultCALookahead = 180 * 24 * time.Hour
+	defaultCALookahead = 180 * 24 * time.Hour
 	// DefaultClusterDomain is the cluster DNS suffix used for the long SAN.
 	DefaultClusterDomain = "cluster.local"
-	// DefaultCACommonName prefixes the CA subject; a "@<unix seconds>" suffix
+	// defaultCACommonName prefixes the CA subject; a "@<unix seconds>" suffix
 	// keeps successive CAs distinguishable in logs and chain building.
-	DefaultCACommonName = "hookwright-ca"
+	defaultCACommonName = "hookwright-ca"
 	// Backdate moves NotBefore into the past to tolerate clock skew between
 	// the operator, the API servers and the webhook pods.
 	Backdate = 5 * time.Minute
@@ -57,9 +57,9 @@ const (
 
 // PEM block types written and accepted.
 const (
-	PEMTypeCertificate = "CERTIFICATE"
-	PEMTypePrivateKey  = "PRIVATE KEY"    // PKCS#8, written
-	PEMTypeECKey       = "EC PRIVATE KEY" // SEC 1, accepted on read
+	pemTypeCertificate = "CERTIFICATE"
+	pemTypePrivateKey  = "PRIVATE KEY"    // PKCS#8, written
+	pemTypeECKey       = "EC PRIVATE KEY" // SEC 1, accepted on read
 )
 
 // Clock is the time source used when generating certificates.
@@ -90,16 +90,16 @@ type KeyPair struct {
 
 // Errors returned by the parsers; wrap with fmt.Errorf("%w") context.
 var (
-	ErrNoPEM       = errors.New("no PEM data")
-	ErrNoCert      = errors.New("no CERTIFICATE block")
-	ErrKeyMismatch = errors.New("private key does not match certificate public key")
-	ErrNotCA       = errors.New("certificate is not a CA")
+	errNoPEM       = errors.New("no PEM data")
+	errNoCert      = errors.New("no CERTIFICATE block")
+	errKeyMismatch = errors.New("private key does not match certificate public key")
+	errNotCA       = errors.New("certificate is not a CA")
 )
 
 // CAOptions configure NewCA. Zero values take the defaults.
 type CAOptions struct {
-	CommonName string        // default DefaultCACommonName + "@<unix>"
-	Validity   time.Duration // default DefaultCAValidity
+	CommonName string        // default defaultCACommonName + "@<unix>"
+	Validity   time.Duration // default defaultCAValidity
 	Clock      Clock         // default RealClock
 	Rand       io.Reader     // default crypto/rand.Reader
 }
@@ -110,12 +110,12 @@ func NewCA(o CAOptions) (*KeyPair, error) {
 	clk, rnd := orClock(o.Clock), orRand(o.Rand)
 	validity := o.Validity
 	if validity <= 0 {
-		validity = DefaultCAValidity
+		validity = defaultCAValidity
 	}
 	now := clk.Now()
 	cn := o.CommonName
 	if cn == "" {
-		cn = fmt.Sprintf("%s@%d", DefaultCACommonName, now.Unix())
+		cn = fmt.Sprintf("%s@%d", defaultCACommonName, now.Unix())
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rnd)
 	if err != nil {
@@ -174,7 +174,7 @@ func NewServingCert(ca *KeyPair, o ServingOptions) (*KeyPair, error) {
 		return nil, errors.New("serving cert: nil CA")
 	}
 	if !ca.Cert.IsCA {
-		return nil, fmt.Errorf("serving cert: %w", ErrNotCA)
+		return nil, fmt.Errorf("serving cert: %w", errNotCA)
 	}
 	names := o.DNSNames
 	if len(names) == 0 {
@@ -227,7 +227,7 @@ func NewServingCert(ca *KeyPair, o ServingOptions) (*KeyPair, error) {
 
 // EncodeCertPEM returns cert as one CERTIFICATE block.
 func EncodeCertPEM(cert *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: PEMTypeCertificate, Bytes: cert.Raw})
+	return pem.EncodeToMemory(&pem.Block{Type: pemTypeCertificate, Bytes: cert.Raw})
 }
 
 // EncodeCertsPEM concatenates CERTIFICATE blocks in the given order.
@@ -246,12 +246,12 @@ func EncodeKeyPEM(key crypto.Signer) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal key: %w", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: PEMTypePrivateKey, Bytes: der}), nil
+	return pem.EncodeToMemory(&pem.Block{Type: pemTypePrivateKey, Bytes: der}), nil
 }
 
 // ParseCertsPEM parses every CERTIFICATE block in data, in order. Other block
-// types are skipped. It fails on data with no PEM at all (ErrNoPEM), with no
-// CERTIFICATE block (ErrNoCert), or on any CERTIFICATE block that does not
+// types are skipped. It fails on data with no PEM at all (errNoPEM), with no
+// CERTIFICATE block (errNoCert), or on any CERTIFICATE block that does not
 // parse; a bundle with one bad entry is rejected rather than silently
 // shortened.
 func ParseCertsPEM(data []byte) ([]*x509.Certificate, error) {
@@ -264,7 +264,7 @@ func ParseCertsPEM(data []byte) ([]*x509.Certificate, error) {
 			break
 		}
 		sawPEM = true
-		if b.Type != PEMTypeCertificate {
+		if b.Type != pemTypeCertificate {
 			continue
 		}
 		c, err := x509.ParseCertificate(b.Bytes)
@@ -274,10 +274,10 @@ func ParseCertsPEM(data []byte) ([]*x509.Certificate, error) {
 		certs = append(certs, c)
 	}
 	if !sawPEM {
-		return nil, ErrNoPEM
+		return nil, errNoPEM
 	}
 	if len(certs) == 0 {
-		return nil, ErrNoCert
+		return nil, errNoCert
 	}
 	return certs, nil
 }
@@ -297,10 +297,10 @@ func ParseKeyPEM(data []byte) (crypto.Signer, error) {
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
 		if b == nil {
-			return nil, ErrNoPEM
+			return nil, errNoPEM
 		}
 		switch b.Type {
-		case PEMTypePrivateKey:
+		case pemTypePrivateKey:
 			k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
 			if err != nil {
 				return nil, fmt.Errorf("parse PKCS#8 key: %w", err)
@@ -310,7 +310,7 @@ func ParseKeyPEM(data []byte) (crypto.Signer, error) {
 				return nil, fmt.Errorf("key type %T cannot sign", k)
 			}
 			return s, nil
-		case PEMTypeECKey:
+		case pemTypeECKey:
 			k, err := x509.ParseECPrivateKey(b.Bytes)
 			if err != nil {
 				return nil, fmt.Errorf("parse EC key: %w", err)
@@ -321,7 +321,7 @@ func ParseKeyPEM(data []byte) (crypto.Signer, error) {
 }
 
 // ParseKeyPair parses a certificate (first block of certPEM) and its key and
-// checks they belong together (ErrKeyMismatch otherwise).
+// checks they belong together (errKeyMismatch otherwise).
 func ParseKeyPair(certPEM, keyPEM []byte) (*KeyPair, error) {
 	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
@@ -331,14 +331,14 @@ func ParseKeyPair(certPEM, keyPEM []byte) (*KeyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key: %w", err)
 	}
-	if !KeyMatches(cert, key) {
-		return nil, ErrKeyMismatch
+	if !keyMatches(cert, key) {
+		return nil, errKeyMismatch
 	}
 	return &KeyPair{Cert: cert, Key: key, CertPEM: EncodeCertPEM(cert), KeyPEM: bytesClone(keyPEM)}, nil
 }
 
-// KeyMatches reports whether key is the private half of cert's public key.
-func KeyMatches(cert *x509.Certificate, key crypto.Signer) bool {
+// keyMatches reports whether key is the private half of cert's public key.
+func keyMatches(cert *x509.Certificate, key crypto.Signer) bool {
 	pub, ok := cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && key != nil && pub.Equal(key.Public())
 }

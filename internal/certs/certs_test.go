@@ -52,7 +52,7 @@ func TestNewCADefaults(t *testing.T) {
 	if got, want := c.NotBefore, t0.Add(-Backdate); !got.Equal(want) {
 		t.Errorf("NotBefore %s, want %s", got, want)
 	}
-	if got, want := c.NotAfter, t0.Add(DefaultCAValidity); !got.Equal(want) {
+	if got, want := c.NotAfter, t0.Add(defaultCAValidity); !got.Equal(want) {
 		t.Errorf("NotAfter %s, want %s", got, want)
 	}
 	if want := "hookwright-ca@"; !bytes.HasPrefix([]byte(c.Subject.CommonName), []byte(want)) {
@@ -165,10 +165,10 @@ func TestParseCertsPEM(t *testing.T) {
 		{"two", cat(a.CertPEM, b.CertPEM), 2, nil},
 		{"with key and junk between", cat([]byte("# comment\n"), a.CertPEM, key, []byte("junk\n"), b.CertPEM), 2, nil},
 		{"CRLF", bytes.ReplaceAll(cat(a.CertPEM, b.CertPEM), []byte("\n"), []byte("\r\n")), 2, nil},
-		{"empty", nil, 0, ErrNoPEM},
-		{"garbage", []byte("hello"), 0, ErrNoPEM},
-		{"truncated", truncated, 0, ErrNoPEM},
-		{"key only", key, 0, ErrNoCert},
+		{"empty", nil, 0, errNoPEM},
+		{"garbage", []byte("hello"), 0, errNoPEM},
+		{"truncated", truncated, 0, errNoPEM},
+		{"key only", key, 0, errNoCert},
 		{"bad DER", bad, 0, nil},
 		{"good then bad DER", cat(a.CertPEM, bad), 0, nil},
 	} {
@@ -197,18 +197,18 @@ func TestParseKeyPEMAndPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec1 := pem.EncodeToMemory(&pem.Block{Type: PEMTypeECKey, Bytes: sec1DER})
+	sec1 := pem.EncodeToMemory(&pem.Block{Type: pemTypeECKey, Bytes: sec1DER})
 	if _, err := ParseKeyPair(ca.CertPEM, sec1); err != nil {
 		t.Errorf("SEC 1 key: %v", err)
 	}
-	if _, err := ParseKeyPair(ca.CertPEM, other.KeyPEM); !errors.Is(err, ErrKeyMismatch) {
+	if _, err := ParseKeyPair(ca.CertPEM, other.KeyPEM); !errors.Is(err, errKeyMismatch) {
 		t.Errorf("mismatch: %v", err)
 	}
 	for name, in := range map[string][]byte{
 		"empty":     nil,
 		"cert only": ca.CertPEM,
-		"bad pkcs8": pem.EncodeToMemory(&pem.Block{Type: PEMTypePrivateKey, Bytes: []byte{1, 2, 3}}),
-		"bad sec1":  pem.EncodeToMemory(&pem.Block{Type: PEMTypeECKey, Bytes: []byte{1, 2, 3}}),
+		"bad pkcs8": pem.EncodeToMemory(&pem.Block{Type: pemTypePrivateKey, Bytes: []byte{1, 2, 3}}),
+		"bad sec1":  pem.EncodeToMemory(&pem.Block{Type: pemTypeECKey, Bytes: []byte{1, 2, 3}}),
 	} {
 		if _, err := ParseKeyPEM(in); err == nil {
 			t.Errorf("%s: no error", name)

@@ -12,11 +12,11 @@ import (
 const (
 	ReasonMissing     = "Missing"       // no certificate data
 	ReasonUnparsable  = "Unparsable"    // certificate or key PEM does not parse
-	ReasonKeyMismatch = "KeyMismatch"   // key is not the certificate's
+	reasonKeyMismatch = "KeyMismatch"   // key is not the certificate's
 	ReasonSANMismatch = "SANMismatch"   // DNS SANs differ from the wanted set
-	ReasonUsage       = "UsageMismatch" // not a serverAuth leaf
+	reasonUsage       = "UsageMismatch" // not a serverAuth leaf
 	ReasonWrongCA     = "WrongCA"       // not signed by the current signing CA
-	ReasonNotYetValid = "NotYetValid"   // NotBefore in the future (clock moved back)
+	reasonNotYetValid = "NotYetValid"   // NotBefore in the future (clock moved back)
 	ReasonExpired     = "Expired"       // past NotAfter
 	ReasonRenewalDue  = "RenewalDue"    // past the renewal point of its lifetime
 	// ReasonRenewalRequested: an administrator asked for a new one now.
@@ -24,10 +24,10 @@ const (
 )
 
 // RenewalTime is the instant at which fraction (0<f<=1; anything else means
-// DefaultRenewFraction) of cert's lifetime NotBefore..NotAfter has elapsed.
+// defaultRenewFraction) of cert's lifetime NotBefore..NotAfter has elapsed.
 func RenewalTime(cert *x509.Certificate, fraction float64) time.Time {
 	if fraction <= 0 || fraction > 1 {
-		fraction = DefaultRenewFraction
+		fraction = defaultRenewFraction
 	}
 	life := cert.NotAfter.Sub(cert.NotBefore)
 	return cert.NotBefore.Add(time.Duration(float64(life) * fraction))
@@ -43,7 +43,7 @@ type ServingCheck struct {
 	DNSNames []string
 	// Signer is the current signing CA; nil skips the chain check.
 	Signer *x509.Certificate
-	// RenewFraction of the lifetime after which to renew; 0 means DefaultRenewFraction.
+	// RenewFraction of the lifetime after which to renew; 0 means defaultRenewFraction.
 	RenewFraction float64
 	// RenewRequested renews a certificate that is otherwise fine.
 	RenewRequested bool
@@ -66,21 +66,21 @@ func ServingRenewalReason(c ServingCheck, now time.Time) (reason, message string
 		if err != nil {
 			return ReasonUnparsable, fmt.Sprintf("key: %v", err)
 		}
-		if !KeyMatches(cert, key) {
-			return ReasonKeyMismatch, ErrKeyMismatch.Error()
+		if !keyMatches(cert, key) {
+			return reasonKeyMismatch, errKeyMismatch.Error()
 		}
 	}
 	if !sameSet(cert.DNSNames, c.DNSNames) {
 		return ReasonSANMismatch, fmt.Sprintf("SANs %v, want %v", cert.DNSNames, c.DNSNames)
 	}
 	if cert.IsCA || !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
-		return ReasonUsage, "certificate lacks serverAuth extended key usage or is a CA"
+		return reasonUsage, "certificate lacks serverAuth extended key usage or is a CA"
 	}
 	if c.Signer != nil && !SignedBy(cert, c.Signer) {
 		return ReasonWrongCA, fmt.Sprintf("issued by %q, current CA is %q", cert.Issuer.CommonName, c.Signer.Subject.CommonName)
 	}
 	if now.Before(cert.NotBefore) {
-		return ReasonNotYetValid, fmt.Sprintf("not valid before %s", fmtTime(cert.NotBefore))
+		return reasonNotYetValid, fmt.Sprintf("not valid before %s", fmtTime(cert.NotBefore))
 	}
 	if !now.Before(cert.NotAfter) {
 		return ReasonExpired, fmt.Sprintf("expired at %s", fmtTime(cert.NotAfter))

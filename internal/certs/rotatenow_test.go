@@ -20,9 +20,9 @@ func TestRotateAndRenewRequested(t *testing.T) {
 		kind   StepKind
 		reason string
 	}{
-		{"steady", State{CA: caData(a, nil), Published: published(bundle(a.Cert), "cfg"), Serving: serving}, StepNone, ReasonUpToDate},
-		{"rotation requested", State{CA: caData(a, nil), Published: published(bundle(a.Cert), "cfg"), Serving: serving, RotateRequested: true}, StepCreateNextCA, ReasonCARotationAsked},
-		{"requested while staged: publish as usual", State{CA: caData(a, b), Published: published(bundle(a.Cert), "cfg"), Serving: serving, RotateRequested: true}, StepPublishBundle, ReasonBundleOutdated},
+		{"steady", State{CA: caData(a, nil), Published: published(bundle(a.Cert), "cfg"), Serving: serving}, StepNone, reasonUpToDate},
+		{"rotation requested", State{CA: caData(a, nil), Published: published(bundle(a.Cert), "cfg"), Serving: serving, RotateRequested: true}, StepCreateNextCA, reasonCARotationAsked},
+		{"requested while staged: publish as usual", State{CA: caData(a, b), Published: published(bundle(a.Cert), "cfg"), Serving: serving, RotateRequested: true}, StepPublishBundle, reasonBundleOutdated},
 		{"renewal requested", State{CA: caData(a, nil), Published: published(bundle(a.Cert), "cfg"),
 			Serving: map[string]Serving{"inj": {Cert: srv.CertPEM, Key: srv.KeyPEM, DNSNames: injNames, RenewRequested: true}}}, StepIssueServing, ReasonRenewalRequested},
 	} {

@@ -19,7 +19,7 @@ const (
 	SecretKeyActiveCert   = "active-cert"   // signing CA certificate (PEM)
 	SecretKeyActiveKey    = "active-key"    // signing CA key (PKCS#8 PEM)
 	SecretKeyNextCert     = "next-cert"     // staged CA, published but not yet signing
-	SecretKeyNextKey      = "next-key"      // staged CA key
+	secretKeyNextKey      = "next-key"      // staged CA key
 	SecretKeyRetiredCerts = "retired-certs" // former signing CAs still trusted (PEM bundle, no keys)
 )
 
@@ -52,63 +52,63 @@ const (
 // Step-level reasons (serving targets use the Reason* constants of
 // ServingRenewalReason).
 const (
-	ReasonNoCA             = "NoCA"
-	ReasonActiveCAUnusable = "ActiveCAUnusable"
-	ReasonCARotationDue    = "CARotationDue"
-	ReasonCARotationAsked  = "CARotationRequested"
-	ReasonBundleOutdated   = "BundleOutdated"
-	ReasonNextCAPublished  = "NextCAPublished"
-	ReasonRetiredCAUnused  = "RetiredCAUnused"
-	ReasonRetiredCAExpired = "RetiredCAExpired"
-	ReasonUpToDate         = "UpToDate"
+	reasonNoCA             = "NoCA"
+	reasonActiveCAUnusable = "ActiveCAUnusable"
+	reasonCARotationDue    = "CARotationDue"
+	reasonCARotationAsked  = "CARotationRequested"
+	reasonBundleOutdated   = "BundleOutdated"
+	reasonNextCAPublished  = "NextCAPublished"
+	reasonRetiredCAUnused  = "RetiredCAUnused"
+	reasonRetiredCAExpired = "RetiredCAExpired"
+	reasonUpToDate         = "UpToDate"
 )
 
-// ErrBundleTooLarge means the CAs that must stay trusted exceed
+// errBundleTooLarge means the CAs that must stay trusted exceed
 // Policy.MaxBundleCerts; Plan refuses rather than drop one still in use.
-var ErrBundleTooLarge = errors.New("CAs that must stay trusted exceed the caBundle cap")
+var errBundleTooLarge = errors.New("CAs that must stay trusted exceed the caBundle cap")
 
 // Policy tunes Plan and Apply. Zero values take the package defaults.
 type Policy struct {
-	CAValidity           time.Duration // lifetime of generated CAs; default DefaultCAValidity
+	CAValidity           time.Duration // lifetime of generated CAs; default defaultCAValidity
 	ServingValidity      time.Duration // lifetime of serving certs; default DefaultServingValidity
 	CARenewFraction      float64       // rotate the CA after this fraction of its life; default 2/3
-	CALookahead          time.Duration // ...or this long before NotAfter, if earlier; default DefaultCALookahead
+	CALookahead          time.Duration // ...or this long before NotAfter, if earlier; default defaultCALookahead
 	ServingRenewFraction float64       // renew serving certs after this fraction; default 2/3
-	MaxBundleCerts       int           // default DefaultMaxBundleCerts
-	CACommonName         string        // default DefaultCACommonName + "@<unix>"
+	MaxBundleCerts       int           // default defaultMaxBundleCerts
+	CACommonName         string        // default defaultCACommonName + "@<unix>"
 	// PromoteDelay is the minimum age of a staged CA before it may sign:
 	// time for every API server's webhook informer to pick up the caBundle
-	// that was just written. Default DefaultPromoteDelay; negative means none.
+	// that was just written. Default defaultPromoteDelay; negative means none.
 	PromoteDelay time.Duration
 }
 
-// DefaultPromoteDelay is how long a staged CA waits before it signs: API
+// defaultPromoteDelay is how long a staged CA waits before it signs: API
 // servers see webhook configuration changes through an informer, normally
 // within a second; 10 s leaves margin at little cost.
-const DefaultPromoteDelay = 10 * time.Second
+const defaultPromoteDelay = 10 * time.Second
 
 func (p Policy) withDefaults() Policy {
 	if p.CAValidity <= 0 {
-		p.CAValidity = DefaultCAValidity
+		p.CAValidity = defaultCAValidity
 	}
 	if p.ServingValidity <= 0 {
 		p.ServingValidity = DefaultServingValidity
 	}
 	if p.CARenewFraction <= 0 || p.CARenewFraction > 1 {
-		p.CARenewFraction = DefaultRenewFraction
+		p.CARenewFraction = defaultRenewFraction
 	}
 	if p.CALookahead <= 0 {
-		p.CALookahead = DefaultCALookahead
+		p.CALookahead = defaultCALookahead
 	}
 	if p.ServingRenewFraction <= 0 || p.ServingRenewFraction > 1 {
-		p.ServingRenewFraction = DefaultRenewFraction
+		p.ServingRenewFraction = defaultRenewFraction
 	}
 	if p.MaxBundleCerts <= 0 {
-		p.MaxBundleCerts = DefaultMaxBundleCerts
+		p.MaxBundleCerts = defaultMaxBundleCerts
 	}
 	switch {
 	case p.PromoteDelay == 0:
-		p.PromoteDelay = DefaultPromoteDelay
+		p.PromoteDelay = defaultPromoteDelay
 	case p.PromoteDelay < 0:
 		p.PromoteDelay = 0
 	}
@@ -232,7 +232,7 @@ func ParseCASecret(data map[string][]byte, now time.Time) CASet {
 		}
 		switch {
 		case !cert.IsCA:
-			problem(certKey, ErrNotCA.Error())
+			problem(certKey, errNotCA.Error())
 			return nil
 		case !now.Before(cert.NotAfter):
 			problem(certKey, "expired at "+fmtTime(cert.NotAfter))
@@ -247,7 +247,7 @@ func ParseCASecret(data map[string][]byte, now time.Time) CASet {
 		return kp
 	}
 	set.Active = load(SecretKeyActiveCert, SecretKeyActiveKey)
-	set.Next = load(SecretKeyNextCert, SecretKeyNextKey)
+	set.Next = load(SecretKeyNextCert, secretKeyNextKey)
 	if set.Active != nil && set.Next != nil && set.Active.Cert.Equal(set.Next.Cert) {
 		set.Next = nil // same CA twice: nothing is staged
 	}
@@ -293,7 +293,7 @@ func TrustAnchors(caData map[string][]byte, now time.Time) []byte {
 //     after which 3 publishes the smaller bundle;
 //  7. otherwise None, with RequeueAfter set to the next due time.
 //
-// The error is non-nil only for ErrBundleTooLarge.
+// The error is non-nil only for errBundleTooLarge.
 func Plan(s State, now time.Time, p Policy) (Step, error) {
 	p = p.withDefaults()
 	ca := ParseCASecret(s.CA, now)
@@ -301,26 +301,26 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 
 	if ca.Active == nil {
 		if ca.Next != nil {
-			step.Kind, step.Reason = StepPromoteNextCA, ReasonActiveCAUnusable
+			step.Kind, step.Reason = StepPromoteNextCA, reasonActiveCAUnusable
 			step.Message = "active CA unusable (" + problems(ca) + "); promoting the staged CA"
 			return step, nil
 		}
-		step.Kind, step.Reason = StepCreateCA, ReasonNoCA
+		step.Kind, step.Reason = StepCreateCA, reasonNoCA
 		step.Message = "no CA yet"
 		if len(ca.Problems) > 0 || len(s.CA[SecretKeyActiveCert]) > 0 {
-			step.Reason = ReasonActiveCAUnusable
+			step.Reason = reasonActiveCAUnusable
 			step.Message = "active CA unusable: " + problems(ca)
 		}
 		return step, nil
 	}
 
 	if ca.Next == nil && s.RotateRequested {
-		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationAsked
+		step.Kind, step.Reason = StepCreateNextCA, reasonCARotationAsked
 		step.Message = fmt.Sprintf("rotation of CA %q requested; staging the next CA", ca.Active.Cert.Subject.CommonName)
 		return step, nil
 	}
 	if rotateAt := CARotationTime(ca.Active.Cert, p); ca.Next == nil && !now.Before(rotateAt) {
-		step.Kind, step.Reason = StepCreateNextCA, ReasonCARotationDue
+		step.Kind, step.Reason = StepCreateNextCA, reasonCARotationDue
 		step.Message = fmt.Sprintf("CA %q rotation due at %s, expires %s", ca.Active.Cert.Subject.CommonName, fmtTime(rotateAt), fmtTime(ca.Active.Cert.NotAfter))
 		return step, nil
 	}
@@ -339,7 +339,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 	}
 	step.SecretBundleStale = !sameFingerprints(s.CA[SecretKeyBundle], want)
 	if len(step.Configs) > 0 || step.SecretBundleStale {
-		step.Kind, step.Reason = StepPublishBundle, ReasonBundleOutdated
+		step.Kind, step.Reason = StepPublishBundle, reasonBundleOutdated
 		step.Message = fmt.Sprintf("caBundle (%d CAs) to publish to %d configurations", len(bundleCerts), len(step.Configs))
 		if step.SecretBundleStale {
 			step.Message += " and the CA Secret"
@@ -354,7 +354,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 	if ca.Next != nil {
 		promoteAt = ca.Next.Cert.NotBefore.Add(Backdate + p.PromoteDelay)
 		if !now.Before(promoteAt) {
-			step.Kind, step.Reason = StepPromoteNextCA, ReasonNextCAPublished
+			step.Kind, step.Reason = StepPromoteNextCA, reasonNextCAPublished
 			step.Message = fmt.Sprintf("CA %q is in all %d configurations; it becomes the signing CA", ca.Next.Cert.Subject.CommonName, len(s.Published))
 			return step, nil
 		}
@@ -383,12 +383,12 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 	}
 
 	var msgs []string
-	step.Reason = ReasonRetiredCAUnused
+	step.Reason = reasonRetiredCAUnused
 	for _, r := range ca.Retired {
 		switch {
 		case !now.Before(r.NotAfter):
 			step.Drop = append(step.Drop, r)
-			step.Reason = ReasonRetiredCAExpired
+			step.Reason = reasonRetiredCAExpired
 			msgs = append(msgs, fmt.Sprintf("%q expired", r.Subject.CommonName))
 		case !slices.ContainsFunc(inUse, func(c *x509.Certificate) bool { return SignedBy(c, r) }):
 			step.Drop = append(step.Drop, r)
@@ -401,7 +401,7 @@ func Plan(s State, now time.Time, p Policy) (Step, error) {
 		return step, nil
 	}
 
-	step.Kind, step.Reason = StepNone, ReasonUpToDate
+	step.Kind, step.Reason = StepNone, reasonUpToDate
 	next := CARotationTime(ca.Active.Cert, p)
 	if ca.Next != nil {
 		next = promoteAt
@@ -446,9 +446,9 @@ func desiredCAs(ca CASet, s State, inUse []*x509.Certificate, now time.Time, p P
 			must = append(must, k)
 		}
 	}
-	out := TidyBundle(must, BundleOptions{Now: now, Max: -1})
+	out := tidyBundle(must, BundleOptions{Now: now, Max: -1})
 	if len(out) > p.MaxBundleCerts {
-		return nil, fmt.Errorf("%w: %d > %d", ErrBundleTooLarge, len(out), p.MaxBundleCerts)
+		return nil, fmt.Errorf("%w: %d > %d", errBundleTooLarge, len(out), p.MaxBundleCerts)
 	}
 	return out, nil
 }
@@ -488,13 +488,13 @@ func Apply(s State, step Step, now time.Time, p Policy) (State, error) {
 		retire(SecretKeyActiveCert)
 		out.CA[SecretKeyActiveCert], out.CA[SecretKeyActiveKey] = kp.CertPEM, kp.KeyPEM
 		delete(out.CA, SecretKeyNextCert)
-		delete(out.CA, SecretKeyNextKey)
+		delete(out.CA, secretKeyNextKey)
 	case StepCreateNextCA:
 		kp, err := newCA()
 		if err != nil {
 			return s, err
 		}
-		out.CA[SecretKeyNextCert], out.CA[SecretKeyNextKey] = kp.CertPEM, kp.KeyPEM
+		out.CA[SecretKeyNextCert], out.CA[secretKeyNextKey] = kp.CertPEM, kp.KeyPEM
 	case StepPromoteNextCA:
 		if ca.Next == nil {
 			return s, errors.New("promote: no usable next CA")
@@ -502,7 +502,7 @@ func Apply(s State, step Step, now time.Time, p Policy) (State, error) {
 		retire(SecretKeyActiveCert)
 		out.CA[SecretKeyActiveCert], out.CA[SecretKeyActiveKey] = ca.Next.CertPEM, ca.Next.KeyPEM
 		delete(out.CA, SecretKeyNextCert)
-		delete(out.CA, SecretKeyNextKey)
+		delete(out.CA, secretKeyNextKey)
 	case StepPublishBundle:
 		if out.Published == nil && len(step.Configs) > 0 {
 			out.Published = map[string][]byte{}
@@ -544,7 +544,7 @@ func Apply(s State, step Step, now time.Time, p Policy) (State, error) {
 }
 
 func setRetired(data map[string][]byte, certs []*x509.Certificate) {
-	certs = TidyBundle(certs, BundleOptions{Max: -1})
+	certs = tidyBundle(certs, BundleOptions{Max: -1})
 	if len(certs) == 0 {
 		delete(data, SecretKeyRetiredCerts)
 		return

@@ -29,7 +29,7 @@ func caData(active, next *KeyPair, retired ...*x509.Certificate) map[string][]by
 		trusted = append(trusted, active.Cert)
 	}
 	if next != nil {
-		d[SecretKeyNextCert], d[SecretKeyNextKey] = next.CertPEM, next.KeyPEM
+		d[SecretKeyNextCert], d[secretKeyNextKey] = next.CertPEM, next.KeyPEM
 		trusted = append(trusted, next.Cert)
 	}
 	if len(retired) > 0 {
@@ -57,7 +57,7 @@ func TestCARotationTime(t *testing.T) {
 		p        Policy
 		wantDays float64 // after NotBefore
 	}{
-		{"5y default: 2/3 of life", DefaultCAValidity, Policy{}, 5 * 365 * 2.0 / 3.0},
+		{"5y default: 2/3 of life", defaultCAValidity, Policy{}, 5 * 365 * 2.0 / 3.0},
 		{"1y: lookahead 180d is earlier than 2/3", 365 * day, Policy{}, 185},
 		{"1y, lookahead 30d: 2/3 wins", 365 * day, Policy{CALookahead: 30 * day}, 365 * 2.0 / 3.0},
 		{"30d CA, lookahead longer than life: floor at half", 30 * day, Policy{}, 15},
@@ -117,35 +117,35 @@ func TestPlanTransitions(t *testing.T) {
 		targets    []string
 		secretOnly bool
 	}{
-		{"empty", State{}, t0, StepCreateCA, ReasonNoCA, nil, nil, false},
-		{"active cert garbage", State{CA: corrupt(caData(a, nil), SecretKeyActiveCert, []byte("garbage"))}, t0, StepCreateCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"active key garbage", State{CA: corrupt(caData(a, nil), SecretKeyActiveKey, []byte("garbage"))}, t0, StepCreateCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"active key of another CA", State{CA: corrupt(caData(a, nil), SecretKeyActiveKey, foreign.KeyPEM)}, t0, StepCreateCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"active is a leaf", State{CA: caData(leaf, nil)}, t0, StepCreateCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"active expired", State{CA: caData(expired, nil)}, t0, StepCreateCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"active expired, next usable", State{CA: caData(expired, b)}, rotA, StepPromoteNextCA, ReasonActiveCAUnusable, nil, nil, false},
-		{"steady", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvA)}, t0.Add(day), StepNone, ReasonUpToDate, nil, nil, false},
-		{"no configs, no servers", State{CA: caData(a, nil)}, t0, StepNone, ReasonUpToDate, nil, nil, false},
-		{"rotation 1ns early", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(-time.Nanosecond), StepNone, ReasonUpToDate, nil, nil, false},
-		{"rotation due", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA, StepCreateNextCA, ReasonCARotationDue, nil, nil, false},
-		{"next staged, nothing published", State{CA: caData(a, b), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA, StepPublishBundle, ReasonBundleOutdated, cfgs, nil, false},
-		{"next staged, one config behind", State{CA: caData(a, b), Published: mixed, Serving: serving(srvALate)}, rotA, StepPublishBundle, ReasonBundleOutdated, cfgs[1:], nil, false},
-		{"next staged, all carry it, within PromoteDelay", State{CA: caData(a, b), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(DefaultPromoteDelay - time.Nanosecond), StepNone, ReasonUpToDate, nil, nil, false},
-		{"next staged, all carry it, PromoteDelay passed", State{CA: caData(a, b), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(DefaultPromoteDelay), StepPromoteNextCA, ReasonNextCAPublished, nil, nil, false},
+		{"empty", State{}, t0, StepCreateCA, reasonNoCA, nil, nil, false},
+		{"active cert garbage", State{CA: corrupt(caData(a, nil), SecretKeyActiveCert, []byte("garbage"))}, t0, StepCreateCA, reasonActiveCAUnusable, nil, nil, false},
+		{"active key garbage", State{CA: corrupt(caData(a, nil), SecretKeyActiveKey, []byte("garbage"))}, t0, StepCreateCA, reasonActiveCAUnusable, nil, nil, false},
+		{"active key of another CA", State{CA: corrupt(caData(a, nil), SecretKeyActiveKey, foreign.KeyPEM)}, t0, StepCreateCA, reasonActiveCAUnusable, nil, nil, false},
+		{"active is a leaf", State{CA: caData(leaf, nil)}, t0, StepCreateCA, reasonActiveCAUnusable, nil, nil, false},
+		{"active expired", State{CA: caData(expired, nil)}, t0, StepCreateCA, reasonActiveCAUnusable, nil, nil, false},
+		{"active expired, next usable", State{CA: caData(expired, b)}, rotA, StepPromoteNextCA, reasonActiveCAUnusable, nil, nil, false},
+		{"steady", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvA)}, t0.Add(day), StepNone, reasonUpToDate, nil, nil, false},
+		{"no configs, no servers", State{CA: caData(a, nil)}, t0, StepNone, reasonUpToDate, nil, nil, false},
+		{"rotation 1ns early", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(-time.Nanosecond), StepNone, reasonUpToDate, nil, nil, false},
+		{"rotation due", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA, StepCreateNextCA, reasonCARotationDue, nil, nil, false},
+		{"next staged, nothing published", State{CA: caData(a, b), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvALate)}, rotA, StepPublishBundle, reasonBundleOutdated, cfgs, nil, false},
+		{"next staged, one config behind", State{CA: caData(a, b), Published: mixed, Serving: serving(srvALate)}, rotA, StepPublishBundle, reasonBundleOutdated, cfgs[1:], nil, false},
+		{"next staged, all carry it, within PromoteDelay", State{CA: caData(a, b), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(defaultPromoteDelay - time.Nanosecond), StepNone, reasonUpToDate, nil, nil, false},
+		{"next staged, all carry it, PromoteDelay passed", State{CA: caData(a, b), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(defaultPromoteDelay), StepPromoteNextCA, reasonNextCAPublished, nil, nil, false},
 		{"waiting to promote, serving renewal still happens", State{CA: caData(a, b), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvA)}, rotA, StepIssueServing, ReasonExpired, nil, []string{"inj"}, false},
-		{"same CAs re-encoded: no write", State{CA: caData(a, b), Published: reordered, Serving: serving(srvALate)}, rotA.Add(time.Minute), StepPromoteNextCA, ReasonNextCAPublished, nil, nil, false},
-		{"GitOps wiped a caBundle mid-rotation", State{CA: caData(b, nil, a.Cert), Published: wiped, Serving: serving(srvALate)}, rotA, StepPublishBundle, ReasonBundleOutdated, cfgs[1:], nil, false},
-		{"unparsable caBundle", State{CA: caData(a, nil), Published: published([]byte("garbage"), cfgs...)}, t0, StepPublishBundle, ReasonBundleOutdated, cfgs, nil, false},
-		{"foreign CA added by someone", State{CA: caData(a, nil), Published: published(bundle(a.Cert, foreign.Cert), cfgs...), Serving: serving(srvA)}, t0, StepPublishBundle, ReasonBundleOutdated, cfgs, nil, false},
-		{"Secret ca.crt stale", State{CA: staleSecret, Published: published(bundle(a.Cert), cfgs...)}, t0, StepPublishBundle, ReasonBundleOutdated, nil, nil, true},
+		{"same CAs re-encoded: no write", State{CA: caData(a, b), Published: reordered, Serving: serving(srvALate)}, rotA.Add(time.Minute), StepPromoteNextCA, reasonNextCAPublished, nil, nil, false},
+		{"GitOps wiped a caBundle mid-rotation", State{CA: caData(b, nil, a.Cert), Published: wiped, Serving: serving(srvALate)}, rotA, StepPublishBundle, reasonBundleOutdated, cfgs[1:], nil, false},
+		{"unparsable caBundle", State{CA: caData(a, nil), Published: published([]byte("garbage"), cfgs...)}, t0, StepPublishBundle, reasonBundleOutdated, cfgs, nil, false},
+		{"foreign CA added by someone", State{CA: caData(a, nil), Published: published(bundle(a.Cert, foreign.Cert), cfgs...), Serving: serving(srvA)}, t0, StepPublishBundle, reasonBundleOutdated, cfgs, nil, false},
+		{"Secret ca.crt stale", State{CA: staleSecret, Published: published(bundle(a.Cert), cfgs...)}, t0, StepPublishBundle, reasonBundleOutdated, nil, nil, true},
 		{"promoted: serving on old CA", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(time.Hour), StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
 		{"serving from a foreign CA still published: adopt, re-issue", State{CA: adopting, Published: published(bundle(a.Cert, foreign.Cert), cfgs...), Serving: serving(srvForeign)}, t0, StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
 		{"retired-certs corrupted mid-rotation: old CA adopted from caBundle", State{CA: corrupt(caData(b, nil, a.Cert), SecretKeyRetiredCerts, []byte("junk")), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvALate)}, rotA.Add(time.Hour), StepIssueServing, ReasonWrongCA, nil, []string{"inj"}, false},
 		{"serving renewal due", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: serving(srvA)}, t0.Add(20 * day), StepIssueServing, ReasonRenewalDue, nil, []string{"inj"}, false},
 		{"new server", State{CA: caData(a, nil), Published: published(bundle(a.Cert), cfgs...), Serving: map[string]Serving{"ovs": {DNSNames: ovsNames}}}, t0, StepIssueServing, ReasonMissing, nil, []string{"ovs"}, false},
-		{"retired unused", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvB)}, rotA.Add(2 * time.Hour), StepDropRetiredCA, ReasonRetiredCAUnused, nil, nil, false},
-		{"retired still served by a draining pod", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvB), Draining: [][]byte{srvALate.CertPEM}}, rotA.Add(2 * time.Hour), StepNone, ReasonUpToDate, nil, nil, false},
-		{"retired expired", State{CA: caData(b, nil, expired.Cert), Published: published(bundle(b.Cert), cfgs...), Serving: serving(srvB)}, rotA.Add(2 * time.Hour), StepDropRetiredCA, ReasonRetiredCAExpired, nil, nil, false},
+		{"retired unused", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvB)}, rotA.Add(2 * time.Hour), StepDropRetiredCA, reasonRetiredCAUnused, nil, nil, false},
+		{"retired still served by a draining pod", State{CA: caData(b, nil, a.Cert), Published: published(bundle(b.Cert, a.Cert), cfgs...), Serving: serving(srvB), Draining: [][]byte{srvALate.CertPEM}}, rotA.Add(2 * time.Hour), StepNone, reasonUpToDate, nil, nil, false},
+		{"retired expired", State{CA: caData(b, nil, expired.Cert), Published: published(bundle(b.Cert), cfgs...), Serving: serving(srvB)}, rotA.Add(2 * time.Hour), StepDropRetiredCA, reasonRetiredCAExpired, nil, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			step, err := Plan(tc.s, tc.now, pol)
@@ -219,7 +219,7 @@ func TestPlanWaitsPromoteDelay(t *testing.T) {
 	if err != nil || step.Kind != StepNone || !step.Rotating {
 		t.Fatalf("%s rotating=%v %v", step.Kind, step.Rotating, err)
 	}
-	if step.RequeueAfter != DefaultPromoteDelay-3*time.Second {
+	if step.RequeueAfter != defaultPromoteDelay-3*time.Second {
 		t.Errorf("RequeueAfter %s", step.RequeueAfter)
 	}
 	if step, _ := Plan(s, now, Policy{PromoteDelay: -1}); step.Kind != StepPromoteNextCA {
@@ -234,7 +234,7 @@ func TestPlanBundleTooLarge(t *testing.T) {
 	a := mustCA(t, t0, 0)
 	b := mustCA(t, t0.Add(time.Hour), 0)
 	_, err := Plan(State{CA: caData(a, b)}, t0.Add(2*time.Hour), Policy{MaxBundleCerts: 1})
-	if !errors.Is(err, ErrBundleTooLarge) {
+	if !errors.Is(err, errBundleTooLarge) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -243,7 +243,7 @@ func TestParseCASecretProblems(t *testing.T) {
 	a := mustCA(t, t0, 0)
 	other := mustCA(t, t0, 0)
 	d := caData(a, nil)
-	d[SecretKeyNextCert], d[SecretKeyNextKey] = other.CertPEM, a.KeyPEM // key of the wrong CA
+	d[SecretKeyNextCert], d[secretKeyNextKey] = other.CertPEM, a.KeyPEM // key of the wrong CA
 	d[SecretKeyRetiredCerts] = []byte("junk")
 	set := ParseCASecret(d, t0)
 	if set.Active == nil || set.Next != nil {
@@ -252,7 +252,7 @@ func TestParseCASecretProblems(t *testing.T) {
 	if len(set.Orphans) != 1 || !set.Orphans[0].Equal(other.Cert) {
 		t.Errorf("orphans %v", names(set.Orphans))
 	}
-	for _, k := range []string{SecretKeyNextKey, SecretKeyRetiredCerts} {
+	for _, k := range []string{secretKeyNextKey, SecretKeyRetiredCerts} {
 		if set.Problems[k] == "" {
 			t.Errorf("no problem reported for %s: %v", k, set.Problems)
 		}
@@ -532,7 +532,7 @@ func TestExpiredCAReplacedOutright(t *testing.T) {
 		if step.Kind != want {
 			t.Fatalf("%s/%s, want %s", step.Kind, step.Reason, want)
 		}
-		if want == StepDropRetiredCA && step.Reason != ReasonRetiredCAExpired {
+		if want == StepDropRetiredCA && step.Reason != reasonRetiredCAExpired {
 			t.Errorf("reason %s", step.Reason)
 		}
 		if s, err = Apply(s, step, a.Cert.NotAfter, pol); err != nil {

@@ -26,8 +26,8 @@ func Publish(want, live *admissionregistrationv1.MutatingWebhookConfiguration, s
 	}
 	bundle := st.CABundle
 	switch injected := injectedCABundle(live); {
-	case st.Publish == PublishAsIs || live == nil:
-	case st.Publish == PublishUnlessInjected && injected != nil:
+	case st.Publish == publishAsIs || live == nil:
+	case st.Publish == publishUnlessInjected && injected != nil:
 		bundle = injected
 	case len(live.Webhooks) > 0:
 		o := overlapCABundle(st.CABundle, live.Webhooks[0].ClientConfig.CABundle, previousCAUntil(live.Annotations), now, grace)

@@ -25,8 +25,8 @@ const (
 	// ReasonCertificatePending: the Certificate has no Ready condition yet,
 	// or its Secret is not there yet.
 	ReasonCertificatePending = "CertificatePending"
-	// ReasonCertificateNotReady: cert-manager reports Ready=False.
-	ReasonCertificateNotReady = "CertificateNotReady"
+	// reasonCertificateNotReady: cert-manager reports Ready=False.
+	reasonCertificateNotReady = "CertificateNotReady"
 )
 
 // certManagerRecheck is how often the operator looks again for
@@ -127,7 +127,7 @@ func certManagerState(cr desired.CR, s desired.Settings, crt *cmapi.Certificate,
 			ready = &crt.Status.Conditions[i]
 		}
 	}
-	st := State{Publish: PublishUnlessInjected}
+	st := State{Publish: publishUnlessInjected}
 	if crt.Status.NotAfter != nil {
 		st.NotAfter = crt.Status.NotAfter.Time
 	}
@@ -161,9 +161,9 @@ func certManagerState(cr desired.CR, s desired.Settings, crt *cmapi.Certificate,
 	case ready == nil:
 		st.Reason, st.Message = ReasonCertificatePending, fmt.Sprintf("waiting for cert-manager to issue Certificate %s/%s", ns, name)
 	case ready.Status != cmmeta.ConditionTrue:
-		st.Reason, st.Message = ReasonCertificateNotReady, fmt.Sprintf("cert-manager Certificate %s/%s is not Ready (%s): %s", ns, name, ready.Reason, ready.Message)
+		st.Reason, st.Message = reasonCertificateNotReady, fmt.Sprintf("cert-manager Certificate %s/%s is not Ready (%s): %s", ns, name, ready.Reason, ready.Message)
 	case verr != nil:
-		st.Reason, st.Message = ReasonSecretInvalid, fmt.Sprintf("cert-manager Certificate %s/%s is Ready but %v", ns, name, verr)
+		st.Reason, st.Message = reasonSecretInvalid, fmt.Sprintf("cert-manager Certificate %s/%s is Ready but %v", ns, name, verr)
 		if secret == nil {
 			st.Reason = ReasonCertificatePending
 		}

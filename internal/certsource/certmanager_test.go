@@ -48,11 +48,11 @@ func TestCertManagerState(t *testing.T) {
 	}{
 		{"no Certificate", nil, nil, false, ReasonCertificatePending, false, "not created yet"},
 		{"no condition", crt, nil, false, ReasonCertificatePending, false, "waiting for cert-manager"},
-		{"not ready, no Secret", ready(cmmeta.ConditionFalse), nil, false, ReasonCertificateNotReady, false, "issuer not ready"},
-		{"not ready, old Secret still serves", ready(cmmeta.ConditionFalse), secret, false, ReasonCertificateNotReady, true, "Issuing"},
+		{"not ready, no Secret", ready(cmmeta.ConditionFalse), nil, false, reasonCertificateNotReady, false, "issuer not ready"},
+		{"not ready, old Secret still serves", ready(cmmeta.ConditionFalse), secret, false, reasonCertificateNotReady, true, "Issuing"},
 		{"ready", ready(cmmeta.ConditionTrue), secret, true, ReasonValid, true, notAfter.UTC().Format(time.RFC3339)},
-		{"ready, no ca.crt", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, false, ReasonSecretInvalid, false, "no ca.crt"},
-		{"ready, wrong CA", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, desired.SecretKeyCA: otherCA(t)}}, false, ReasonSecretInvalid, false, "does not verify"},
+		{"ready, no ca.crt", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}}, false, reasonSecretInvalid, false, "no ca.crt"},
+		{"ready, wrong CA", ready(cmmeta.ConditionTrue), &corev1.Secret{Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, desired.SecretKeyCA: otherCA(t)}}, false, reasonSecretInvalid, false, "does not verify"},
 		{"ready, Secret gone", ready(cmmeta.ConditionTrue), nil, false, ReasonCertificatePending, false, "not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

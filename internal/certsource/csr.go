@@ -25,26 +25,26 @@ import (
 const (
 	// LabelCSROwner on a CSR is the UID of the CR it was made for.
 	LabelCSROwner = "admission.hookwright.io/csr-owner"
-	// AnnotationCSRHash on a CSR and the serving Secret is the
+	// annotationCSRHash on a CSR and the serving Secret is the
 	// csrmode.Spec.Hash of the request.
-	AnnotationCSRHash = "admission.hookwright.io/csr-hash"
-	// AnnotationCSR on the serving Secret names the CSR of its certificate.
-	AnnotationCSR = "admission.hookwright.io/csr"
-	// AnnotationCSRDrainingCAs and AnnotationCSRDrainingUntil on the
+	annotationCSRHash = "admission.hookwright.io/csr-hash"
+	// annotationCSR on the serving Secret names the CSR of its certificate.
+	annotationCSR = "admission.hookwright.io/csr"
+	// annotationCSRDrainingCAs and annotationCSRDrainingUntil on the
 	// serving Secret keep the CAs of a replaced certificate in the caBundle.
-	AnnotationCSRDrainingCAs   = "admission.hookwright.io/csr-draining-cas"
-	AnnotationCSRDrainingUntil = "admission.hookwright.io/csr-draining-until"
-	// AnnotationRenewedFor on a serving Secret is the renew-now token
+	annotationCSRDrainingCAs   = "admission.hookwright.io/csr-draining-cas"
+	annotationCSRDrainingUntil = "admission.hookwright.io/csr-draining-until"
+	// annotationRenewedFor on a serving Secret is the renew-now token
 	// (v1alpha1.AnnotationRenewCertificate) its certificate answers.
-	AnnotationRenewedFor = "admission.hookwright.io/renewed-for"
+	annotationRenewedFor = "admission.hookwright.io/renewed-for"
 	// CSRApprovalReason is the reason of the Approved condition the operator sets.
 	CSRApprovalReason = "HookwrightAutoApproved"
-	// ReasonWaitingForService: no CSR before the Service it names exists
+	// reasonWaitingForService: no CSR before the Service it names exists
 	// (a signer checks the names against it).
-	ReasonWaitingForService = "WaitingForService"
-	// ReasonTrustBundleUnavailable: another signer's trust cannot be read
+	reasonWaitingForService = "WaitingForService"
+	// reasonTrustBundleUnavailable: another signer's trust cannot be read
 	// because ClusterTrustBundles are not served.
-	ReasonTrustBundleUnavailable = "ClusterTrustBundleUnavailable"
+	reasonTrustBundleUnavailable = "ClusterTrustBundleUnavailable"
 	// EventCSR reports a CSR that was denied or failed, or whose signer
 	// does not answer (Warning).
 	EventCSR = "CertificateSigningRequest"
@@ -57,7 +57,7 @@ type TrustAPI interface {
 	Available() (bool, string)
 }
 
-// StaticTrustAPI is a TrustAPI decided once.
+// StaticTrustAPI is a trustAPI decided once.
 type StaticTrustAPI struct {
 	OK  bool
 	Why string
@@ -112,13 +112,13 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 				return State{}, err
 			}
 		}
-		st := State{Ready: p.Ready, Reason: p.Reason, Message: p.Message, CABundle: p.CABundle, Publish: PublishAsIs,
+		st := State{Ready: p.Ready, Reason: p.Reason, Message: p.Message, CABundle: p.CABundle, Publish: publishAsIs,
 			RequeueAfter: p.RequeueAfter, Keep: obs.keep(p.InProgress())}
 		if obs.trustNote != "" {
 			st.Message += "; " + obs.trustNote
 		}
 		if obs.trustFatal != "" && len(in.Trust) == 0 && !p.Ready {
-			st.Reason, st.Message = ReasonTrustBundleUnavailable, obs.trustFatal
+			st.Reason, st.Message = reasonTrustBundleUnavailable, obs.trustFatal
 		}
 		if leaf, err := certs.ParseCertPEM(in.Serving.Cert); err == nil && p.Ready {
 			st.NotAfter, st.RenewAt = leaf.NotAfter, certs.RenewalTime(leaf, c.env.Certificates.Policy.ServingRenewFraction)
@@ -135,7 +135,7 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 		case p.Create != nil:
 			svc := client.ObjectKey{Namespace: ns, Name: cr.Base()}
 			if err := c.env.APIReader.Get(ctx, svc, &corev1.Service{}); apierrors.IsNotFound(err) {
-				st.Reason, st.Message = ReasonWaitingForService, fmt.Sprintf("Service %s does not exist yet; requesting once it does", svc)
+				st.Reason, st.Message = reasonWaitingForService, fmt.Sprintf("Service %s does not exist yet; requesting once it does", svc)
 				st.RequeueAfter = time.Second
 				return st, nil
 			} else if err != nil {
@@ -150,13 +150,13 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 			}
 		case p.Serve != nil:
 			sec := desired.ServingSecret(cr, c.env.Settings, p.Serve.Cert, p.Serve.Key, p.Serve.CA)
-			sec.Annotations = map[string]string{AnnotationCSRHash: p.Serve.Hash, AnnotationCSR: p.Serve.CSR}
+			sec.Annotations = map[string]string{annotationCSRHash: p.Serve.Hash, annotationCSR: p.Serve.CSR}
 			if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" {
-				sec.Annotations[AnnotationRenewedFor] = tok
+				sec.Annotations[annotationRenewedFor] = tok
 			}
 			if len(p.DrainingCAs) > 0 {
-				sec.Annotations[AnnotationCSRDrainingCAs] = string(p.DrainingCAs)
-				sec.Annotations[AnnotationCSRDrainingUntil] = fmtTime(p.DrainingUntil)
+				sec.Annotations[annotationCSRDrainingCAs] = string(p.DrainingCAs)
+				sec.Annotations[annotationCSRDrainingUntil] = fmtTime(p.DrainingUntil)
 			}
 			if err := apply(ctx, sec); err != nil {
 				return st, err
@@ -186,7 +186,7 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 func servingAsIs(cr desired.CR, s desired.Settings, live *corev1.Secret) *corev1.Secret {
 	sec := desired.ServingSecret(cr, s, live.Data[corev1.TLSCertKey], live.Data[corev1.TLSPrivateKeyKey], live.Data[desired.SecretKeyCA])
 	sec.Annotations = map[string]string{}
-	for _, k := range []string{AnnotationCSRHash, AnnotationCSR, AnnotationCSRDrainingCAs, AnnotationCSRDrainingUntil, AnnotationRenewedFor} {
+	for _, k := range []string{annotationCSRHash, annotationCSR, annotationCSRDrainingCAs, annotationCSRDrainingUntil, annotationRenewedFor} {
 		if v, ok := live.Annotations[k]; ok {
 			sec.Annotations[k] = v
 		}
@@ -232,12 +232,12 @@ func (c *csrSource) observe(ctx context.Context, cr desired.CR, spec csrmode.Spe
 	}
 	if sec := obs.serving; sec != nil {
 		in.Serving = csrmode.Serving{Cert: sec.Data[corev1.TLSCertKey], Key: sec.Data[corev1.TLSPrivateKeyKey], CA: sec.Data[desired.SecretKeyCA],
-			Hash: sec.Annotations[AnnotationCSRHash], CSR: sec.Annotations[AnnotationCSR]}
-		if until, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationCSRDrainingUntil]); err == nil {
-			in.DrainingCAs, in.DrainingUntil = []byte(sec.Annotations[AnnotationCSRDrainingCAs]), until
+			Hash: sec.Annotations[annotationCSRHash], CSR: sec.Annotations[annotationCSR]}
+		if until, err := time.Parse(time.RFC3339, sec.Annotations[annotationCSRDrainingUntil]); err == nil {
+			in.DrainingCAs, in.DrainingUntil = []byte(sec.Annotations[annotationCSRDrainingCAs]), until
 		}
 		tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]
-		in.RenewRequested = tok != "" && sec.Annotations[AnnotationRenewedFor] != tok
+		in.RenewRequested = tok != "" && sec.Annotations[annotationRenewedFor] != tok
 	}
 	if obs.pending != nil {
 		in.PendingKey = obs.pending.Data[corev1.TLSPrivateKeyKey]
@@ -266,7 +266,7 @@ func (c *csrSource) observe(ctx context.Context, cr desired.CR, spec csrmode.Spe
 }
 
 func csrInputOf(r *certificatesv1.CertificateSigningRequest) csrmode.CSR {
-	out := csrmode.CSR{Name: r.Name, Created: r.CreationTimestamp.Time, Hash: r.Annotations[AnnotationCSRHash], Request: r.Spec.Request, Certificate: r.Status.Certificate}
+	out := csrmode.CSR{Name: r.Name, Created: r.CreationTimestamp.Time, Hash: r.Annotations[annotationCSRHash], Request: r.Spec.Request, Certificate: r.Status.Certificate}
 	for _, cond := range r.Status.Conditions {
 		if cond.Status != corev1.ConditionTrue {
 			continue
@@ -317,7 +317,7 @@ func (c *csrSource) trust(ctx context.Context, signer string, now time.Time) (bu
 	if err != nil || sec == nil {
 		return nil, "", "", err
 	}
-	return certs.TrustAnchors(sec.Data, now), ReasonTrustBundleUnavailable + ": trusting the installation CA directly (" + why + ")", "", nil
+	return certs.TrustAnchors(sec.Data, now), reasonTrustBundleUnavailable + ": trusting the installation CA directly (" + why + ")", "", nil
 }
 
 func (c *csrSource) createCSR(ctx context.Context, cr desired.CR, r csrmode.CreateCSR, keyPEM []byte) error {
@@ -326,7 +326,7 @@ func (c *csrSource) createCSR(ctx context.Context, cr desired.CR, r csrmode.Crea
 		return err
 	}
 	m := desired.CSRMeta(cr, LabelCSROwner)
-	m.Annotations = map[string]string{AnnotationCSRHash: r.Hash}
+	m.Annotations = map[string]string{annotationCSRHash: r.Hash}
 	csr := &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: m,
 		Spec: certificatesv1.CertificateSigningRequestSpec{

@@ -60,7 +60,7 @@ func gather(ctx context.Context, env Env, own *desired.CR, now time.Time) (gathe
 		g.Secrets[k] = sec
 		sv := servingOf(cr, env.Settings, sec)
 		if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" && sec != nil {
-			sv.RenewRequested = sec.Annotations[AnnotationRenewedFor] != tok
+			sv.RenewRequested = sec.Annotations[annotationRenewedFor] != tok
 		}
 		g.State.Serving[k] = sv
 		if sec != nil {

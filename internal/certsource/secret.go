@@ -45,7 +45,7 @@ func userSecretState(cr desired.CR, s desired.Settings, secret *corev1.Secret, n
 		return State{Reason: ReasonSecretMissing, Message: fmt.Sprintf("Secret %s/%s not found", ns, cr.Certificate.SecretName)}
 	}
 	bad := func(err error) State {
-		return State{Reason: ReasonSecretInvalid, Message: fmt.Sprintf("Secret %s/%s: %v", ns, secret.Name, err)}
+		return State{Reason: reasonSecretInvalid, Message: fmt.Sprintf("Secret %s/%s: %v", ns, secret.Name, err)}
 	}
 	bundle := secret.Data[desired.SecretKeyCA]
 	if len(bundle) == 0 {
@@ -60,7 +60,7 @@ func userSecretState(cr desired.CR, s desired.Settings, secret *corev1.Secret, n
 		return bad(fmt.Errorf("tls.crt does not verify for %s against ca.crt: %w", host, err))
 	}
 	return State{
-		CABundle: bundle, Publish: PublishWithOverlap, NotAfter: kp.Cert.NotAfter, RenewAt: certs.RenewalTime(kp.Cert, 0),
+		CABundle: bundle, Publish: publishWithOverlap, NotAfter: kp.Cert.NotAfter, RenewAt: certs.RenewalTime(kp.Cert, 0),
 		Ready: true, Reason: ReasonValid,
 		Message: fmt.Sprintf("user-provided serving certificate %s/%s valid until %s", ns, secret.Name, fmtTime(kp.Cert.NotAfter)),
 	}

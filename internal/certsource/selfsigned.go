@@ -90,7 +90,7 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 		// The planner issues the certificate once the configuration, if it
 		// exists, carries the bundle: publish it, or neither ever happens.
 		d.CABundle, d.BundleOnly, d.RequeueAfter = out.Bundle, true, out.RequeueAfter
-		d.Reason, d.Message = ReasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
+		d.Reason, d.Message = reasonNoCertificate, prefix+fmt.Sprintf("serving certificate %s/%s not issued yet", ns, name)
 		return d
 	}
 	d.CABundle = out.Bundle
@@ -110,13 +110,13 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 	// now, else the one recorded.
 	handled := ""
 	if current != nil {
-		handled = current.Annotations[AnnotationRenewedFor]
+		handled = current.Annotations[annotationRenewedFor]
 	}
 	if tok := cr.Object.GetAnnotations()[v1alpha1.AnnotationRenewCertificate]; tok != "" && out.IssueReason != "" {
 		handled = tok
 	}
 	if handled != "" {
-		d.secret.Annotations = map[string]string{AnnotationRenewedFor: handled}
+		d.secret.Annotations = map[string]string{annotationRenewedFor: handled}
 	}
 	if len(drain) > 0 {
 		if d.secret.Annotations == nil {

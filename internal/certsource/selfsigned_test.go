@@ -221,7 +221,7 @@ func TestUserSecretState(t *testing.T) {
 	}
 	noCA := sec.DeepCopy()
 	delete(noCA.Data, desired.SecretKeyCA)
-	if st := userSecretState(op, testSettings, noCA, t0); st.Ready || st.Reason != ReasonSecretInvalid || st.CABundle != nil {
+	if st := userSecretState(op, testSettings, noCA, t0); st.Ready || st.Reason != reasonSecretInvalid || st.CABundle != nil {
 		t.Fatalf("no ca.crt: %+v", st)
 	}
 	// A certificate for another Service does not verify for this one.

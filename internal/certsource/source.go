@@ -127,9 +127,9 @@ const (
 	ReasonIssued        = "Issued"
 	ReasonValid         = "Valid"
 	ReasonCAUnusable    = "CAUnusable"
-	ReasonSecretInvalid = "SecretInvalid"
+	reasonSecretInvalid = "SecretInvalid"
 	ReasonSecretMissing = "SecretMissing"
-	ReasonNoCertificate = "NoCertificate"
+	reasonNoCertificate = "NoCertificate"
 )
 
 // PublishRule says how a configuration's caBundle follows State.CABundle
@@ -137,16 +137,16 @@ const (
 type PublishRule int
 
 const (
-	// PublishAsIs writes CABundle byte for byte: its source already keeps
+	// publishAsIs writes CABundle byte for byte: its source already keeps
 	// every CA a served certificate may chain to (SelfSigned's planner).
-	PublishAsIs PublishRule = iota
-	// PublishWithOverlap keeps the CAs the configuration carried before
+	publishAsIs PublishRule = iota
+	// publishWithOverlap keeps the CAs the configuration carried before
 	// CABundle changed for the drain grace (OverlapCABundle).
-	PublishWithOverlap
-	// PublishUnlessInjected is PublishWithOverlap, except that a
+	publishWithOverlap
+	// publishUnlessInjected is publishWithOverlap, except that a
 	// configuration cert-manager's cainjector fills keeps its caBundle
 	// (InjectedCABundle).
-	PublishUnlessInjected
+	publishUnlessInjected
 )
 
 // State is the certificate side of one CR's desired state.

@@ -3,7 +3,7 @@
 // CertificateSigningRequest API (KEP-1513 signerName) and trusted through
 // the signer's ClusterTrustBundles (KEP-3257).
 //
-// Plan is a pure function of what one reconcile observed (the serving
+// plan is a pure function of what one reconcile observed (the serving
 // Secret, the CR's CSRs, the signer's trust anchors, the caBundle as read
 // back) and returns what to do next. The overlap rules are SelfSigned
 // mode's: a certificate is only served once the CA that issued it is in the
@@ -36,21 +36,21 @@ import (
 // Reasons of the CertificateReady condition in mode CSR.
 const (
 	ReasonIssued             = "Issued"
-	ReasonRequested          = "CSRCreated"
+	reasonRequested          = "CSRCreated"
 	ReasonWaitingForApproval = "WaitingForApproval"
-	ReasonWaitingForSigner   = "WaitingForSigner"
+	reasonWaitingForSigner   = "WaitingForSigner"
 	ReasonSignerSilent       = "SignerNotResponding"
 	ReasonDenied             = "CSRDenied"
-	ReasonFailed             = "CSRFailed"
-	ReasonUntrusted          = "IssuerNotTrusted"
-	ReasonWaitingForBundle   = "WaitingForCABundle"
-	ReasonBadCertificate     = "InvalidCertificate"
-	ReasonNoTrust            = "NoTrustBundle"
+	reasonFailed             = "CSRFailed"
+	reasonUntrusted          = "IssuerNotTrusted"
+	reasonWaitingForBundle   = "WaitingForCABundle"
+	reasonBadCertificate     = "InvalidCertificate"
+	reasonNoTrust            = "NoTrustBundle"
 )
 
-// DefaultSignerWait is how long an approved CSR may go unsigned before the
+// defaultSignerWait is how long an approved CSR may go unsigned before the
 // condition says the signer does not answer.
-const DefaultSignerWait = 2 * time.Minute
+const defaultSignerWait = 2 * time.Minute
 
 // poll is how often a plan waiting on something without an event (the
 // caBundle being read back) looks again.
@@ -65,9 +65,9 @@ type Spec struct {
 	DNSNames []string
 }
 
-// Hash identifies the request Spec makes: a CSR or a certificate made for
+// hash identifies the request Spec makes: a CSR or a certificate made for
 // another hash (signer, names or lifetime changed) is replaced.
-func (s Spec) Hash() string {
+func (s Spec) hash() string {
 	names := slices.Clone(s.DNSNames)
 	slices.Sort(names)
 	exp := ""
@@ -128,7 +128,7 @@ type Input struct {
 	DrainingUntil time.Time
 	// RenewFraction of a certificate's life after which it is renewed
 	// (0: certs.DefaultRenewFraction); DrainGrace keeps a replaced
-	// certificate's CAs published; SignerWait is DefaultSignerWait when 0.
+	// certificate's CAs published; SignerWait is defaultSignerWait when 0.
 	RenewFraction float64
 	DrainGrace    time.Duration
 	SignerWait    time.Duration
@@ -202,7 +202,7 @@ func compute(in Input) Plan {
 		// progress (a renewal takes a new key).
 		in.PendingKey, in.PendingCSR = nil, ""
 	}
-	hash := in.Spec.Hash()
+	hash := in.Spec.hash()
 	trustCAs := parse(in.Trust)
 	draining := in.DrainingCAs
 	if !in.Now.Before(in.DrainingUntil) {
@@ -243,13 +243,13 @@ func compute(in Input) Plan {
 	}
 	if len(in.PendingKey) == 0 {
 		p.NeedKey = true
-		p.Reason, p.Message = ReasonRequested, prefix+"generating a key"
+		p.Reason, p.Message = reasonRequested, prefix+"generating a key"
 		return p
 	}
 	if pending == nil {
 		p.Create = &CreateCSR{Hash: hash, DNSNames: slices.Clone(in.Spec.DNSNames), SignerName: in.Spec.SignerName,
 			ExpirationSeconds: in.Spec.ExpirationSeconds, Usages: slices.Clone(ServingUsages)}
-		p.Reason, p.Message = ReasonRequested, prefix+"creating a CertificateSigningRequest for "+in.Spec.SignerName
+		p.Reason, p.Message = reasonRequested, prefix+"creating a CertificateSigningRequest for "+in.Spec.SignerName
 		return p
 	}
 	// The pending request is kept (not deleted above).
@@ -260,14 +260,14 @@ func compute(in Input) Plan {
 		p.Warning = p.Message
 		return p
 	case pending.Failed:
-		p.Reason = ReasonFailed
+		p.Reason = reasonFailed
 		p.Message = prefix + fmt.Sprintf("signer %s failed CSR %s (%s: %s); delete it to request again", in.Spec.SignerName, pending.Name, pending.Reason, pending.Message)
 		p.Warning = p.Message
 		return p
 	case !pending.Approved:
 		if in.Spec.Approve {
 			p.Approve = pending.Name
-			p.Reason, p.Message = ReasonWaitingForSigner, prefix+fmt.Sprintf("approving CSR %s", pending.Name)
+			p.Reason, p.Message = reasonWaitingForSigner, prefix+fmt.Sprintf("approving CSR %s", pending.Name)
 			return p
 		}
 		p.Reason = ReasonWaitingForApproval
@@ -276,7 +276,7 @@ func compute(in Input) Plan {
 	case len(pending.Certificate) == 0:
 		wait := in.SignerWait
 		if wait <= 0 {
-			wait = DefaultSignerWait
+			wait = defaultSignerWait
 		}
 		since := pending.ApprovedAt
 		if since.IsZero() {
@@ -290,7 +290,7 @@ func compute(in Input) Plan {
 			return p
 		}
 		p.RequeueAfter = minPositive(p.RequeueAfter, wait-waited)
-		p.Reason, p.Message = ReasonWaitingForSigner, prefix+fmt.Sprintf("CSR %s approved, waiting for signer %s", pending.Name, in.Spec.SignerName)
+		p.Reason, p.Message = reasonWaitingForSigner, prefix+fmt.Sprintf("CSR %s approved, waiting for signer %s", pending.Name, in.Spec.SignerName)
 		return p
 	}
 	// Issued: check it, find its trust anchors, and serve it only once the
@@ -306,17 +306,17 @@ func compute(in Input) Plan {
 	anchors := anchorsOf(chain, trustCAs, in.Now)
 	if len(anchors) == 0 {
 		if len(trustCAs) == 0 {
-			p.Reason = ReasonNoTrust
+			p.Reason = reasonNoTrust
 			p.Message = prefix + fmt.Sprintf("CSR %s is issued but no ClusterTrustBundle of signer %s exists to trust it", pending.Name, in.Spec.SignerName)
 		} else {
-			p.Reason = ReasonUntrusted
+			p.Reason = reasonUntrusted
 			p.Message = prefix + fmt.Sprintf("the certificate of CSR %s (issuer %q) does not verify against the ClusterTrustBundles of signer %s", pending.Name, chain[0].Issuer.CommonName, in.Spec.SignerName)
 		}
 		p.RequeueAfter = minPositive(p.RequeueAfter, 10*time.Second)
 		return p
 	}
 	if in.PublishedExists && !containsAny(in.Published, anchors) {
-		p.Reason = ReasonWaitingForBundle
+		p.Reason = reasonWaitingForBundle
 		p.Message = prefix + fmt.Sprintf("the certificate of CSR %s is issued; waiting for its CA in the caBundle before serving it", pending.Name)
 		p.RequeueAfter = minPositive(p.RequeueAfter, poll)
 		return p
@@ -343,7 +343,7 @@ func compute(in Input) Plan {
 }
 
 func refuseIssued(p Plan, prefix string, c *CSR, why string) Plan {
-	p.Reason = ReasonBadCertificate
+	p.Reason = reasonBadCertificate
 	p.Message = prefix + fmt.Sprintf("the certificate issued for CSR %s is unusable (%s); delete the CSR to request again", c.Name, why)
 	p.Warning = p.Message
 	return p

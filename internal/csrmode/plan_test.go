@@ -48,7 +48,7 @@ func (f *fixture) request(name string, key []byte) CSR {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return CSR{Name: name, Created: t0, Hash: f.spec.Hash(), Request: req}
+	return CSR{Name: name, Created: t0, Hash: f.spec.hash(), Request: req}
 }
 
 // sign issues c's certificate from ca, valid for d from at.
@@ -70,12 +70,12 @@ func TestFirstCertificate(t *testing.T) {
 	f := newFixture(t)
 	in := Input{Now: t0, Spec: f.spec, Trust: f.ca.CertPEM}
 	p := Compute(in)
-	if !p.NeedKey || p.Ready || p.Reason != ReasonRequested {
+	if !p.NeedKey || p.Ready || p.Reason != reasonRequested {
 		t.Fatalf("no key: %+v", p)
 	}
 	in.PendingKey = f.key()
 	p = Compute(in)
-	if p.Create == nil || p.Create.Hash != f.spec.Hash() || !slices.Equal(p.Create.DNSNames, f.spec.DNSNames) || !slices.Equal(p.Create.Usages, ServingUsages) {
+	if p.Create == nil || p.Create.Hash != f.spec.hash() || !slices.Equal(p.Create.DNSNames, f.spec.DNSNames) || !slices.Equal(p.Create.Usages, ServingUsages) {
 		t.Fatalf("no CSR: %+v", p)
 	}
 	csr := f.request("hw-abc", in.PendingKey)
@@ -92,10 +92,10 @@ func TestFirstCertificate(t *testing.T) {
 
 	in.CSRs[0].Approved, in.CSRs[0].ApprovedAt = true, t0
 	in.Now = t0.Add(time.Minute)
-	if p = Compute(in); p.Reason != ReasonWaitingForSigner || p.Warning != "" || p.RequeueAfter != time.Minute {
+	if p = Compute(in); p.Reason != reasonWaitingForSigner || p.Warning != "" || p.RequeueAfter != time.Minute {
 		t.Fatalf("approved: %+v", p)
 	}
-	in.Now = t0.Add(DefaultSignerWait)
+	in.Now = t0.Add(defaultSignerWait)
 	if p = Compute(in); p.Reason != ReasonSignerSilent || p.Warning == "" {
 		t.Fatalf("signer silent: %+v", p)
 	}
@@ -108,12 +108,12 @@ func TestFirstCertificate(t *testing.T) {
 	// is published first.
 	in.PublishedExists, in.Published = true, nil
 	p = Compute(in)
-	if p.Reason != ReasonWaitingForBundle || p.Serve != nil || !certs.BundleContains(p.CABundle, f.ca.Cert) {
+	if p.Reason != reasonWaitingForBundle || p.Serve != nil || !certs.BundleContains(p.CABundle, f.ca.Cert) {
 		t.Fatalf("before the caBundle: %+v", p)
 	}
 	in.Published = p.CABundle
 	p = Compute(in)
-	if p.Serve == nil || !p.Ready || p.Reason != ReasonIssued || p.Serve.CSR != "hw-abc" || p.Serve.Hash != f.spec.Hash() {
+	if p.Serve == nil || !p.Ready || p.Reason != ReasonIssued || p.Serve.CSR != "hw-abc" || p.Serve.Hash != f.spec.hash() {
 		t.Fatalf("serve: %+v", p)
 	}
 	if cs, _ := certs.ParseCertsPEM(p.Serve.CA); len(cs) != 1 || !cs[0].Equal(f.ca.Cert) {
@@ -149,12 +149,12 @@ func TestDeniedAndFailed(t *testing.T) {
 		t.Fatalf("denied: %+v", p)
 	}
 	in.CSRs[0].Denied, in.CSRs[0].Failed, in.CSRs[0].Reason = false, true, csrsign.ReasonForbiddenUsage
-	if p = Compute(in); p.Reason != ReasonFailed || !strings.Contains(p.Message, csrsign.ReasonForbiddenUsage) {
+	if p = Compute(in); p.Reason != reasonFailed || !strings.Contains(p.Message, csrsign.ReasonForbiddenUsage) {
 		t.Fatalf("failed: %+v", p)
 	}
 	// Without a recorded name the CSR is found by its key.
 	in.PendingCSR = ""
-	if p = Compute(in); p.Reason != ReasonFailed {
+	if p = Compute(in); p.Reason != reasonFailed {
 		t.Fatalf("found by key: %+v", p)
 	}
 	// Deleting the refused CSR requests again with the same key.
@@ -177,18 +177,18 @@ func TestIssuedButUnusable(t *testing.T) {
 	other := newCA(t, "other")
 	csr := f.sign(f.request("hw-1", key), other, t0, time.Hour)
 	in := Input{Now: t0, Spec: f.spec, Trust: f.ca.CertPEM, PendingKey: key, PendingCSR: "hw-1", CSRs: []CSR{csr}}
-	if p := Compute(in); p.Reason != ReasonUntrusted || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonUntrusted || p.Serve != nil {
 		t.Fatalf("untrusted issuer: %+v", p)
 	}
 	in.Trust = nil
-	if p := Compute(in); p.Reason != ReasonNoTrust || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonNoTrust || p.Serve != nil {
 		t.Fatalf("no trust: %+v", p)
 	}
 	// A certificate for another key.
 	in.Trust = f.ca.CertPEM
 	in.CSRs[0] = f.sign(f.request("hw-1", f.key()), f.ca, t0, time.Hour)
 	in.CSRs[0].Request = csr.Request
-	if p := Compute(in); p.Reason != ReasonBadCertificate || p.Warning == "" || p.Serve != nil {
+	if p := Compute(in); p.Reason != reasonBadCertificate || p.Warning == "" || p.Serve != nil {
 		t.Fatalf("wrong key: %+v", p)
 	}
 }
@@ -200,7 +200,7 @@ func TestRenewalAcrossCARotation(t *testing.T) {
 	f := newFixture(t)
 	key1 := f.key()
 	old := f.sign(f.request("hw-1", key1), f.ca, t0, 24*time.Hour)
-	serving := Serving{Cert: old.Certificate, Key: key1, CA: f.ca.CertPEM, Hash: f.spec.Hash(), CSR: "hw-1"}
+	serving := Serving{Cert: old.Certificate, Key: key1, CA: f.ca.CertPEM, Hash: f.spec.hash(), CSR: "hw-1"}
 	in := Input{Now: t0.Add(time.Hour), Spec: f.spec, Trust: f.ca.CertPEM, Serving: serving, CSRs: []CSR{old}, PublishedExists: true, Published: f.ca.CertPEM, DrainGrace: time.Minute}
 	if p := Compute(in); p.Reason != ReasonIssued || len(p.Delete) != 0 {
 		t.Fatalf("steady: %+v", p)
@@ -223,7 +223,7 @@ func TestRenewalAcrossCARotation(t *testing.T) {
 	}
 	renewal := f.sign(f.request("hw-2", key2), ca2, in.Now, 24*time.Hour)
 	in.CSRs, in.PendingCSR = []CSR{old, renewal}, "hw-2"
-	if p = Compute(in); p.Serve != nil || p.Reason != ReasonWaitingForBundle || len(p.Delete) != 0 {
+	if p = Compute(in); p.Serve != nil || p.Reason != reasonWaitingForBundle || len(p.Delete) != 0 {
 		t.Fatalf("before ca-2 is published: %+v", p)
 	}
 	in.Published = p.CABundle
@@ -252,7 +252,7 @@ func TestRenewalDue(t *testing.T) {
 	key := f.key()
 	c := f.sign(f.request("hw-1", key), f.ca, t0, 3*time.Hour)
 	in := Input{Now: t0.Add(2*time.Hour + time.Minute), Spec: f.spec, Trust: f.ca.CertPEM, CSRs: []CSR{c, {Name: "stray", Hash: "x"}},
-		Serving: Serving{Cert: c.Certificate, Key: key, CA: f.ca.CertPEM, Hash: f.spec.Hash(), CSR: "hw-1"}}
+		Serving: Serving{Cert: c.Certificate, Key: key, CA: f.ca.CertPEM, Hash: f.spec.hash(), CSR: "hw-1"}}
 	p := Compute(in)
 	if !p.Ready || !p.NeedKey || !strings.Contains(p.Message, certs.ReasonRenewalDue) || !slices.Equal(p.Delete, []string{"stray"}) {
 		t.Fatalf("due: %+v", p)

@@ -31,9 +31,9 @@ import (
 
 // Refusal reasons, the reason of the CSR's Failed condition.
 const (
-	// ReasonBadRequest: spec.request is not one PEM CERTIFICATE REQUEST
+	// reasonBadRequest: spec.request is not one PEM CERTIFICATE REQUEST
 	// with a valid self-signature.
-	ReasonBadRequest = "InvalidRequest"
+	reasonBadRequest = "InvalidRequest"
 	// ReasonForbiddenUsage: a usage other than server auth, digital
 	// signature and key encipherment (client auth among them), or no
 	// server auth.
@@ -52,18 +52,18 @@ const (
 	ReasonForbiddenIP = "ForbiddenIP"
 	// ReasonLifetimeTooLong: spec.expirationSeconds above Policy.MaxValidity.
 	ReasonLifetimeTooLong = "LifetimeTooLong"
-	// ReasonWeakKey: a public key other than ECDSA P-256/P-384/P-521,
+	// reasonWeakKey: a public key other than ECDSA P-256/P-384/P-521,
 	// Ed25519 or RSA of at least 2048 bits.
-	ReasonWeakKey = "UnsupportedKey"
+	reasonWeakKey = "UnsupportedKey"
 )
 
 // DefaultMaxValidity bounds what the signer issues: the serving lifetime of
 // SelfSigned mode (certs.DefaultServingValidity, 90 days).
 const DefaultMaxValidity = certs.DefaultServingValidity
 
-// MinValidity is the shortest lifetime the API accepts in
+// minValidity is the shortest lifetime the API accepts in
 // spec.expirationSeconds (k8s.io/kubernetes pkg/apis/certificates/validation).
-const MinValidity = 10 * time.Minute
+const minValidity = 10 * time.Minute
 
 // Refusal is why a request is not signed: Reason (one of the Reason*
 // constants) and a message naming the offending value.
@@ -134,24 +134,24 @@ var allowedUsages = map[certificatesv1.KeyUsage]bool{
 func ParseRequest(data []byte) (*x509.CertificateRequest, error) {
 	b, rest := pem.Decode(data)
 	if b == nil || b.Type != "CERTIFICATE REQUEST" {
-		return nil, refuse(ReasonBadRequest, "spec.request is not a PEM CERTIFICATE REQUEST")
+		return nil, refuse(reasonBadRequest, "spec.request is not a PEM CERTIFICATE REQUEST")
 	}
 	if more, _ := pem.Decode(rest); more != nil {
-		return nil, refuse(ReasonBadRequest, "spec.request holds more than one PEM block")
+		return nil, refuse(reasonBadRequest, "spec.request holds more than one PEM block")
 	}
 	csr, err := x509.ParseCertificateRequest(b.Bytes)
 	if err != nil {
-		return nil, refuse(ReasonBadRequest, "parse certificate request: %v", err)
+		return nil, refuse(reasonBadRequest, "parse certificate request: %v", err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, refuse(ReasonBadRequest, "certificate request signature: %v", err)
+		return nil, refuse(reasonBadRequest, "certificate request signature: %v", err)
 	}
 	return csr, nil
 }
 
-// ServiceRef splits a DNS name <svc>.<ns>.svc or <svc>.<ns>.svc.<domain>
+// serviceRef splits a DNS name <svc>.<ns>.svc or <svc>.<ns>.svc.<domain>
 // into namespace and name; ok is false for any other name.
-func ServiceRef(dnsName, clusterDomain string) (namespace, name string, ok bool) {
+func serviceRef(dnsName, clusterDomain string) (namespace, name string, ok bool) {
 	if clusterDomain == "" {
 		clusterDomain = certs.DefaultClusterDomain
 	}
@@ -178,7 +178,7 @@ func ServiceKeys(data []byte, clusterDomain string) []string {
 	}
 	var keys []string
 	for _, n := range csr.DNSNames {
-		if ns, name, ok := ServiceRef(n, clusterDomain); ok && !slices.Contains(keys, ns+"/"+name) {
+		if ns, name, ok := serviceRef(n, clusterDomain); ok && !slices.Contains(keys, ns+"/"+name) {
 			keys = append(keys, ns+"/"+name)
 		}
 	}
@@ -220,7 +220,7 @@ func Check(p Policy, r Request) (Grant, error) {
 	}
 	var ips []netip.Addr
 	for _, n := range csr.DNSNames {
-		ns, name, ok := ServiceRef(n, p.ClusterDomain)
+		ns, name, ok := serviceRef(n, p.ClusterDomain)
 		if !ok {
 			return Grant{}, refuse(ReasonForbiddenName, "DNS name %q is not <service>.<namespace>.svc[.%s]", n, orDefault(p.ClusterDomain))
 		}
@@ -262,7 +262,7 @@ func Check(p Policy, r Request) (Grant, error) {
 		if d > limit {
 			return Grant{}, refuse(ReasonLifetimeTooLong, "expirationSeconds %d exceeds the signer's maximum %d (%s)", *r.ExpirationSeconds, int64(limit/time.Second), limit)
 		}
-		g.Validity = max(d, MinValidity)
+		g.Validity = max(d, minValidity)
 	}
 	return g, nil
 }
@@ -274,16 +274,16 @@ func checkKey(csr *x509.CertificateRequest) error {
 		case elliptic.P256(), elliptic.P384(), elliptic.P521():
 			return nil
 		}
-		return refuse(ReasonWeakKey, "ECDSA curve %s is not allowed", k.Curve.Params().Name)
+		return refuse(reasonWeakKey, "ECDSA curve %s is not allowed", k.Curve.Params().Name)
 	case *rsa.PublicKey:
 		if k.N.BitLen() < 2048 {
-			return refuse(ReasonWeakKey, "RSA key of %d bits: at least 2048 needed", k.N.BitLen())
+			return refuse(reasonWeakKey, "RSA key of %d bits: at least 2048 needed", k.N.BitLen())
 		}
 		return nil
 	case ed25519.PublicKey:
 		return nil
 	}
-	return refuse(ReasonWeakKey, "public key type %T is not allowed", csr.PublicKey)
+	return refuse(reasonWeakKey, "public key type %T is not allowed", csr.PublicKey)
 }
 
 func orDefault(domain string) string {

@@ -114,11 +114,11 @@ func TestCheck(t *testing.T) {
 		{name: "IP of another Service", tmpl: x509.CertificateRequest{DNSNames: []string{name}, IPAddresses: []net.IP{net.ParseIP("10.0.0.11")}},
 			usages: serving, reason: ReasonForbiddenIP},
 		{name: "too long", tmpl: good, usages: serving, exp: ptr.To[int32](2 * 86400), reason: ReasonLifetimeTooLong},
-		{name: "RSA 1024", key: rsaSmall, tmpl: good, usages: serving, reason: ReasonWeakKey},
-		{name: "P-224", key: ecKey(t, elliptic.P224()), tmpl: good, usages: serving, reason: ReasonWeakKey},
-		{name: "not PEM", pem: []byte("hello"), usages: serving, reason: ReasonBadRequest},
-		{name: "broken signature", pem: bad, usages: serving, reason: ReasonBadRequest},
-		{name: "two requests", pem: append(csrPEM(t, key, good), csrPEM(t, key, good)...), usages: serving, reason: ReasonBadRequest},
+		{name: "RSA 1024", key: rsaSmall, tmpl: good, usages: serving, reason: reasonWeakKey},
+		{name: "P-224", key: ecKey(t, elliptic.P224()), tmpl: good, usages: serving, reason: reasonWeakKey},
+		{name: "not PEM", pem: []byte("hello"), usages: serving, reason: reasonBadRequest},
+		{name: "broken signature", pem: bad, usages: serving, reason: reasonBadRequest},
+		{name: "two requests", pem: append(csrPEM(t, key, good), csrPEM(t, key, good)...), usages: serving, reason: reasonBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := tc.key
@@ -163,7 +163,7 @@ func TestServiceRef(t *testing.T) {
 		{"a.b.c.svc", "", ""},
 		{"A.b.svc", "", ""},
 	} {
-		ns, name, ok := ServiceRef(tc.in, "")
+		ns, name, ok := serviceRef(tc.in, "")
 		if ok != (tc.ns != "") || ns != tc.ns || name != tc.name {
 			t.Errorf("ServiceRef(%q) = %q %q %v", tc.in, ns, name, ok)
 		}

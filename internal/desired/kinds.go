@@ -15,7 +15,7 @@ import (
 
 // Labels and names shared by every object the operator owns.
 const (
-	LabelName      = "app.kubernetes.io/name"
+	labelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
 	LabelComponent = "app.kubernetes.io/component"
 	// LabelManagedBy is set on every owned object and on the CA Secret; the
@@ -26,20 +26,20 @@ const (
 	// CASecretName is the installation CA Secret in the operator namespace.
 	CASecretName = "hookwright-ca"
 
-	// ServerCertDir is where the serving certificate Secret is mounted in the
+	// serverCertDir is where the serving certificate Secret is mounted in the
 	// server pods: the webhook servers' default --cert-dir.
-	ServerCertDir = "/tmp/k8s-webhook-server/serving-certs"
+	serverCertDir = "/tmp/k8s-webhook-server/serving-certs"
 	// Ports of the server container (webhooks/serving and cmd defaults).
 	WebhookPort = 9443
-	ProbePort   = 8081
+	probePort   = 8081
 	MetricsPort = 8080
 
-	// DefaultReplicas of a server Deployment when spec.server.replicas is unset.
-	DefaultReplicas int32 = 2
+	// defaultReplicas of a server Deployment when spec.server.replicas is unset.
+	defaultReplicas int32 = 2
 
-	// ServerFSGroup is the server pods' fsGroup: the group of the
+	// serverFSGroup is the server pods' fsGroup: the group of the
 	// operator image's user (65532:65532) and of the mounted serving Secret.
-	ServerFSGroup int64 = 65532
+	serverFSGroup int64 = 65532
 )
 
 // Object is what every owned object is: Kubernetes metadata and a runtime

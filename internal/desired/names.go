@@ -39,7 +39,7 @@ func ServingSecretName(op CR) string {
 // SelectorLabels select the server pods of op.
 func SelectorLabels(op CR) map[string]string {
 	return map[string]string{
-		LabelName:     "hookwright-" + op.Kind.Short,
+		labelName:     "hookwright-" + op.Kind.Short,
 		LabelInstance: op.Base(),
 	}
 }

@@ -46,11 +46,11 @@ func (d *Desired) Objects() []Object {
 	return append(out, d.Service, d.Webhook)
 }
 
-// DefaultResources of the server container when spec.server.resources is
+// defaultResources of the server container when spec.server.resources is
 // unset: requests sized from the webhook benchmarks (a few ms of CPU per
 // thousand reviews), a memory limit and no CPU limit (throttling a webhook
 // turns into API latency).
-func DefaultResources() corev1.ResourceRequirements {
+func defaultResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("50m"),
@@ -182,7 +182,7 @@ func build(op CR, s Settings, args []string) *Desired {
 	name := op.Base()
 	ns := ServerNamespace(op, s)
 	selector := SelectorLabels(op)
-	replicas := DefaultReplicas
+	replicas := defaultReplicas
 	if op.Server.Replicas != nil {
 		replicas = *op.Server.Replicas
 	}
@@ -190,14 +190,14 @@ func build(op CR, s Settings, args []string) *Desired {
 	if op.Server.Image != "" {
 		image = op.Server.Image
 	}
-	res := DefaultResources()
+	res := defaultResources()
 	if op.Server.Resources != nil {
 		res = *op.Server.Resources.DeepCopy()
 	}
 	args = append(slices.Clone(args),
-		"--cert-dir="+ServerCertDir,
+		"--cert-dir="+serverCertDir,
 		fmt.Sprintf("--webhook-port=%d", WebhookPort),
-		fmt.Sprintf("--health-probe-bind-address=:%d", ProbePort),
+		fmt.Sprintf("--health-probe-bind-address=:%d", probePort),
 		fmt.Sprintf("--metrics-bind-address=:%d", MetricsPort),
 	)
 	d := &Desired{}
@@ -256,7 +256,7 @@ func build(op CR, s Settings, args []string) *Desired {
 						// server process this supplementary group, whatever
 						// uid the image runs as (a real kubelet refused the
 						// server "permission denied" on tls.crt without it).
-						FSGroup: ptr.To(ServerFSGroup),
+						FSGroup: ptr.To(serverFSGroup),
 					},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:     1,
@@ -275,7 +275,7 @@ func build(op CR, s Settings, args []string) *Desired {
 						}}, s.ProxyEnv...),
 						Ports: []corev1.ContainerPort{
 							{Name: "webhook", ContainerPort: WebhookPort, Protocol: corev1.ProtocolTCP},
-							{Name: "probes", ContainerPort: ProbePort, Protocol: corev1.ProtocolTCP},
+							{Name: "probes", ContainerPort: probePort, Protocol: corev1.ProtocolTCP},
 							{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe: probe("/readyz", 5),
@@ -288,7 +288,7 @@ func build(op CR, s Settings, args []string) *Desired {
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 							SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "serving-cert", MountPath: ServerCertDir, ReadOnly: true}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "serving-cert", MountPath: serverCertDir, ReadOnly: true}},
 					}},
 					Volumes: []corev1.Volume{{
 						Name: "serving-cert",

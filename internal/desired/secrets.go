@@ -28,7 +28,7 @@ func ServingSecret(op CR, s Settings, certPEM, keyPEM, caPEM []byte) *corev1.Sec
 func CASecret(namespace string, data map[string][]byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: CASecretName, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "ca",
+			LabelManagedBy: ManagedByValue, labelName: "hookwright", LabelComponent: "ca",
 		}},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,

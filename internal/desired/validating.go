@@ -34,7 +34,7 @@ func ValidatingWebhookConfiguration(ns, svc, path string) *admissionregistration
 	scope := admissionregistrationv1.ClusterScope
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "validation",
+			LabelManagedBy: ManagedByValue, labelName: "hookwright", LabelComponent: "validation",
 		}},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name: ValidatingWebhookName,
@@ -65,7 +65,7 @@ func ValidatingWebhookConfiguration(ns, svc, path string) *admissionregistration
 func ManagerCertSecret(namespace string, certPEM, keyPEM []byte) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ManagerCertSecretName, Labels: map[string]string{
-			LabelManagedBy: ManagedByValue, LabelName: "hookwright", LabelComponent: "validation",
+			LabelManagedBy: ManagedByValue, labelName: "hookwright", LabelComponent: "validation",
 		}},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM},

@@ -15,16 +15,16 @@ import (
 const (
 	SetOperator = "operator" // OperatorName
 	SetPause    = "pause"    // PauseName
-	SetStandins = "standins" // NginxName, ProxyName, ProxyInitName, LogShipperName, StandinName
-	SetOLM      = "olm"      // BundleName, OPMName, IndexName, OLMUtilName, DecompressionName
+	SetStandins = "standins" // nginxName, proxyName, proxyInitName, logShipperName, StandinName
+	SetOLM      = "olm"      // BundleName, opmName, IndexName, olmUtilName, decompressionName
 )
 
 // Sets lists every set, in build order.
-var Sets = []string{SetOperator, SetPause, SetStandins, SetOLM}
+var imageSets = []string{SetOperator, SetPause, SetStandins, SetOLM}
 
-// DefaultSets are what Build builds when given none: everything but the
+// defaultSets are what Build builds when given none: everything but the
 // olm set, which needs a static busybox and bin/opm.
-var DefaultSets = []string{SetOperator, SetPause, SetStandins}
+var defaultSets = []string{SetOperator, SetPause, SetStandins}
 
 // Options say what Build builds from.
 type Options struct {
@@ -89,7 +89,7 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Build compiles what the given sets need (DefaultSets when none is given)
+// Build compiles what the given sets need (defaultSets when none is given)
 // and returns their images in set order. Binaries are static linux/Arch
 // builds (CGO_ENABLED=0); the operator's comes from hack/build.sh, the one
 // build command the Dockerfile runs too.
@@ -99,18 +99,18 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 		return nil, err
 	}
 	if len(sets) == 0 {
-		sets = DefaultSets
+		sets = defaultSets
 	}
 	for _, s := range sets {
-		if !slices.Contains(Sets, s) {
-			return nil, fmt.Errorf("ociimage: unknown image set %q (want one of %s)", s, strings.Join(Sets, ", "))
+		if !slices.Contains(imageSets, s) {
+			return nil, fmt.Errorf("ociimage: unknown image set %q (want one of %s)", s, strings.Join(imageSets, ", "))
 		}
 	}
 	if err := os.MkdirAll(o.BinDir, 0o755); err != nil {
 		return nil, err
 	}
 	var out []Named
-	for _, s := range Sets {
+	for _, s := range imageSets {
 		if !slices.Contains(sets, s) {
 			continue
 		}
@@ -121,27 +121,27 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 				filepath.Join(o.Root, "hack", "build.sh"), bin, o.Version, o.GitCommit); err != nil {
 				return nil, err
 			}
-			img, err := Operator(o.Arch, bin, o.CACertificates)
+			img, err := operator(o.Arch, bin, o.CACertificates)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, Named{Name: o.OperatorName, Image: img})
 		case SetPause:
-			bin, err := GoBuild(ctx, o.Root, "./hack/images/pause", o.BinDir, o.Arch)
+			bin, err := goBuild(ctx, o.Root, "./hack/images/pause", o.BinDir, o.Arch)
 			if err != nil {
 				return nil, err
 			}
-			img, err := Pause(o.Arch, bin)
+			img, err := pause(o.Arch, bin)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, Named{Name: PauseName, Image: img})
 		case SetStandins:
-			bin, err := GoBuild(ctx, o.Root, "./hack/images/standin", o.BinDir, o.Arch)
+			bin, err := goBuild(ctx, o.Root, "./hack/images/standin", o.BinDir, o.Arch)
 			if err != nil {
 				return nil, err
 			}
-			imgs, err := Standins(o.Arch, bin)
+			imgs, err := standinImages(o.Arch, bin)
 			if err != nil {
 				return nil, err
 			}
@@ -167,11 +167,11 @@ func buildOLM(ctx context.Context, o Options) ([]Named, error) {
 	if _, err := os.Stat(o.OPM); err != nil {
 		return nil, fmt.Errorf("ociimage: opm for the opm image: %w (run make tools)", err)
 	}
-	opm, err := OPM(o.Arch, o.OPM, o.Busybox)
+	opm, err := opmImage(o.Arch, o.OPM, o.Busybox)
 	if err != nil {
 		return nil, err
 	}
-	index, err := Index(o.Arch, o.OPM, o.Busybox)
+	index, err := index(o.Arch, o.OPM, o.Busybox)
 	if err != nil {
 		return nil, err
 	}
@@ -180,27 +180,27 @@ func buildOLM(ctx context.Context, o Options) ([]Named, error) {
 		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", cpb, "github.com/operator-framework/operator-lifecycle-manager/util/cpb"); err != nil {
 		return nil, err
 	}
-	util, err := OLMUtil(o.Arch, cpb, o.Busybox)
+	util, err := olmUtil(o.Arch, cpb, o.Busybox)
 	if err != nil {
 		return nil, err
 	}
-	dec, err := Decompression(o.Arch, o.Busybox)
+	dec, err := decompression(o.Arch, o.Busybox)
 	if err != nil {
 		return nil, err
 	}
 	return []Named{
 		{Name: o.BundleName, Image: bundle},
-		{Name: OPMName, Image: opm},
+		{Name: opmName, Image: opm},
 		{Name: IndexName, Image: index},
-		{Name: OLMUtilName, Image: util},
-		{Name: DecompressionName, Image: dec},
+		{Name: olmUtilName, Image: util},
+		{Name: decompressionName, Image: dec},
 	}, nil
 }
 
-// GoBuild compiles the main package pkg (relative to root, "./hack/...")
+// goBuild compiles the main package pkg (relative to root, "./hack/...")
 // into binDir as a static, stripped linux/arch binary named after the
 // package, and returns its path.
-func GoBuild(ctx context.Context, root, pkg, binDir, arch string) (string, error) {
+func goBuild(ctx context.Context, root, pkg, binDir, arch string) (string, error) {
 	out := filepath.Join(binDir, filepath.Base(pkg)+"-linux-"+arch)
 	err := run(ctx, root, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch},
 		"go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)

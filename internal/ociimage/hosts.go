@@ -18,14 +18,14 @@ import (
 // image).
 var MirroredRegistries = []string{"docker.io", "ghcr.io", "quay.io", "registry.access.redhat.com", "registry.k8s.io"}
 
-// UnmirroredRepository is the local repository prefix the _default entry
+// unmirroredRepository is the local repository prefix the _default entry
 // sends every other registry to: nothing is pushed there, so such a pull
 // fails on this machine (404) instead of going to the internet.
-const UnmirroredRepository = "unmirrored"
+const unmirroredRepository = "unmirrored"
 
 var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?$`)
 
-// ContainerdHosts returns containerd's registry host configuration (the
+// containerdHosts returns containerd's registry host configuration (the
 // directory its CRI `config_path` names, in the certs.d layout of
 // containerd's docs/hosts.md) that makes containerd pull every image from
 // the local registry at addr, as this package pushes them (LocalReference):
@@ -38,12 +38,12 @@ var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?$`
 //   - <addr's host>_<port>_/hosts.toml: names already on addr (the bundle
 //     image `operator-sdk run bundle` is given) go to it as they are.
 //   - _default/hosts.toml: every other registry goes to addr's
-//     UnmirroredRepository prefix, which is empty.
+//     unmirroredRepository prefix, which is empty.
 //
 // The result maps slash-separated paths relative to that directory to
 // file contents. addr must be a loopback host:port; upstreams are
 // registry host names (docker.io, not index.docker.io).
-func ContainerdHosts(addr string, upstreams []string) (map[string]string, error) {
+func containerdHosts(addr string, upstreams []string) (map[string]string, error) {
 	host, port, err := loopbackHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -65,18 +65,18 @@ func ContainerdHosts(addr string, upstreams []string) (map[string]string, error)
 	files[host+"_"+port+"_/hosts.toml"] = hostsTOML("The local registry itself.", "http://"+host+":"+port, false)
 	files["_default/hosts.toml"] = hostsTOML(
 		"Any other registry: an empty prefix of the local registry, so its pulls fail here.",
-		"http://"+host+":"+port+"/v2/"+UnmirroredRepository, true)
+		"http://"+host+":"+port+"/v2/"+unmirroredRepository, true)
 	return files, nil
 }
 
-// ContainerdAliasHosts returns containerd's host configuration (as
-// ContainerdHosts) for other addresses of the registry at addr, such as
+// containerdAliasHosts returns containerd's host configuration (as
+// containerdHosts) for other addresses of the registry at addr, such as
 // its Registry.TLSAddr: a pull of <alias>/repo:tag is served by
 // http://<addr>/v2/repo/... So an image name that host-side tools use
 // over HTTPS (operator-sdk's bundle and index images) is pulled by
 // containerd from the plain-HTTP listener that the node already reaches.
 // Aliases must be loopback host:port addresses.
-func ContainerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
+func containerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
 	host, port, err := loopbackHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -94,19 +94,19 @@ func ContainerdAliasHosts(addr string, aliases []string) (map[string]string, err
 	return files, nil
 }
 
-// WriteContainerdHosts writes ContainerdHosts(addr, upstreams) under dir.
+// WriteContainerdHosts writes containerdHosts(addr, upstreams) under dir.
 func WriteContainerdHosts(dir, addr string, upstreams []string) error {
-	files, err := ContainerdHosts(addr, upstreams)
+	files, err := containerdHosts(addr, upstreams)
 	if err != nil {
 		return err
 	}
 	return writeHostFiles(dir, files)
 }
 
-// WriteContainerdAliasHosts writes ContainerdAliasHosts(addr, aliases)
+// WriteContainerdAliasHosts writes containerdAliasHosts(addr, aliases)
 // under dir.
 func WriteContainerdAliasHosts(dir, addr string, aliases []string) error {
-	files, err := ContainerdAliasHosts(addr, aliases)
+	files, err := containerdAliasHosts(addr, aliases)
 	if err != nil {
 		return err
 	}

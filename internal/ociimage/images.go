@@ -17,14 +17,14 @@ const (
 	// (internal/cri/config.DefaultSandboxImage), so a node needs no
 	// sandbox_image setting.
 	PauseName = "registry.k8s.io/pause:3.10.2"
-	// NginxName is the image of the README's first scenario
+	// nginxName is the image of the README's first scenario
 	// (`kubectl create deployment test --image=nginx:1.23-alpine`).
-	NginxName = "docker.io/library/nginx:1.23-alpine"
+	nginxName = "docker.io/library/nginx:1.23-alpine"
 	// The sample SidecarInjector's images
 	// (config/samples/admission_v1alpha1_sidecarinjector.yaml).
-	ProxyName      = "ghcr.io/hookwright/proxy:1.4.2"
-	ProxyInitName  = "ghcr.io/hookwright/proxy-init:1.4.2"
-	LogShipperName = "ghcr.io/hookwright/log-shipper:0.9.0"
+	proxyName      = "ghcr.io/hookwright/proxy:1.4.2"
+	proxyInitName  = "ghcr.io/hookwright/proxy-init:1.4.2"
+	logShipperName = "ghcr.io/hookwright/log-shipper:0.9.0"
 	// StandinName is a plain, hardened workload (hack/images/standin's
 	// serve role on :8080 as 65532:65532); its get role is an HTTP client.
 	// test/cluster's real node imports it for test/node's pods.
@@ -35,13 +35,13 @@ const (
 // the bundle distroless/static copies into its image.
 const DefaultCACertificates = "/etc/ssl/certs/ca-certificates.crt"
 
-// OperatorConfig is the config of the Dockerfile's final stage
+// operatorConfig is the config of the Dockerfile's final stage
 // (FROM gcr.io/distroless/static:nonroot; WORKDIR /; USER 65532:65532;
 // ENTRYPOINT ["/hookwright"]; CMD ["manager"]) with distroless' Env. The
 // Dockerfile sets no LABEL, so Labels stays nil (whatever labels the
 // distroless base may carry are not ours to copy);
 // TestOperatorImageMatchesDockerfile keeps the two in step.
-var OperatorConfig = Config{
+var operatorConfig = config{
 	User:       "65532:65532",
 	WorkingDir: "/",
 	Entrypoint: []string{"/hookwright"},
@@ -52,8 +52,8 @@ var OperatorConfig = Config{
 // nonrootBase is what the operator needs of distroless/static:nonroot: the
 // users and groups (root, nobody, nonroot 65532), nonroot's home, a sticky
 // /tmp and the CA bundle. There is no shell and no other program.
-func nonrootBase(caBundle []byte) []File {
-	return []File{
+func nonrootBase(caBundle []byte) []file {
+	return []file{
 		{Path: "/etc/passwd", Mode: 0o644, Data: []byte(
 			"root:x:0:0:root:/root:/sbin/nologin\n" +
 				"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
@@ -67,10 +67,10 @@ func nonrootBase(caBundle []byte) []File {
 	}
 }
 
-// Operator returns the operator image for linux/arch: the static hookwright
+// operator returns the operator image for linux/arch: the static hookwright
 // binary at /hookwright on the nonroot base (one layer for the base, one
 // for the binary, as distroless and the Dockerfile's COPY give).
-func Operator(arch, binary, caCertificates string) (v1.Image, error) {
+func operator(arch, binary, caCertificates string) (v1.Image, error) {
 	bin, err := readExecutable(binary)
 	if err != nil {
 		return nil, err
@@ -79,29 +79,29 @@ func Operator(arch, binary, caCertificates string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ociimage: CA certificates for the operator image: %w (Debian: apt-get install ca-certificates)", err)
 	}
-	base, err := Layer(nonrootBase(ca))
+	base, err := layer(nonrootBase(ca))
 	if err != nil {
 		return nil, err
 	}
-	app, err := Layer([]File{{Path: "/hookwright", Mode: 0o755, Data: bin}})
+	app, err := layer([]file{{Path: "/hookwright", Mode: 0o755, Data: bin}})
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, OperatorConfig, base, app)
+	return newImage(arch, operatorConfig, base, app)
 }
 
-// Pause returns the sandbox image: hack/images/pause at /pause, run as
+// pause returns the sandbox image: hack/images/pause at /pause, run as
 // 65535 like the upstream image.
-func Pause(arch, binary string) (v1.Image, error) {
+func pause(arch, binary string) (v1.Image, error) {
 	bin, err := readExecutable(binary)
 	if err != nil {
 		return nil, err
 	}
-	l, err := Layer([]File{{Path: "/pause", Mode: 0o755, Data: bin}})
+	l, err := layer([]file{{Path: "/pause", Mode: 0o755, Data: bin}})
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, Config{User: "65535:65535", WorkingDir: "/", Entrypoint: []string{"/pause"}}, l)
+	return newImage(arch, config{User: "65535:65535", WorkingDir: "/", Entrypoint: []string{"/pause"}}, l)
 }
 
 // standin is one role of hack/images/standin and the image that plays it.
@@ -113,12 +113,12 @@ type standin struct {
 var standins = []standin{
 	// nginx:1.23-alpine runs as root (nginx binds :80 itself) with
 	// CMD ["nginx", "-g", "daemon off;"].
-	{name: NginxName, path: "/usr/sbin/nginx", cmd: []string{"-g", "daemon off;"}, ports: []string{"80/tcp"}},
+	{name: nginxName, path: "/usr/sbin/nginx", cmd: []string{"-g", "daemon off;"}, ports: []string{"80/tcp"}},
 	// The pod's securityContext sets the proxy's uid (1337); the image
 	// agrees, like Istio's proxy image.
-	{name: ProxyName, path: "/usr/local/bin/proxy", user: "1337:1337", ports: []string{"15000/tcp", "15001/tcp"}},
-	{name: ProxyInitName, path: "/usr/local/bin/proxy-init"},
-	{name: LogShipperName, path: "/usr/local/bin/log-shipper", user: "65532:65532"},
+	{name: proxyName, path: "/usr/local/bin/proxy", user: "1337:1337", ports: []string{"15000/tcp", "15001/tcp"}},
+	{name: proxyInitName, path: "/usr/local/bin/proxy-init"},
+	{name: logShipperName, path: "/usr/local/bin/log-shipper", user: "65532:65532"},
 	// Run as "standin", the program takes its role from the first
 	// argument, so a pod picks serve or get with args alone.
 	{name: StandinName, path: "/usr/local/bin/standin", user: "65532:65532", cmd: []string{"serve"}, ports: []string{"8080/tcp"}},
@@ -129,7 +129,7 @@ var standins = []standin{
 // (pkg/kubelet/kuberuntime/security_context.go, RunAsUser), and the
 // runtime takes the gid from the image's /etc/passwd: without these files
 // a pod that sets no runAsGroup would run with gid 0.
-var standinUsers = []File{
+var standinUsers = []file{
 	{Path: "/etc/passwd", Mode: 0o644, Data: []byte(
 		"root:x:0:0:root:/root:/sbin/nologin\n" +
 			"proxy:x:1337:1337:proxy:/nonexistent:/sbin/nologin\n" +
@@ -141,22 +141,22 @@ var standinUsers = []File{
 // Standins returns one image per stand-in role, each holding the one
 // hack/images/standin binary under the role's name as its entrypoint (the
 // program picks its role from argv[0]) on the standinUsers layer.
-func Standins(arch, binary string) ([]Named, error) {
+func standinImages(arch, binary string) ([]Named, error) {
 	bin, err := readExecutable(binary)
 	if err != nil {
 		return nil, err
 	}
-	users, err := Layer(standinUsers)
+	users, err := layer(standinUsers)
 	if err != nil {
 		return nil, err
 	}
 	var out []Named
 	for _, s := range standins {
-		l, err := Layer([]File{{Path: s.path, Mode: 0o755, Data: bin}})
+		l, err := layer([]file{{Path: s.path, Mode: 0o755, Data: bin}})
 		if err != nil {
 			return nil, err
 		}
-		img, err := New(arch, Config{
+		img, err := newImage(arch, config{
 			User: s.user, WorkingDir: "/", Entrypoint: []string{s.path}, Cmd: s.cmd, ExposedPorts: s.ports,
 			Labels: map[string]string{"org.opencontainers.image.description": "hookwright stand-in for " + s.name},
 		}, users, l)

@@ -323,10 +323,10 @@ func TestPauseImage(t *testing.T) {
 func TestStandinImages(t *testing.T) {
 	all := images(t)
 	want := map[string][]string{
-		NginxName:      {"/usr/sbin/nginx", "-g", "daemon off;"},
-		ProxyName:      {"/usr/local/bin/proxy"},
-		ProxyInitName:  {"/usr/local/bin/proxy-init"},
-		LogShipperName: {"/usr/local/bin/log-shipper"},
+		nginxName:      {"/usr/sbin/nginx", "-g", "daemon off;"},
+		proxyName:      {"/usr/local/bin/proxy"},
+		proxyInitName:  {"/usr/local/bin/proxy-init"},
+		logShipperName: {"/usr/local/bin/log-shipper"},
 		StandinName:    {"/usr/local/bin/standin", "serve"},
 	}
 	for name, argv := range want {
@@ -363,7 +363,7 @@ func TestStandinImages(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	unpack(t, flatten(t, all[ProxyInitName]), dir)
+	unpack(t, flatten(t, all[proxyInitName]), dir)
 	cmd := exec.Command("/usr/local/bin/proxy-init", "redirect", "--proxy-port", "15001", "--proxy-uid", "1337")
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: dir}

@@ -16,12 +16,12 @@ import (
 
 // Annotations on each image's entry in a layout's index.json.
 const (
-	// AnnotationImageName is containerd's full image name
+	// annotationImageName is containerd's full image name
 	// (images.AnnotationImageName); `ctr images import` names the image by
 	// it, with no --base-name needed.
-	AnnotationImageName = "io.containerd.image.name"
-	// AnnotationRefName is the OCI image-spec's reference name: the tag.
-	AnnotationRefName = "org.opencontainers.image.ref.name"
+	annotationImageName = "io.containerd.image.name"
+	// annotationRefName is the OCI image-spec's reference name: the tag.
+	annotationRefName = "org.opencontainers.image.ref.name"
 )
 
 // WriteLayout writes imgs as an OCI image layout in dir, each index entry
@@ -42,7 +42,7 @@ func WriteLayout(dir string, imgs ...Named) error {
 		return fmt.Errorf("ociimage: layout %s: %w", dir, err)
 	}
 	for _, n := range imgs {
-		full, err := Normalize(n.Name)
+		full, err := normalize(n.Name)
 		if err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func WriteLayout(dir string, imgs ...Named) error {
 			return err
 		}
 		if err := p.AppendImage(n.Image,
-			layout.WithAnnotations(map[string]string{AnnotationImageName: full, AnnotationRefName: ref.Identifier()}),
+			layout.WithAnnotations(map[string]string{annotationImageName: full, annotationRefName: ref.Identifier()}),
 			layout.WithPlatform(v1.Platform{OS: cf.OS, Architecture: cf.Architecture})); err != nil {
 			return fmt.Errorf("ociimage: layout %s: %s: %w", dir, n.Name, err)
 		}

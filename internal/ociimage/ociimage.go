@@ -3,10 +3,10 @@
 // as OCI layouts and archives (`ctr images import`), all through
 // go-containerregistry: this package only composes files and image configs.
 //
-// The images: the operator (the Dockerfile's final stage, see Operator),
-// containerd's sandbox (Pause), stand-ins for the workload images our
+// The images: the operator (the Dockerfile's final stage, see operator),
+// containerd's sandbox (pause), stand-ins for the workload images our
 // scenarios name since no public registry is reachable here (Standins), and
-// what `operator-sdk run bundle` runs (Bundle). ContainerdHosts maps their
+// what `operator-sdk run bundle` runs (Bundle). containerdHosts maps their
 // public names to the local registry.
 //
 // It lives under internal/ and nothing under cmd/ imports it, so the
@@ -40,10 +40,10 @@ type Named struct {
 	Image v1.Image
 }
 
-// File is one entry of a layer. Path is absolute and clean; Mode carries
+// file is one entry of a layer. Path is absolute and clean; Mode carries
 // the type (fs.ModeDir, fs.ModeSymlink, or none for a regular file) and the
 // permission bits (fs.ModeSticky included). Link is a symlink's target.
-type File struct {
+type file struct {
 	Path     string
 	Mode     fs.FileMode
 	UID, GID int
@@ -55,11 +55,11 @@ type File struct {
 // inputs gives the same digests (ko and distroless do the same).
 var epoch = time.Unix(0, 0).UTC()
 
-// Layer returns an OCI layer (gzip) holding files, plus any missing parent
+// layer returns an OCI layer (gzip) holding files, plus any missing parent
 // directory (root-owned, 0755). Entries are sorted by path. An error names
 // a relative or unclean path, or a path given twice.
-func Layer(files []File) (v1.Layer, error) {
-	byPath := map[string]File{}
+func layer(files []file) (v1.Layer, error) {
+	byPath := map[string]file{}
 	for _, f := range files {
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
 			return nil, fmt.Errorf("ociimage: layer path %q: want an absolute, clean path below /", f.Path)
@@ -72,7 +72,7 @@ func Layer(files []File) (v1.Layer, error) {
 	for _, f := range files {
 		for d := path.Dir(f.Path); d != "/"; d = path.Dir(d) {
 			if _, ok := byPath[d]; !ok {
-				byPath[d] = File{Path: d, Mode: fs.ModeDir | 0o755}
+				byPath[d] = file{Path: d, Mode: fs.ModeDir | 0o755}
 			} else if !byPath[d].Mode.IsDir() {
 				return nil, fmt.Errorf("ociimage: layer path %q is below %q, which is not a directory", f.Path, d)
 			}
@@ -125,8 +125,8 @@ func Layer(files []File) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// Config is the part of an image's config our images set.
-type Config struct {
+// config is the part of an image's config our images set.
+type config struct {
 	// User is "uid:gid" or "uid"; empty means root, as in a Dockerfile.
 	User       string
 	WorkingDir string
@@ -144,7 +144,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 
 // New returns an OCI image for linux/arch with cfg and the layers, built on
 // an empty base (FROM scratch). Env gets the default PATH unless cfg sets one.
-func New(arch string, cfg Config, layers ...v1.Layer) (v1.Image, error) {
+func newImage(arch string, cfg config, layers ...v1.Layer) (v1.Image, error) {
 	if arch == "" {
 		return nil, fmt.Errorf("ociimage: an architecture is required")
 	}
@@ -202,7 +202,7 @@ type ImageSizes struct {
 	Compressed, Uncompressed int64
 }
 
-// Sizes returns img's ImageSizes.
+// Sizes returns img's imageSizes.
 func Sizes(img v1.Image) (ImageSizes, error) {
 	var s ImageSizes
 	m, err := img.RawManifest()

@@ -21,25 +21,25 @@ const (
 	// operator-sdk client pulls the bundle itself, so a caller renames it to
 	// <local registry>/hookwright-bundle:v0.1.0 before pushing.
 	BundleName = "ghcr.io/hookwright/hookwright-bundle:v0.1.0"
-	// OPMName is operator-sdk's default --index-image (its registry pod runs
+	// opmName is operator-sdk's default --index-image (its registry pod runs
 	// `sh -c "opm serve ..."`) and the catalog operator's default --opmImage
 	// (bundle unpack Jobs run `opm alpha bundle extract`).
-	OPMName = "quay.io/operator-framework/opm:latest"
-	// OLMUtilName is the catalog operator's default --util-image: unpack
+	opmName = "quay.io/operator-framework/opm:latest"
+	// olmUtilName is the catalog operator's default --util-image: unpack
 	// Jobs run its /bin/cp to copy its /bin/cpb into the bundle container.
-	OLMUtilName = "quay.io/operator-framework/olm:latest"
-	// DecompressionName is operator-sdk's default --decompression-image:
+	olmUtilName = "quay.io/operator-framework/olm:latest"
+	// decompressionName is operator-sdk's default --decompression-image:
 	// its init container runs sh, cat and gzip -d on the catalog ConfigMaps.
-	DecompressionName = "registry.access.redhat.com/ubi9/ubi:9.7"
-	// IndexName is an empty file-based catalog image (see Index), the
+	decompressionName = "registry.access.redhat.com/ubi9/ubi:9.7"
+	// IndexName is an empty file-based catalog image (see index), the
 	// --index-image of `operator-sdk run bundle` here.
 	IndexName = "ghcr.io/hookwright/hookwright-index:empty"
 )
 
-// IndexConfigsLabel says where a catalog image keeps its file-based
+// indexConfigsLabel says where a catalog image keeps its file-based
 // catalog (operator-registry pkg/containertools ConfigsLocationLabel);
 // operator-sdk treats an --index-image with it as a file-based catalog.
-const IndexConfigsLabel = "operators.operatorframework.io.index.configs.v1"
+const indexConfigsLabel = "operators.operatorframework.io.index.configs.v1"
 
 // DefaultBusybox is where Debian's busybox-static package installs its
 // (static) binary.
@@ -75,7 +75,7 @@ func Bundle(arch, dir string) (v1.Image, error) {
 	if len(meta.Annotations) == 0 {
 		return nil, fmt.Errorf("ociimage: bundle: metadata/annotations.yaml has no annotations")
 	}
-	var files []File
+	var files []file
 	for _, d := range bundleDirs {
 		src := filepath.Join(dir, filepath.FromSlash(d))
 		err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
@@ -89,13 +89,13 @@ func Bundle(arch, dir string) (v1.Image, error) {
 			dst := "/" + filepath.ToSlash(rel)
 			switch {
 			case e.IsDir():
-				files = append(files, File{Path: dst, Mode: fs.ModeDir | 0o755})
+				files = append(files, file{Path: dst, Mode: fs.ModeDir | 0o755})
 			case e.Type().IsRegular():
 				data, err := os.ReadFile(p)
 				if err != nil {
 					return err
 				}
-				files = append(files, File{Path: dst, Mode: 0o644, Data: data})
+				files = append(files, file{Path: dst, Mode: 0o644, Data: data})
 			default:
 				return fmt.Errorf("%s: not a regular file or directory", p)
 			}
@@ -105,26 +105,26 @@ func Bundle(arch, dir string) (v1.Image, error) {
 			return nil, fmt.Errorf("ociimage: bundle: %w", err)
 		}
 	}
-	l, err := Layer(files)
+	l, err := layer(files)
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, Config{Labels: meta.Annotations}, l)
+	return newImage(arch, config{Labels: meta.Annotations}, l)
 }
 
 // busyboxFiles are /bin/busybox and its applets' symlinks.
-func busyboxFiles(busybox []byte) []File {
-	files := []File{{Path: "/bin/busybox", Mode: 0o755, Data: busybox}}
+func busyboxFiles(busybox []byte) []file {
+	files := []file{{Path: "/bin/busybox", Mode: 0o755, Data: busybox}}
 	for _, a := range busyboxApplets {
-		files = append(files, File{Path: path.Join("/bin", a), Mode: fs.ModeSymlink | 0o777, Link: "busybox"})
+		files = append(files, file{Path: path.Join("/bin", a), Mode: fs.ModeSymlink | 0o777, Link: "busybox"})
 	}
 	return files
 }
 
 // userFiles are a minimal /etc/passwd and /etc/group with root and uid, and
 // a sticky /tmp (opm serve caches under it).
-func userFiles(uid int) []File {
-	return []File{
+func userFiles(uid int) []file {
+	return []file{
 		{Path: "/etc/passwd", Mode: 0o644, Data: fmt.Appendf(nil, "root:x:0:0:root:/root:/bin/sh\nuser:x:%d:0:user:/tmp:/bin/sh\n", uid)},
 		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\n")},
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
@@ -134,40 +134,40 @@ func userFiles(uid int) []File {
 // OPM returns the opm image: opm at /bin/opm and busybox for the shell,
 // user 1001 and ENTRYPOINT ["/bin/opm"] like operator-registry's opm image
 // (whose distroless/static:debug base carries busybox too).
-func OPM(arch, opm, busybox string) (v1.Image, error) {
+func opmImage(arch, opm, busybox string) (v1.Image, error) {
 	return withBusybox(arch, opm, "/bin/opm", busybox,
-		Config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}})
+		config{User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"}})
 }
 
-// Index returns an empty file-based catalog image, what `opm generate
+// index returns an empty file-based catalog image, what `opm generate
 // dockerfile` builds for a catalog without packages: the OPM image with an
-// empty /configs, labelled IndexConfigsLabel=/configs, CMD ["serve",
+// empty /configs, labelled indexConfigsLabel=/configs, CMD ["serve",
 // "/configs", "--cache-dir=/tmp/cache"]. operator-sdk run bundle renders
 // it (no bundles), adds the bundle and serves the result from a registry
 // pod running this image; without the label it would take the image for
 // a SQLite index.
-func Index(arch, opm, busybox string) (v1.Image, error) {
-	cfg := Config{
+func index(arch, opm, busybox string) (v1.Image, error) {
+	cfg := config{
 		User: "1001", WorkingDir: "/", Entrypoint: []string{"/bin/opm"},
 		Cmd:    []string{"serve", "/configs", "--cache-dir=/tmp/cache"},
-		Labels: map[string]string{IndexConfigsLabel: "/configs"},
+		Labels: map[string]string{indexConfigsLabel: "/configs"},
 	}
-	configs, err := Layer([]File{{Path: "/configs", Mode: fs.ModeDir | 0o755}})
+	configs, err := layer([]file{{Path: "/configs", Mode: fs.ModeDir | 0o755}})
 	if err != nil {
 		return nil, err
 	}
 	return withBusybox(arch, opm, "/bin/opm", busybox, cfg, configs)
 }
 
-// OLMUtil returns the util image of bundle unpack Jobs: busybox (its cp)
+// olmUtil returns the util image of bundle unpack Jobs: busybox (its cp)
 // and OLM's cpb at /bin/cpb.
-func OLMUtil(arch, cpb, busybox string) (v1.Image, error) {
-	return withBusybox(arch, cpb, "/bin/cpb", busybox, Config{User: "1001", WorkingDir: "/"})
+func olmUtil(arch, cpb, busybox string) (v1.Image, error) {
+	return withBusybox(arch, cpb, "/bin/cpb", busybox, config{User: "1001", WorkingDir: "/"})
 }
 
 // withBusybox is a busybox base layer (user 1001) under one static
 // program copied to path, then the extra layers.
-func withBusybox(arch, program, path, busybox string, cfg Config, extra ...v1.Layer) (v1.Image, error) {
+func withBusybox(arch, program, path, busybox string, cfg config, extra ...v1.Layer) (v1.Image, error) {
 	bin, err := readStatic(program)
 	if err != nil {
 		return nil, err
@@ -176,29 +176,29 @@ func withBusybox(arch, program, path, busybox string, cfg Config, extra ...v1.La
 	if err != nil {
 		return nil, err
 	}
-	base, err := Layer(append(busyboxFiles(bb), userFiles(1001)...))
+	base, err := layer(append(busyboxFiles(bb), userFiles(1001)...))
 	if err != nil {
 		return nil, err
 	}
-	app, err := Layer([]File{{Path: path, Mode: 0o755, Data: bin}})
+	app, err := layer([]file{{Path: path, Mode: 0o755, Data: bin}})
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, cfg, append([]v1.Layer{base, app}, extra...)...)
+	return newImage(arch, cfg, append([]v1.Layer{base, app}, extra...)...)
 }
 
-// Decompression returns the image of operator-sdk's decompression init
+// decompression returns the image of operator-sdk's decompression init
 // container: busybox alone (sh, cat, gzip), root like ubi.
-func Decompression(arch, busybox string) (v1.Image, error) {
+func decompression(arch, busybox string) (v1.Image, error) {
 	bb, err := readBusybox(busybox)
 	if err != nil {
 		return nil, err
 	}
-	l, err := Layer(append(busyboxFiles(bb), userFiles(1001)...))
+	l, err := layer(append(busyboxFiles(bb), userFiles(1001)...))
 	if err != nil {
 		return nil, err
 	}
-	return New(arch, Config{WorkingDir: "/", Cmd: []string{"/bin/sh"}}, l)
+	return newImage(arch, config{WorkingDir: "/", Cmd: []string{"/bin/sh"}}, l)
 }
 
 func readBusybox(p string) ([]byte, error) {

@@ -84,23 +84,23 @@ func TestBundleBadInput(t *testing.T) {
 // busybox, opm and cpb are where the pods' commands call them.
 func TestOLMImages(t *testing.T) {
 	dir := t.TempDir()
-	static, err := GoBuild(context.Background(), root, "./hack/images/pause", dir, "amd64")
+	static, err := goBuild(context.Background(), root, "./hack/images/pause", dir, "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opm, err := OPM("amd64", static, static)
+	opm, err := opmImage("amd64", static, static)
 	if err != nil {
 		t.Fatal(err)
 	}
-	util, err := OLMUtil("amd64", static, static)
+	util, err := olmUtil("amd64", static, static)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := Decompression("amd64", static)
+	dec, err := decompression("amd64", static)
 	if err != nil {
 		t.Fatal(err)
 	}
-	index, err := Index("amd64", static, static)
+	index, err := index("amd64", static, static)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestOLMImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if icf.Config.Labels[IndexConfigsLabel] != "/configs" || cmp.Diff([]string{"serve", "/configs", "--cache-dir=/tmp/cache"}, icf.Config.Cmd) != "" {
+	if icf.Config.Labels[indexConfigsLabel] != "/configs" || cmp.Diff([]string{"serve", "/configs", "--cache-dir=/tmp/cache"}, icf.Config.Cmd) != "" {
 		t.Errorf("index config %+v", icf.Config)
 	}
 	cf, err := opm.ConfigFile()
@@ -152,11 +152,11 @@ func TestOLMImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bb := range []string{script, "/bin/ls", filepath.Join(dir, "missing")} {
-		if _, err := Decompression("amd64", bb); err == nil || !strings.Contains(err.Error(), "busybox-static") {
+		if _, err := decompression("amd64", bb); err == nil || !strings.Contains(err.Error(), "busybox-static") {
 			t.Errorf("busybox %s: %v", bb, err)
 		}
 	}
-	if _, err := OPM("amd64", "/bin/ls", static); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+	if _, err := opmImage("amd64", "/bin/ls", static); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Errorf("dynamic opm: %v", err)
 	}
 }

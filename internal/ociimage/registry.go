@@ -178,10 +178,10 @@ func Push(ctx context.Context, addr string, imgs ...Named) error {
 	return nil
 }
 
-// Normalize returns ref in containerd's normalized form: registry, full
+// normalize returns ref in containerd's normalized form: registry, full
 // repository and tag or digest (nginx:1.23-alpine ->
 // docker.io/library/nginx:1.23-alpine; a missing tag is latest).
-func Normalize(ref string) (string, error) {
+func normalize(ref string) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("ociimage: image name %q: %w", ref, err)
@@ -200,10 +200,10 @@ func Normalize(ref string) (string, error) {
 // LocalReference is where the image named ref lives in the local registry
 // at addr: the repository is the normalized name with its registry host as
 // the first path element (ghcr.io/hookwright/proxy:1.4.2 ->
-// <addr>/ghcr.io/hookwright/proxy:1.4.2), the path ContainerdHosts sends
+// <addr>/ghcr.io/hookwright/proxy:1.4.2), the path containerdHosts sends
 // containerd to. A ref already on addr stays as it is.
 func LocalReference(addr, ref string) (name.Reference, error) {
-	n, err := Normalize(ref)
+	n, err := normalize(ref)
 	if err != nil {
 		return nil, err
 	}

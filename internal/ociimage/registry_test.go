@@ -25,11 +25,11 @@ import (
 // small returns a one-file image, quick to push.
 func small(t *testing.T, content string) v1.Image {
 	t.Helper()
-	l, err := Layer([]File{{Path: "/etc/hello", Mode: 0o644, Data: []byte(content)}})
+	l, err := layer([]file{{Path: "/etc/hello", Mode: 0o644, Data: []byte(content)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := New("amd64", Config{Entrypoint: []string{"/hello"}}, l)
+	img, err := newImage("amd64", config{Entrypoint: []string{"/hello"}}, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestNormalize(t *testing.T) {
 		"127.0.0.1:5000/hookwright-bundle:v1":           "127.0.0.1:5000/hookwright-bundle:v1",
 		"quay.io/a/b@sha256:" + strings.Repeat("a", 64): "quay.io/a/b@sha256:" + strings.Repeat("a", 64),
 	} {
-		if got, err := Normalize(in); err != nil || got != want {
+		if got, err := normalize(in); err != nil || got != want {
 			t.Errorf("Normalize(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := Normalize("UPPER/case:x"); err == nil {
+	if _, err := normalize("UPPER/case:x"); err == nil {
 		t.Error("Normalize accepted an invalid name")
 	}
 }
@@ -110,7 +110,7 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 	if err := r.Push(context.Background(), imgs...); err != nil {
 		t.Fatal(err)
 	}
-	hosts, err := ContainerdHosts(r.Addr, MirroredRegistries)
+	hosts, err := containerdHosts(r.Addr, MirroredRegistries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 }
 
 // StartTLS serves the same images over HTTPS with a certificate for the
-// registry's IP, and ContainerdAliasHosts sends a pull of a TLSAddr name
+// registry's IP, and containerdAliasHosts sends a pull of a TLSAddr name
 // to the plain listener, where the same manifest is.
 func TestRegistryTLSAndAliasHosts(t *testing.T) {
 	r := startRegistry(t)
@@ -194,7 +194,7 @@ func TestRegistryTLSAndAliasHosts(t *testing.T) {
 		t.Error("TLS pull without the registry's CA succeeded")
 	}
 
-	hosts, err := ContainerdAliasHosts(r.Addr, []string{r.TLSAddr})
+	hosts, err := containerdAliasHosts(r.Addr, []string{r.TLSAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,14 +205,14 @@ func TestRegistryTLSAndAliasHosts(t *testing.T) {
 	}
 	headManifest(t, m[1]+"/v2/hookwright-bundle/manifests/v0.1.0?ns="+r.TLSAddr, want)
 	for _, bad := range [][2]string{{"10.0.0.1:5000", "127.0.0.1:5001"}, {"127.0.0.1:5000", "example.com:443"}, {"127.0.0.1:5000", "127.0.0.1"}} {
-		if _, err := ContainerdAliasHosts(bad[0], []string{bad[1]}); err == nil {
+		if _, err := containerdAliasHosts(bad[0], []string{bad[1]}); err == nil {
 			t.Errorf("ContainerdAliasHosts(%q, %q) accepted", bad[0], bad[1])
 		}
 	}
 }
 
 func TestContainerdHosts(t *testing.T) {
-	got, err := ContainerdHosts("127.0.0.1:5000", []string{"ghcr.io", "docker.io"})
+	got, err := containerdHosts("127.0.0.1:5000", []string{"ghcr.io", "docker.io"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ override_path = true
 		{"127.0.0.1:5000", []string{`a"]`}},
 		{"127.0.0.1:5000", []string{"_default"}},
 	} {
-		if _, err := ContainerdHosts(tc.addr, tc.ups); err == nil {
+		if _, err := containerdHosts(tc.addr, tc.ups); err == nil {
 			t.Errorf("ContainerdHosts(%q, %q) accepted", tc.addr, tc.ups)
 		}
 	}
@@ -292,8 +292,8 @@ func TestWriteArchive(t *testing.T) {
 	}
 	var names, tags []string
 	for i, d := range im.Manifests {
-		names = append(names, d.Annotations[AnnotationImageName])
-		tags = append(tags, d.Annotations[AnnotationRefName])
+		names = append(names, d.Annotations[annotationImageName])
+		tags = append(tags, d.Annotations[annotationRefName])
 		if want, _ := imgs[i].Image.Digest(); d.Digest != want || d.Platform == nil || d.Platform.Architecture != "amd64" {
 			t.Errorf("entry %d: %s %+v, want %s with its platform", i, d.Digest, d.Platform, want)
 		}
@@ -371,7 +371,7 @@ func untar(t *testing.T, archive, dir string) {
 }
 
 func TestLayer(t *testing.T) {
-	for _, files := range [][]File{
+	for _, files := range [][]file{
 		{{Path: "etc/x"}},
 		{{Path: "/etc/../x"}},
 		{{Path: "/"}},
@@ -379,11 +379,11 @@ func TestLayer(t *testing.T) {
 		{{Path: "/a", Mode: 0o644}, {Path: "/a/b"}},
 		{{Path: "/dev/null", Mode: fs.ModeDevice}},
 	} {
-		if _, err := Layer(files); err == nil {
+		if _, err := layer(files); err == nil {
 			t.Errorf("Layer(%+v) accepted", files)
 		}
 	}
-	l, err := Layer([]File{
+	l, err := layer([]file{
 		{Path: "/usr/local/bin/x", Mode: 0o755, Data: []byte("x")},
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 		{Path: "/bin", Mode: fs.ModeSymlink | 0o777, Link: "usr/bin"},

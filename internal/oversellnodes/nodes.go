@@ -24,10 +24,10 @@ import (
 // Event reasons of NodeOversell.
 const (
 	EventNodesRestored = "NodesRestored"
-	EventRestoreGaveUp = "RestoreIncomplete"
-	// EventRestoreUntrusted names nodes whose recorded raw allocatable was
+	eventRestoreGaveUp = "RestoreIncomplete"
+	// eventRestoreUntrusted names nodes whose recorded raw allocatable was
 	// implausible (see restorePatch).
-	EventRestoreUntrusted = "RestoreUntrusted"
+	eventRestoreUntrusted = "RestoreUntrusted"
 	EventNodesResynced    = "NodesResynced"
 )
 
@@ -47,9 +47,9 @@ const resyncWorkers = 8
 
 // Reasons of v1alpha1.ConditionOvercommitted, and its Event.
 const (
-	ReasonRequestsExceed   = "RequestsExceedAllocatable"
-	ReasonWithinAllocation = "WithinAllocatable"
-	EventOvercommitted     = "Overcommitted"
+	reasonRequestsExceed   = "RequestsExceedAllocatable"
+	reasonWithinAllocation = "WithinAllocatable"
+	eventOvercommitted     = "Overcommitted"
 )
 
 // Nodes does one NodeOversell's work on nodes through the API.
@@ -179,10 +179,10 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 	}
 	if len(over) > 0 {
 		msg := fmt.Sprintf("generation %d: %d nodes have more requested than their new allocatable: %s", no.Generation, len(over), summarize(over, 10))
-		setCondition(no, v1alpha1.ConditionOvercommitted, true, ReasonRequestsExceed, msg)
-		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventOvercommitted, "Resync", msg)
+		setCondition(no, v1alpha1.ConditionOvercommitted, true, reasonRequestsExceed, msg)
+		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, eventOvercommitted, "Resync", msg)
 	} else {
-		setCondition(no, v1alpha1.ConditionOvercommitted, false, ReasonWithinAllocation,
+		setCondition(no, v1alpha1.ConditionOvercommitted, false, reasonWithinAllocation,
 			fmt.Sprintf("generation %d: pod requests fit the new allocatable of every selected node", no.Generation))
 	}
 	slices.Sort(touch)
@@ -252,7 +252,7 @@ func (n *Nodes) restoreDeselected(ctx context.Context, no *v1alpha1.NodeOversell
 			"raw allocatable restored on %d nodes the selector no longer matches: %s", len(restored), summarize(restored, 10))
 	}
 	if len(untrusted) > 0 {
-		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreUntrusted, "Restore",
+		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, eventRestoreUntrusted, "Restore",
 			"recorded raw allocatable not trusted on %d deselected nodes: %s", len(untrusted), summarize(untrusted, 5))
 	}
 	if pending {
@@ -343,7 +343,7 @@ func (n *Nodes) Restore(ctx context.Context, no *v1alpha1.NodeOversell) (bool, t
 			"the %d amplified nodes already have their raw allocatable back (re-evaluated by the webhook once this NodeOversell was being deleted)", no.Status.NodesAmplified)
 	}
 	if len(untrusted) > 0 {
-		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreUntrusted, "Restore",
+		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, eventRestoreUntrusted, "Restore",
 			"recorded raw allocatable not trusted on %d nodes: %s", len(untrusted), summarize(untrusted, 5))
 	}
 	if pending == len(restored) {
@@ -352,7 +352,7 @@ func (n *Nodes) Restore(ctx context.Context, no *v1alpha1.NodeOversell) (bool, t
 	if since := n.now().Sub(no.DeletionTimestamp.Time); since > restoreDeadline {
 		msg := fmt.Sprintf("%d of %d nodes not restored after %s (re-amplified by a webhook still called); releasing the finalizer, their next kubelet report restores them",
 			pending-len(restored), pending, since.Round(time.Second))
-		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, EventRestoreGaveUp, "Restore", msg)
+		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, eventRestoreGaveUp, "Restore", msg)
 		return true, 0, nil
 	}
 	return false, time.Second, nil

@@ -50,7 +50,7 @@ type Policy struct {
 	DefaultImage string
 	// Namespaces are the allowed server namespaces, exact names.
 	Namespaces []string
-	// Images are the allowed image patterns (see MatchImage).
+	// Images are the allowed image patterns (see matchImage).
 	Images []string
 }
 
@@ -101,37 +101,37 @@ func checkPattern(p string) error {
 	return nil
 }
 
-// MatchImage reports whether image matches pattern: equal, or, for a
+// matchImage reports whether image matches pattern: equal, or, for a
 // pattern ending in "*", starting with the pattern without it ("*" alone
 // matches any image).
-func MatchImage(pattern, image string) bool {
+func matchImage(pattern, image string) bool {
 	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
 		return strings.HasPrefix(image, prefix)
 	}
 	return image == pattern
 }
 
-// Namespace is the effective server namespace of server.
-func (p Policy) Namespace(server v1alpha1.ServerSpec) string {
+// namespace is the effective server namespace of server.
+func (p Policy) namespace(server v1alpha1.ServerSpec) string {
 	if server.Namespace != "" {
 		return server.Namespace
 	}
 	return p.DefaultNamespace
 }
 
-// AllowsNamespace reports whether ns is an allowed server namespace.
-func (p Policy) AllowsNamespace(ns string) bool { return slices.Contains(p.Namespaces, ns) }
+// allowsNamespace reports whether ns is an allowed server namespace.
+func (p Policy) allowsNamespace(ns string) bool { return slices.Contains(p.Namespaces, ns) }
 
 // Check returns what the CR's server and certificate specs break, each
 // error naming the field (spec.server.namespace, spec.server.image,
 // spec.certificate.secretName) and the rule; nil when allowed.
 func (p Policy) Check(server v1alpha1.ServerSpec, cert v1alpha1.CertificateSpec) field.ErrorList {
 	var errs field.ErrorList
-	if ns := p.Namespace(server); !p.AllowsNamespace(ns) {
+	if ns := p.namespace(server); !p.allowsNamespace(ns) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "server", "namespace"), fmt.Sprintf(
 			"%q is not an allowed server namespace (operator flag %s: %s)", ns, NamespacesFlag, strings.Join(p.Namespaces, ","))))
 	}
-	if img := server.Image; img != "" && img != p.DefaultImage && !slices.ContainsFunc(p.Images, func(pat string) bool { return MatchImage(pat, img) }) {
+	if img := server.Image; img != "" && img != p.DefaultImage && !slices.ContainsFunc(p.Images, func(pat string) bool { return matchImage(pat, img) }) {
 		errs = append(errs, field.Forbidden(field.NewPath("spec", "server", "image"), fmt.Sprintf(
 			"%q is not an allowed server image (operator flags --server-image: %s, %s: %s)", img, p.DefaultImage, ImagesFlag, strings.Join(p.Images, ","))))
 	}

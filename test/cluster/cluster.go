@@ -1,37 +1,16 @@
-// Package cluster starts a real local Kubernetes control plane for tests and
-// the demo: etcd and kube-apiserver (through controller-runtime's envtest),
-// optionally kube-controller-manager, kube-scheduler and kwok with simulated
-// nodes, all built from source by hack/tools.sh into bin/.
-//
-// The API server sends its "cluster" egress (webhook calls, service proxy,
-// kubelet connections) through an HTTP CONNECT proxy on a unix socket
-// (EgressSelectorConfiguration, KEP-1281), which maps a Service's
-// ClusterIP:port to a local process or, with a real node, dials the
-// ClusterIP from inside the node's namespace (kube-proxy picks the pod) and
-// pod and node IPs from the host (incluster.go). TLS stays end to end, so a
-// webhook's caBundle and its serving certificate's SANs are checked for real.
-// Pods on a real node reach the API server through the kubernetes Service
-// with in-cluster config (incluster.go, pki.go).
-//
-// It must not import controllers or webhooks: the harness runs them only
-// as the pods a cluster would run.
 package cluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -99,25 +78,6 @@ type Cluster struct {
 	nodesMu sync.Mutex // nodes and their stopped flags (the egress dialer reads them)
 	nodes   []*RealNode
 	stopped bool
-}
-
-// RepoRoot walks up from the working directory to the hookwright go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/hookwright/hookwright\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("hookwright repository root not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // New starts a cluster. Call Stop to end every process and remove temp files.
@@ -316,6 +276,36 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
+// ServiceCIDR is the API server's --service-cluster-ip-range.
+func (c *Cluster) ServiceCIDR() string {
+	if v := c.opts.APIServerArgs["service-cluster-ip-range"]; len(v) > 0 {
+		return v[0]
+	}
+	return "10.0.0.0/24" // envtest's default
+}
+
+// StopChecked stops c and writes to w, one line each, what Stop failed at
+// and what it left behind (Leaks, and the temp dir if New made it); a
+// TestMain fails when it returns false. Nothing may outlive Stop.
+func (c *Cluster) StopChecked(w io.Writer) bool {
+	ok := true
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(w, "stop cluster:", err)
+		ok = false
+	}
+	for _, l := range c.Leaks() {
+		fmt.Fprintln(w, "leak:", l)
+		ok = false
+	}
+	if c.ownDir {
+		if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+			fmt.Fprintf(w, "leak: %s still exists after Stop (%v)\n", c.Dir, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
 // Processes are the components New started besides etcd and kube-apiserver.
 func (c *Cluster) Processes() []*Process { return c.procs }
 
@@ -345,92 +335,4 @@ func (c *Cluster) Leaks() []string {
 // the service-account signing key (sa-signer.key, sa-signer.crt).
 func (c *Cluster) APIServerCertDir() string {
 	return c.env.ControlPlane.GetAPIServer().CertDir
-}
-
-// Impersonate returns a copy of the admin config that acts as user in groups
-// (system:authenticated is added as the authenticator would).
-func (c *Cluster) Impersonate(user string, groups ...string) *rest.Config {
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append(groups, "system:authenticated")}
-	return cfg
-}
-
-// KubeletConfig is a config acting as node's kubelet: user system:node:<node>
-// in group system:nodes, as the node authorizer and NodeRestriction expect.
-func (c *Cluster) KubeletConfig(node string) *rest.Config {
-	return c.Impersonate("system:node:"+node, "system:nodes")
-}
-
-// CreateNamespace creates a namespace with labels (a test's namespaces are
-// gone with the cluster, so nothing deletes them); with ServiceAccountTokens
-// it returns once the namespace's default ServiceAccount exists.
-func (c *Cluster) CreateNamespace(ctx context.Context, name string, labels map[string]string) (*corev1.Namespace, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if err := c.Client.Create(ctx, ns); err != nil {
-		return nil, fmt.Errorf("create namespace %s: %w", name, err)
-	}
-	if c.opts.ServiceAccountTokens {
-		// The ServiceAccount admission plugin refuses pods until
-		// kube-controller-manager has made the namespace's "default".
-		if err := WaitFor(ctx, time.Minute, "ServiceAccount "+name+"/default", func(ctx context.Context) (bool, error) {
-			err := c.Client.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{})
-			return err == nil, client.IgnoreNotFound(err)
-		}); err != nil {
-			return nil, err
-		}
-	}
-	return ns, nil
-}
-
-// ExposeLocal makes Service namespace/name (created if missing, with no
-// selector) reach local, a host:port on this machine, from the API server.
-// Every port of the Service is routed to local. It returns the Service.
-func (c *Cluster) ExposeLocal(ctx context.Context, namespace, name string, port int32, local string) (*corev1.Service, error) {
-	svc := &corev1.Service{}
-	err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, svc)
-	if apierrors.IsNotFound(err) {
-		svc = &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-				Name: "https", Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP,
-			}}},
-		}
-		err = c.Client.Create(ctx, svc)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("service %s/%s: %w", namespace, name, err)
-	}
-	return svc, c.RouteService(svc, local)
-}
-
-// RouteService routes every port of an existing Service to local.
-func (c *Cluster) RouteService(svc *corev1.Service, local string) error {
-	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		return fmt.Errorf("service %s/%s has no ClusterIP", svc.Namespace, svc.Name)
-	}
-	for _, p := range svc.Spec.Ports {
-		c.Egress.Route(fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, p.Port), local)
-	}
-	return nil
-}
-
-// UnrouteService removes the routes of svc: calls to it then fail as if no
-// endpoint were ready.
-func (c *Cluster) UnrouteService(svc *corev1.Service) {
-	for _, p := range svc.Spec.Ports {
-		c.Egress.Unroute(fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, p.Port))
-	}
-}
-
-func egressSelectorConfig(socket string) string {
-	return `apiVersion: apiserver.k8s.io/v1beta1
-kind: EgressSelectorConfiguration
-egressSelections:
-- name: cluster
-  connection:
-    proxyProtocol: HTTPConnect
-    transport:
-      uds:
-        udsName: ` + socket + `
-`
 }

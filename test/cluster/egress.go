@@ -187,3 +187,18 @@ func closeWrite(c net.Conn) {
 		_ = w.CloseWrite()
 	}
 }
+
+// egressSelectorConfig sends the API server's "cluster" egress to the
+// proxy on socket (EgressSelectorConfiguration, KEP-1281).
+func egressSelectorConfig(socket string) string {
+	return `apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: ` + socket + `
+`
+}

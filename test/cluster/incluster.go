@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,51 +73,3 @@ func (c *Cluster) publishAPIEndpoint(ctx context.Context) error {
 	}
 	return nil
 }
-
-// liveNodes are the real nodes started and not stopped.
-func (c *Cluster) liveNodes() []*RealNode {
-	c.nodesMu.Lock()
-	defer c.nodesMu.Unlock()
-	var out []*RealNode
-	for _, n := range c.nodes {
-		if !n.stopped {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// dialCluster is the egress proxy's dialer for targets nobody routed to a
-// local process: the API server reaching a Service's ClusterIP (webhooks,
-// service proxy), a pod IP (pods/proxy) or a kubelet (logs, exec) of a real
-// node. A ClusterIP is dialled from inside a real node's namespace, so
-// kube-proxy's rules pick a ready endpoint as for any client there; a pod or
-// node IP from the host, which routes each node's pod /24 and veth. Anything
-// else is ErrNoRoute: the proxy never dials an address off this machine.
-func (c *Cluster) dialCluster(target string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(target)
-	if err != nil {
-		return nil, ErrNoRoute
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return nil, ErrNoRoute
-	}
-	nodes := c.liveNodes()
-	if _, svc, err := net.ParseCIDR(c.ServiceCIDR()); err == nil && svc.Contains(ip) {
-		if len(nodes) == 0 {
-			return nil, ErrNoRoute
-		}
-		return nodes[0].net.dialIn(target, 5*time.Second)
-	}
-	for _, n := range nodes {
-		_, pods, err := net.ParseCIDR(n.PodSubnet)
-		if err == nil && pods.Contains(ip) || host == n.IP {
-			return net.DialTimeout("tcp", target, 5*time.Second)
-		}
-	}
-	return nil, ErrNoRoute
-}
-
-// ErrNoRoute is a dialer's answer for a target it must not dial.
-var ErrNoRoute = errors.New("no route to this target on this machine")

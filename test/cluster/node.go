@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hookwright/hookwright/internal/ociimage"
 )
@@ -210,8 +207,8 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 		return n, err
 	}
 	if err := WaitFor(ctx, 3*time.Minute, "real node "+spec.Name+" Ready", func(ctx context.Context) (bool, error) {
-		if done, perr := n.procs["kubelet"].Exited(); done {
-			return false, Permanent(fmt.Errorf("kubelet exited (%v); log tail:\n%s", perr, n.procs["kubelet"].Tail(3000)))
+		if err := n.procs["kubelet"].exitErr(3000); err != nil {
+			return false, err
 		}
 		ready, err := c.NodeReady(ctx, spec.Name)
 		if apierrors.IsNotFound(err) {
@@ -228,14 +225,6 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 	c.opts.Logf("cluster: real node %s Ready in %s (kube-proxy up after %s)", spec.Name,
 		n.StartedToReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	return n, nil
-}
-
-// ServiceCIDR is the API server's --service-cluster-ip-range.
-func (c *Cluster) ServiceCIDR() string {
-	if v := c.opts.APIServerArgs["service-cluster-ip-range"]; len(v) > 0 {
-		return v[0]
-	}
-	return "10.0.0.0/24" // envtest's default
 }
 
 // Netns is the name of the node's network namespace (hwnode-<slot>, for
@@ -265,207 +254,6 @@ func (n *RealNode) start(name, bin string, args []string) (*Process, error) {
 	return p, nil
 }
 
-func (n *RealNode) startContainerd(ctx context.Context, root string) error {
-	dir := filepath.Join(n.Dir, "containerd")
-	cfg := filepath.Join(dir, "config.toml")
-	if err := writeFiles(map[string]string{
-		cfg: containerdConfig(dir, filepath.Join(n.Dir, "cni", "net.d"), n.c.Bin),
-		filepath.Join(n.Dir, "cni", "net.d", "10-hwnode.conflist"): cniConfig(n.net, n.Dir),
-	}); err != nil {
-		return err
-	}
-	p, err := n.start("containerd", filepath.Join(n.c.Bin, "node", "containerd"), []string{"--config", cfg, "--log-level", "info"})
-	if err != nil {
-		return err
-	}
-	if err := WaitFor(ctx, 60*time.Second, "containerd of "+n.Name, func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, Permanent(fmt.Errorf("containerd exited (%v); log tail:\n%s", perr, p.Tail(3000)))
-		}
-		_, err := n.ctr(ctx, "version")
-		return err == nil, err
-	}); err != nil {
-		return err
-	}
-	return n.importNodeImages(ctx, root)
-}
-
-// importNodeImages builds internal/ociimage's pause image (the sandbox)
-// and StandinName (test/node's workload) and imports them, so the node
-// needs no registry to start.
-func (n *RealNode) importNodeImages(ctx context.Context, root string) error {
-	dir := filepath.Join(n.Dir, "images")
-	imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: dir}, ociimage.SetPause, ociimage.SetStandins)
-	if err != nil {
-		return err
-	}
-	for _, img := range imgs {
-		if img.Name == ociimage.PauseName || img.Name == ociimage.StandinName {
-			n.Images = append(n.Images, img)
-		}
-	}
-	archive := filepath.Join(dir, "node-images.tar")
-	if err := ociimage.WriteArchive(archive, n.Images...); err != nil {
-		return err
-	}
-	return n.ImportImages(ctx, archive)
-}
-
-func (n *RealNode) startKubelet(ctx context.Context) error {
-	kc, err := n.kubeconfig("kubelet", envtest.User{Name: "system:node:" + n.Name, Groups: []string{"system:nodes"}})
-	if err != nil {
-		return err
-	}
-	tlsCert, tlsKey, err := writeKubeletServing(n.c.ca, n.Dir, n.Name, net.ParseIP(n.IP))
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(n.Dir, "kubelet-config.yaml")
-	if err := writeFiles(map[string]string{cfg: n.kubeletConfig(tlsCert, tlsKey)}); err != nil {
-		return err
-	}
-	args := []string{
-		"--config=" + cfg,
-		"--kubeconfig=" + kc,
-		"--hostname-override=" + n.Name,
-		"--node-ip=" + n.IP,
-		"--root-dir=" + filepath.Join(n.Dir, "kubelet"),
-		"--v=2",
-	}
-	if len(n.spec.Labels) > 0 {
-		keys := make([]string, 0, len(n.spec.Labels))
-		for k := range n.spec.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		kv := make([]string, len(keys))
-		for i, k := range keys {
-			kv[i] = k + "=" + n.spec.Labels[k]
-		}
-		args = append(args, "--node-labels="+strings.Join(kv, ","))
-	}
-	_, err = n.start("kubelet", filepath.Join(n.c.Bin, "k8s", "kubelet"), args)
-	return err
-}
-
-// RestartKubelet stops the kubelet (SIGTERM, as a service manager would)
-// and starts it again with the same configuration; pods keep running in
-// containerd meanwhile.
-func (n *RealNode) RestartKubelet(ctx context.Context) error {
-	if p := n.procs["kubelet"]; p != nil {
-		_ = p.Stop(30 * time.Second)
-	}
-	old := filepath.Join(n.Dir, "logs", "kubelet.log")
-	_ = os.Rename(old, filepath.Join(n.Dir, "logs", fmt.Sprintf("kubelet-%d.log", time.Now().UnixNano())))
-	return n.startKubelet(ctx)
-}
-
-// kubeletConfig is the KubeletConfiguration. Beyond what the host needs
-// (cgroup v1, cgroupfs, no CAP_SYS_RESOURCE) it keeps every path under Dir,
-// gives pods no resolver (resolvConf ""; no cluster DNS runs), never
-// garbage-collects images (they cannot be pulled again) and sets eviction
-// thresholds low so a full CI disk does not taint the node. It serves
-// tlsCert (from the harness CA, which the API server checks with
-// --kubelet-certificate-authority) and accepts the API server's client
-// certificate (KubeletClientUser) from the same CA, so `kubectl logs` and
-// exec work as in a cluster.
-func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
-	taints := ""
-	for _, t := range n.spec.Taints {
-		taints += fmt.Sprintf("- key: %q\n  value: %q\n  effect: %q\n", t.Key, t.Value, t.Effect)
-	}
-	if taints != "" {
-		taints = "registerWithTaints:\n" + taints
-	}
-	return `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupRoot: ` + n.cgroupRoot() + `
-cgroupsPerQOS: true
-containerRuntimeEndpoint: unix://` + n.containerdSocket() + `
-address: ` + n.IP + `
-port: 10250
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-tlsCertFile: ` + tlsCert + `
-tlsPrivateKeyFile: ` + tlsKey + `
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: ` + filepath.Join(n.c.APIServerCertDir(), pkiCA) + `
-authorization:
-  mode: Webhook
-clusterDomain: cluster.local
-resolvConf: ""
-failSwapOn: false
-podLogsDir: ` + filepath.Join(n.Dir, "pod-logs") + `
-volumePluginDir: ` + filepath.Join(n.Dir, "volume-plugins") + `
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 50Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-runtimeRequestTimeout: 5m
-serializeImagePulls: false
-rotateCertificates: false
-serverTLSBootstrap: false
-` + taints
-}
-
-func (n *RealNode) startKubeProxy(ctx context.Context) error {
-	kc, err := n.kubeconfig("kube-proxy", envtest.User{Name: "system:kube-proxy"})
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(n.Dir, "kube-proxy-config.yaml")
-	// conntrack values of 0 leave the kernel's settings alone (the
-	// conntrack table size is not per namespace).
-	if err := writeFiles(map[string]string{cfg: `apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: ` + kc + `
-hostnameOverride: ` + n.Name + `
-mode: iptables
-clusterCIDR: ` + nodePodRange + `
-bindAddress: ` + n.IP + `
-metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: 127.0.0.1:10256
-nodePortAddresses: ["` + n.IP + `/32"]
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
-iptables:
-  localhostNodePorts: false
-  syncPeriod: 30s
-  minSyncPeriod: 1s
-`}); err != nil {
-		return err
-	}
-	p, err := n.start("kube-proxy", filepath.Join(n.c.Bin, "k8s", "kube-proxy"), []string{"--config=" + cfg, "--v=2"})
-	if err != nil {
-		return err
-	}
-	// Ready once its first sync wrote the KUBE-SERVICES chain.
-	return WaitFor(ctx, 2*time.Minute, "kube-proxy of "+n.Name+" synced", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, Permanent(fmt.Errorf("kube-proxy exited (%v); log tail:\n%s", perr, p.Tail(3000)))
-		}
-		out, err := n.Exec(ctx, "iptables-save", "-t", "nat")
-		return err == nil && strings.Contains(out, "-A KUBE-SERVICES"), err
-	})
-}
-
 // Exec runs a command in the node's network namespace and returns its
 // combined output (e.g. iptables-save, ip route).
 func (n *RealNode) Exec(ctx context.Context, name string, args ...string) (string, error) {
@@ -475,21 +263,6 @@ func (n *RealNode) Exec(ctx context.Context, name string, args ...string) (strin
 		return string(out), fmt.Errorf("%s %s in %s: %v: %s", name, strings.Join(args, " "), n.net.netns(), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
-}
-
-// kubeconfig writes a kubeconfig for user (a client certificate from the API
-// server's client CA) and returns its path.
-func (n *RealNode) kubeconfig(name string, user envtest.User) (string, error) {
-	u, err := n.c.env.AddUser(user, nil)
-	if err != nil {
-		return "", fmt.Errorf("user %s: %w", user.Name, err)
-	}
-	b, err := u.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(n.Dir, name+".kubeconfig")
-	return path, os.WriteFile(path, b, 0o600)
 }
 
 // Log returns the path of a component's log ("containerd", "kubelet",

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -96,17 +97,16 @@ func (n *RealNode) nodeCgroupDirs() []string {
 // whose command line names the node's directory (a shim containerd lost).
 func (n *RealNode) killLeftoverProcesses() error {
 	var pids []int
-	for i := 0; i < 50; i++ {
+	if _, err := Poll(context.Background(), 100*time.Millisecond, 10*time.Second, "processes of node "+n.Name+" gone", func(context.Context) (bool, error) {
 		pids = n.processes()
-		if len(pids) == 0 {
-			return nil
-		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return len(pids) == 0, nil
+	}); err != nil {
+		return fmt.Errorf("processes of node %s survive SIGKILL: %v", n.Name, pids)
 	}
-	return fmt.Errorf("processes of node %s survive SIGKILL: %v", n.Name, pids)
+	return nil
 }
 
 // processes are the pids in the node's cgroups or naming its directory.
@@ -147,19 +147,18 @@ func (n *RealNode) processes() []int {
 // its QoS and pod cgroups in every hierarchy), deepest first.
 func (n *RealNode) removeCgroups() error {
 	var last error
-	for i := 0; i < 50; i++ {
+	if _, err := Poll(context.Background(), 100*time.Millisecond, 5*time.Second, "cgroups of node "+n.Name+" removed", func(context.Context) (bool, error) {
 		last = nil
 		for _, d := range n.nodeCgroupDirs() {
 			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
 				last = fmt.Errorf("rmdir %s: %w", d, err)
 			}
 		}
-		if last == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		return last == nil, nil
+	}); err != nil {
+		return last
 	}
-	return last
+	return nil
 }
 
 // mountsUnder lists mount points at or under dir, deepest first.

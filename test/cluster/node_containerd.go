@@ -16,6 +16,52 @@ import (
 	"github.com/hookwright/hookwright/internal/ociimage"
 )
 
+func (n *RealNode) startContainerd(ctx context.Context, root string) error {
+	dir := filepath.Join(n.Dir, "containerd")
+	cfg := filepath.Join(dir, "config.toml")
+	if err := writeFiles(map[string]string{
+		cfg: containerdConfig(dir, filepath.Join(n.Dir, "cni", "net.d"), n.c.Bin),
+		filepath.Join(n.Dir, "cni", "net.d", "10-hwnode.conflist"): cniConfig(n.net, n.Dir),
+	}); err != nil {
+		return err
+	}
+	p, err := n.start("containerd", filepath.Join(n.c.Bin, "node", "containerd"), []string{"--config", cfg, "--log-level", "info"})
+	if err != nil {
+		return err
+	}
+	if err := WaitFor(ctx, 60*time.Second, "containerd of "+n.Name, func(ctx context.Context) (bool, error) {
+		if err := p.exitErr(3000); err != nil {
+			return false, err
+		}
+		_, err := n.ctr(ctx, "version")
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	return n.importNodeImages(ctx, root)
+}
+
+// importNodeImages builds internal/ociimage's pause image (the sandbox)
+// and StandinName (test/node's workload) and imports them, so the node
+// needs no registry to start.
+func (n *RealNode) importNodeImages(ctx context.Context, root string) error {
+	dir := filepath.Join(n.Dir, "images")
+	imgs, err := ociimage.Build(ctx, ociimage.Options{Root: root, BinDir: dir}, ociimage.SetPause, ociimage.SetStandins)
+	if err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		if img.Name == ociimage.PauseName || img.Name == ociimage.StandinName {
+			n.Images = append(n.Images, img)
+		}
+	}
+	archive := filepath.Join(dir, "node-images.tar")
+	if err := ociimage.WriteArchive(archive, n.Images...); err != nil {
+		return err
+	}
+	return n.ImportImages(ctx, archive)
+}
+
 // containerdConfig is containerd's config (version 3, containerd 2.x) for a
 // node rooted at dir: every path containerd, its shim and runc write is under
 // dir (except the shim sockets, which containerd keeps short under
@@ -150,12 +196,11 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	}
 	for _, id := range strings.Fields(out) {
 		// Wait for the kill to land; delete fails while the task runs.
-		for i := 0; i < 50; i++ {
-			if _, err := n.ctr(ctx, "tasks", "delete", "--force", id); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		// A task that will not go is found when its container is deleted.
+		_, _ = Poll(ctx, 100*time.Millisecond, 10*time.Second, "task "+id+" deleted", func(ctx context.Context) (bool, error) {
+			_, err := n.ctr(ctx, "tasks", "delete", "--force", id)
+			return err == nil, nil
+		})
 	}
 	cs, err := n.ctr(ctx, "containers", "ls", "-q")
 	if err != nil {

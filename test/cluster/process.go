@@ -2,12 +2,13 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -98,41 +99,47 @@ func tailFile(path string, n int64) string {
 	return string(buf)
 }
 
-// WaitFor polls cond every 100 ms until it returns true, its error is
-// permanent (wrapped in Permanent), ctx ends or timeout passes. The error
-// names what was awaited and the last condition error.
-func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond(ctx)
-		if err != nil {
-			var perm *permanentError
-			if errors.As(err, &perm) {
-				return fmt.Errorf("%s: %w", what, perm.err)
-			}
-			last = err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("timed out after %s waiting for %s; last error: %w", timeout, what, last)
-			}
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
-		}
+// Settle waits d after the start and fails, with the log's tail, if the
+// process has already ended: a component with bad flags, a missing binary
+// or kubeconfig exits at once. It returns ctx's error if ctx ends first.
+func (p *Process) Settle(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+	if done, err := p.Exited(); done {
+		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", p.Name, err, p.Tail(2000))
+	}
+	return nil
 }
 
-type permanentError struct{ err error }
+// exitErr is nil while p runs; once it has ended, a Permanent error naming
+// p, how it ended and the last tail bytes of its log, for a Condition that
+// waits on p.
+func (p *Process) exitErr(tail int64) error {
+	if done, err := p.Exited(); done {
+		return Permanent(fmt.Errorf("%s exited (%v); log tail:\n%s", p.Name, err, p.Tail(tail)))
+	}
+	return nil
+}
 
-func (p *permanentError) Error() string { return p.err.Error() }
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
 
-// Permanent marks a WaitFor condition error as final.
-func Permanent(err error) error { return &permanentError{err: err} }
+// MustFreePort is FreePort for tests: it fails t on error.
+func MustFreePort(t testing.TB) int {
+	t.Helper()
+	p, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -92,18 +92,9 @@ func TestMain(m *testing.M) {
 		f()
 	}
 	cluster.RemoveHookwrightBinary()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop cluster:", err)
-		code = 1
-	}
 	// Nothing may outlive Stop: no component process, nothing of the real
 	// node, no temp dir.
-	for _, l := range env.Leaks() {
-		fmt.Fprintln(os.Stderr, "leak:", l)
-		code = 1
-	}
-	if _, err := os.Stat(env.Dir); !os.IsNotExist(err) {
-		fmt.Fprintf(os.Stderr, "leak: %s still exists after Stop (%v)\n", env.Dir, err)
+	if !env.StopChecked(os.Stderr) {
 		code = 1
 	}
 	reg.Close()

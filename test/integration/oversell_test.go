@@ -359,7 +359,7 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	kwokBefore := heartbeatOf(getNode(t, ctx, "kwok-node-0"))
 	start := time.Now()
 	samples := 0
-	for time.Since(start) < 60*time.Second {
+	if err := cluster.During(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
 		for _, name := range []string{"hb-1", "hb-2", "kwok-node-0", "kwok-node-1"} {
 			if err := amplified(getNode(t, ctx, name)); err != nil {
 				t.Fatalf("drift after %s: %v", time.Since(start).Round(time.Second), err)
@@ -369,7 +369,9 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 			t.Fatalf("unselected node changed: %v", err)
 		}
 		samples++
-		time.Sleep(time.Second)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	for _, n := range []string{"hb-1", "hb-2", "hb-plain"} {
 		p, e, last := hb.Stats(n)
@@ -423,17 +425,13 @@ func TestOversellHotReloadLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		for {
+		if _, err := cluster.Poll(ctx, 5*time.Millisecond, 10*time.Second, "ratio "+ratio+" applied", func(ctx context.Context) (bool, error) {
 			if err := hb.Beat(ctx, "reload-1"); err != nil {
 				t.Fatal(err)
 			}
-			if checkAlloc(getNode(t, ctx, "reload-1"), want, "8Gi", capacity) == nil {
-				break
-			}
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("ratio %s not applied within 10 s", ratio)
-			}
-			time.Sleep(5 * time.Millisecond)
+			return checkAlloc(getNode(t, ctx, "reload-1"), want, "8Gi", capacity) == nil, nil
+		}); err != nil {
+			t.Fatalf("ratio %s not applied within 10 s", ratio)
 		}
 		lat = append(lat, time.Since(start))
 	}

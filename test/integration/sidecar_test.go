@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,26 +23,6 @@ import (
 )
 
 const sidecarNS = "hookwright-sidecar"
-
-// warningRecorder collects API server warnings (what kubectl prints).
-type warningRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warningRecorder) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, msg)
-}
-
-func (w *warningRecorder) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := w.msgs
-	w.msgs = nil
-	return m
-}
 
 func loadSampleInjector(t *testing.T) *v1alpha1.SidecarInjector {
 	t.Helper()
@@ -140,7 +119,7 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	warns := &warningRecorder{}
+	warns := &cluster.Warnings{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandlerWithContext = warns
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
@@ -201,7 +180,7 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	}
 
 	// hostNetwork: skipped, and the skip is returned as a warning.
-	warns.take()
+	warns.Take()
 	p4 := testPod("lab", "host", nil, true)
 	if err := c.Create(ctx, p4); err != nil {
 		t.Fatal(err)
@@ -209,7 +188,7 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	if p4.Annotations[v1alpha1.SidecarStatusKey] != "" || len(p4.Spec.Containers) != 1 {
 		t.Fatalf("hostNetwork pod was injected")
 	}
-	if w := warns.take(); len(w) == 0 || !strings.Contains(strings.ToLower(strings.Join(w, " ")), "hostnetwork") {
+	if w := warns.Take(); len(w) == 0 || !strings.Contains(strings.ToLower(strings.Join(w, " ")), "hostnetwork") {
 		t.Fatalf("hostNetwork skip: warnings %q, want one naming hostNetwork", w)
 	}
 
@@ -254,18 +233,14 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		for {
+		if _, err := cluster.Poll(ctx, 5*time.Millisecond, 10*time.Second, "image "+img+" injected", func(ctx context.Context) (bool, error) {
 			p := testPod("lab", "reload", nil, false)
 			if err := c.Create(ctx, p, client.DryRunAll); err != nil {
 				t.Fatal(err)
 			}
-			if podHasImage(p, img) {
-				break
-			}
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("image %s not injected within 10 s", img)
-			}
-			time.Sleep(5 * time.Millisecond)
+			return podHasImage(p, img), nil
+		}); err != nil {
+			t.Fatalf("image %s not injected within 10 s", img)
 		}
 		lat = append(lat, time.Since(start))
 	}

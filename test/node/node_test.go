@@ -98,18 +98,9 @@ func TestMain(m *testing.M) {
 		stopOperator()
 	}
 	cluster.RemoveHookwrightBinary()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop cluster:", err)
-		code = 1
-	}
 	// Nothing may outlive Stop: processes, cgroups, mounts, the node's
 	// network, CNI and log files, the temp dir.
-	for _, l := range env.Leaks() {
-		fmt.Fprintln(os.Stderr, "leak:", l)
-		code = 1
-	}
-	if _, err := os.Stat(env.Dir); !os.IsNotExist(err) {
-		fmt.Fprintf(os.Stderr, "leak: %s still exists after Stop (%v)\n", env.Dir, err)
+	if !env.StopChecked(os.Stderr) {
 		code = 1
 	}
 	reg.Close()
@@ -353,7 +344,11 @@ func httpGet(ctx context.Context, t *testing.T, url string) string {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
 	var last error
-	for i := 0; i < 20; i++ {
+	var body string
+	tries := 0
+	// 20 tries, 500 ms apart; each request may take its 5 s.
+	if _, err := cluster.Poll(ctx, 500*time.Millisecond, 2*time.Minute, "GET "+url, func(ctx context.Context) (bool, error) {
+		tries++
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -363,15 +358,20 @@ func httpGet(ctx context.Context, t *testing.T, url string) string {
 			b, rerr := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if rerr == nil && resp.StatusCode == http.StatusOK {
-				return string(b)
+				body = string(b)
+				return true, nil
 			}
 			err = fmt.Errorf("status %d, read error %v", resp.StatusCode, rerr)
 		}
 		last = err
-		time.Sleep(500 * time.Millisecond)
+		if tries == 20 {
+			return false, cluster.Permanent(err)
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("GET %s: %v", url, last)
 	}
-	t.Fatalf("GET %s: %v", url, last)
-	return ""
+	return body
 }
 
 func TestServiceReachesPodThroughKubeProxy(t *testing.T) {

@@ -183,7 +183,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for lctx.Err() == nil {
+					cluster.Every(lctx, 20*time.Millisecond, func(lctx context.Context) {
 						p := &corev1.Pod{
 							ObjectMeta: metav1.ObjectMeta{Namespace: loadNS, Name: fmt.Sprintf("load-%d", seq.Add(1))},
 							Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: ociimage.StandinName}}},
@@ -198,14 +198,13 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 						default:
 							pods.add("admitted unmutated", "")
 						}
-						time.Sleep(20 * time.Millisecond)
-					}
+					})
 				}()
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for lctx.Err() == nil {
+				cluster.Every(lctx, 250*time.Millisecond, func(lctx context.Context) {
 					n, err := kubelet.CoreV1().Nodes().Patch(lctx, nodeName, types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
 					switch {
 					case lctx.Err() != nil:
@@ -216,8 +215,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 					default:
 						beats.add("stored raw", "")
 					}
-					time.Sleep(250 * time.Millisecond)
-				}
+				})
 			}()
 
 			// Let the API server's connections settle, then kill the

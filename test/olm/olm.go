@@ -182,15 +182,7 @@ func (o *OLM) start(ctx context.Context, name string, args, env []string) error 
 	o.procs = append(o.procs, p)
 	o.mu.Unlock()
 	// Bad flags or a missing kubeconfig end the process at once.
-	select {
-	case <-time.After(time.Second):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if done, perr := p.Exited(); done {
-		return fmt.Errorf("%s exited at start (%v); log tail:\n%s", name, perr, p.Tail(2000))
-	}
-	return nil
+	return p.Settle(ctx, time.Second)
 }
 
 // Stop ends the operators and every opm serve this OLM started. Safe to call

@@ -126,20 +126,17 @@ func fmtConds(cs []metav1.Condition) string {
 // timeUntil polls cond every 5 ms and returns how long it took to hold.
 func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, what, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil && !apierrors.IsNotFound(err) {
-			t.Fatalf("%s: %v", what, err)
+			return false, cluster.Permanent(err)
 		}
-		if ok {
-			return time.Since(start)
-		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%s: not within 30 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return took
 }
 
 // eventReasons counts events.k8s.io Events about the CR named name by

@@ -269,15 +269,12 @@ func TestConflictingWriterBackoff(t *testing.T) {
 		}
 	}
 	repairedWithin := func(d time.Duration) bool {
-		deadline := time.Now().Add(d)
-		for time.Now().Before(deadline) {
+		_, err := cluster.Poll(ctx, 5*time.Millisecond, d, "caBundle repaired", func(ctx context.Context) (bool, error) {
 			m := o.MWC.DeepCopy()
-			if err := c.Get(ctx, client.ObjectKeyFromObject(m), m); err == nil && string(m.Webhooks[0].ClientConfig.CABundle) == want {
-				return true
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return false
+			err := c.Get(ctx, client.ObjectKeyFromObject(m), m)
+			return err == nil && string(m.Webhooks[0].ClientConfig.CABundle) == want, nil
+		})
+		return err == nil
 	}
 	start := time.Now()
 	for i := range testRepairBudget.Max {

@@ -169,17 +169,18 @@ func TestNodeOversellResync100Nodes(t *testing.T) {
 		count := allShow(step.cpu)
 		var n int
 		var half time.Duration
-		for {
-			if n, err = count(ctx); err != nil {
-				t.Fatal(err)
+		var countErr error
+		_, _ = cluster.Poll(ctx, 20*time.Millisecond, 60*time.Second, "nodes resynced", func(ctx context.Context) (bool, error) {
+			if n, countErr = count(ctx); countErr != nil {
+				return false, cluster.Permanent(countErr)
 			}
 			if half == 0 && n >= resyncNodes/2 {
 				half = time.Since(changed)
 			}
-			if n == resyncNodes || time.Since(changed) > 60*time.Second {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+			return n == resyncNodes, nil
+		})
+		if countErr != nil {
+			t.Fatal(countErr)
 		}
 		d := time.Since(changed)
 		if n != resyncNodes {

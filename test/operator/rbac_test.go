@@ -12,7 +12,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/internal/certsource"
@@ -106,7 +105,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	// is polled for, up to 30s.
 	canEventually := func(x q) bool {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := cluster.Poll(ctx, 50*time.Millisecond, 30*time.Second, "allowed", func(context.Context) (bool, error) {
 			return can(x), nil
 		})
 		return err == nil

@@ -72,7 +72,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for loopCtx.Err() == nil {
+		cluster.Every(loopCtx, 20*time.Millisecond, func(loopCtx context.Context) {
 			for _, base := range bases {
 				sec, mwc := &corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
 				if env.Client.Get(loopCtx, client.ObjectKey{Namespace: operatorNS, Name: base + "-tls"}, sec) != nil ||
@@ -93,8 +93,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		})
 	}()
 
 	bin := cluster.MustHookwrightBinary(t)

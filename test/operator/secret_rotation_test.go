@@ -101,7 +101,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		last := data1[corev1.TLSCertKey]
-		for loopCtx.Err() == nil {
+		cluster.Every(loopCtx, 50*time.Millisecond, func(loopCtx context.Context) {
 			s := &corev1.Secret{}
 			if err := c.Get(loopCtx, client.ObjectKeyFromObject(sec), s); err == nil && !bytes.Equal(s.Data[corev1.TLSCertKey], last) {
 				time.Sleep(kubeletDelay)
@@ -114,8 +114,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 				last = s.Data[corev1.TLSCertKey]
 				reloaded.Store(time.Now().UnixNano())
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		})
 	}()
 	var attempted, failed atomic.Int64
 	var errMu sync.Mutex

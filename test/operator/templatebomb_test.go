@@ -24,25 +24,20 @@ func heapPeak() (stop func() uint64) {
 	runtime.GC()
 	runtime.ReadMemStats(&base)
 	var peak atomic.Uint64
-	done := make(chan struct{})
+	ctx, done := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		var m runtime.MemStats
-		for {
+		cluster.Every(ctx, 5*time.Millisecond, func(context.Context) {
 			runtime.ReadMemStats(&m)
 			if m.HeapAlloc > base.HeapAlloc && m.HeapAlloc-base.HeapAlloc > peak.Load() {
 				peak.Store(m.HeapAlloc - base.HeapAlloc)
 			}
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+		})
 	}()
-	return func() uint64 { close(done); wg.Wait(); return peak.Load() }
+	return func() uint64 { done(); wg.Wait(); return peak.Load() }
 }
 
 // A template bomb applied through the API server (dry-run, as anyone with

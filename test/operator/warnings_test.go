@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,33 +15,12 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// warningLog collects the warnings the API server returns (what kubectl
-// prints as "Warning: ...").
-type warningLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warningLog) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, msg string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, msg)
-}
-
-func (w *warningLog) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := w.msgs
-	w.msgs = nil
-	return m
-}
-
 // Risky but valid CRs are admitted by the manager's validating webhook
 // with warnings, passed on by the API server; NodeOversell failurePolicy
 // Fail is rejected by the CRD's own validation.
 func TestValidatingWebhookWarnings(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
-	warns := &warningLog{}
+	warns := &cluster.Warnings{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandlerWithContext = warns
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
@@ -57,11 +35,11 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	}}
 	var got []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "warnings for a risky NodeOversell", func(ctx context.Context) (bool, error) {
-		warns.take()
+		warns.Take()
 		if err := c.Create(ctx, risky.DeepCopy(), dry); err != nil {
 			return false, err
 		}
-		got = warns.take()
+		got = warns.Take()
 		return len(got) > 0, nil
 	})
 	if err != nil {
@@ -87,7 +65,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	if err := c.Create(ctx, calm, dry); err != nil {
 		t.Fatal(err)
 	}
-	expect("cpu only, selected pool", warns.take())
+	expect("cpu only, selected pool", warns.Take())
 
 	fail := calm.DeepCopy()
 	fail.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
@@ -96,14 +74,14 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 		t.Fatalf("NodeOversell failurePolicy Fail: %v", err)
 	}
 	t.Logf("failurePolicy Fail rejected: %v", err)
-	warns.take()
+	warns.Take()
 
 	// The sample selects namespaces and quotes every pod value.
 	si := sampleInjector(t, "calm-injector")
 	if err := c.Create(ctx, si.DeepCopy(), dry); err != nil {
 		t.Fatal(err)
 	}
-	expect("sample SidecarInjector", warns.take())
+	expect("sample SidecarInjector", warns.Take())
 
 	si.Name = "risky-injector"
 	si.Spec.NamespaceSelector = nil
@@ -112,7 +90,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	if err := c.Create(ctx, si.DeepCopy(), dry); err != nil {
 		t.Fatal(err)
 	}
-	expect("no namespaceSelector, an unquoted annotation", warns.take(),
+	expect("no namespaceSelector, an unquoted annotation", warns.Take(),
 		"failurePolicy Fail with no spec.namespaceSelector",
 		`template unquoted:3:13: {{annotation .ObjectMeta "team" "none"}} prints a pod-controlled value without quote`)
 
@@ -121,5 +99,5 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	if err := c.Create(ctx, si.DeepCopy(), dry); err != nil {
 		t.Fatal(err)
 	}
-	expect("Ignore, no namespaceSelector", warns.take())
+	expect("Ignore, no namespaceSelector", warns.Take())
 }

@@ -6,7 +6,7 @@
 // The contract, for every function: the input is untrusted; every byte a
 // function passes over is validated as RFC 8259 requires (string escapes
 // and control characters, number grammar, exact literals, separators and
-// nesting up to MaxDepth), so malformed JSON is reported wherever it is;
+// nesting up to maxDepth), so malformed JSON is reported wherever it is;
 // nothing panics; raw values are sub-slices of the input, never copies;
 // failures are a *SyntaxError (malformed JSON, with its offset) or a
 // *TypeError (well-formed JSON of the wrong shape for a field). Strings
@@ -57,9 +57,9 @@ func (e *TypeError) Error() string {
 
 func synErr(off int, msg string) error { return &SyntaxError{Offset: off, Msg: msg} }
 
-// MaxDepth bounds nesting, as encoding/json does, so hostile input cannot
+// maxDepth bounds nesting, as encoding/json does, so hostile input cannot
 // grow the stack without limit.
-const MaxDepth = 10000
+const maxDepth = 10000
 
 // SkipWS returns the index of the first non-whitespace byte at or after i.
 func SkipWS(d []byte, i int) int {
@@ -145,7 +145,7 @@ func skipValueAt(d []byte, i, depth int) (int, error) {
 	case c == '"':
 		return skipString(d, i)
 	case c == '{' || c == '[':
-		if depth >= MaxDepth {
+		if depth >= maxDepth {
 			return 0, synErr(i, "nesting too deep")
 		}
 		return skipComposite(d, i, depth+1)
@@ -296,11 +296,11 @@ func EachMember(d []byte, i int, field string, fn func(key []byte, vs int) (int,
 	}
 }
 
-// EachElement calls fn for every element of the array at d[i] (leading
+// eachElement calls fn for every element of the array at d[i] (leading
 // whitespace allowed) with the index where it starts; fn returns the index
 // after it. It returns the index after the array. null is an empty array;
 // any other value is a *TypeError naming field.
-func EachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (int, error) {
+func eachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (int, error) {
 	i, done, err := enter(d, i, '[', ']', field, "an array")
 	if err != nil || done {
 		return i, err
@@ -361,7 +361,7 @@ func ReadString(d []byte, i int, field string) (string, int, error) {
 		if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 			return string(raw), end, nil // SkipValue rejected control characters
 		}
-		s, ok := Unescape(raw)
+		s, ok := unescape(raw)
 		if !ok {
 			return "", 0, synErr(i, "invalid string")
 		}
@@ -374,10 +374,10 @@ func ReadString(d []byte, i int, field string) (string, int, error) {
 	return "", 0, &TypeError{Field: field, Want: "a string"}
 }
 
-// Unescape decodes the body of a JSON string (RFC 8259 section 7). Invalid
+// unescape decodes the body of a JSON string (RFC 8259 section 7). Invalid
 // UTF-8 and lone surrogates become U+FFFD, as in encoding/json; a raw
 // control character or a bad escape is reported as false.
-func Unescape(raw []byte) (string, bool) {
+func unescape(raw []byte) (string, bool) {
 	out := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {
 		c := raw[i]
@@ -471,7 +471,7 @@ func MemberName(key []byte) (string, error) {
 	if bytes.IndexByte(key, '\\') < 0 && utf8.Valid(key) {
 		return string(key), nil
 	}
-	s, ok := Unescape(key)
+	s, ok := unescape(key)
 	if !ok {
 		return "", synErr(0, "invalid member name")
 	}
@@ -520,7 +520,7 @@ func ReadBool(d []byte, i int, field string) (bool, int, error) {
 // ReadStrings decodes an array of strings (or null, as nil).
 func ReadStrings(d []byte, i int, field string) ([]string, int, error) {
 	var out []string
-	end, err := EachElement(d, i, field, func(vs int) (int, error) {
+	end, err := eachElement(d, i, field, func(vs int) (int, error) {
 		s, end, err := ReadString(d, vs, field)
 		out = append(out, s)
 		return end, err

@@ -25,13 +25,13 @@ func TestUnescapeMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(`"`+in+`"`), &want); err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}
-		got, ok := Unescape([]byte(in))
+		got, ok := unescape([]byte(in))
 		if !ok || got != want {
 			t.Fatalf("Unescape(%q) = %q %v, want %q", in, got, ok, want)
 		}
 	}
 	for _, bad := range []string{`\x`, `\u12`, `\u12g4`, "ctl\x01", `end\`} {
-		if _, ok := Unescape([]byte(bad)); ok {
+		if _, ok := unescape([]byte(bad)); ok {
 			t.Errorf("Unescape(%q) accepted", bad)
 		}
 	}

@@ -127,11 +127,11 @@ func BenchmarkFloorDecodeOnly(b *testing.B) {
 func BenchmarkDecide(b *testing.B) {
 	pool := policy("oversell-pool", "2", "1.5")
 	amplified := node("7600m", "23040Mi", amplifiedAnn())
-	in := Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool}
+	in := Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool}
 	buf := make([]byte, 0, 512)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		buf, _ = AppendPatch(buf[:0], in.Object, Decide(in))
+		buf, _ = appendPatch(buf[:0], in.Object, Decide(in))
 	}
 }
 

@@ -25,9 +25,9 @@ package oversell
 //     the raw exactly; the node then carries the last one's ratio until the
 //     next write.
 
-// ReasonOtherWinner means another NodeOversell wins the node; its own server
+// reasonOtherWinner means another NodeOversell wins the node; its own server
 // applies it, this one passes the write through.
-const ReasonOtherWinner Reason = "other-nodeoversell"
+const reasonOtherWinner Reason = "other-nodeoversell"
 
 // Route tells the server of NodeOversell owner what to do for a node with
 // these labels: act is false when another NodeOversell wins the node (pass
@@ -35,7 +35,7 @@ const ReasonOtherWinner Reason = "other-nodeoversell"
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
 func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
-	p = s.Select(nodeLabels)
+	p = s.policyFor(nodeLabels)
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false
 	}

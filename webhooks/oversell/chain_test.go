@@ -99,7 +99,7 @@ func (m *chainModel) refresh(all bool) {
 
 // truth is the NodeOversell that wins the node by the current CRs.
 func (m *chainModel) truth(nodeLabels map[string]string) *Policy {
-	return BuildSnapshot(m.objs(), nil, true).Select(nodeLabels)
+	return BuildSnapshot(m.objs(), nil, true).policyFor(nodeLabels)
 }
 
 // admit runs one nodes/status write through the webhook chain and stores it.
@@ -118,7 +118,7 @@ func (m *chainModel) admit(writer WriterClass, obj NodeState) {
 			continue
 		}
 		d := Decide(Input{Writer: writer, Object: obj, Old: &old, Policy: p})
-		if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
+		if !d.Apply && d.Reason != reasonNotSelected && d.Reason != reasonNoAllocatable {
 			m.t.Fatalf("write %d: server %s made no decision (%s) for %+v over %+v", m.writes, name, d.Reason, obj, old)
 		}
 		obj, _ = applyDecision(m.t, obj, d)
@@ -144,7 +144,7 @@ func (m *chainModel) kubelet(fresh bool) {
 			merged.Allocatable[resourceNames[r]] = m.real[r]
 		}
 	}
-	m.admit(WriterKubelet, merged)
+	m.admit(writerKubelet, merged)
 }
 
 // restore is the operator's RestorePatch of a node no longer selected by
@@ -394,7 +394,7 @@ func TestChainCompoundingRegression(t *testing.T) {
 				if !act {
 					continue
 				}
-				obj, _ = applyDecision(t, obj, Decide(Input{Writer: WriterKubelet, Object: obj, Old: &old, Policy: p}))
+				obj, _ = applyDecision(t, obj, Decide(Input{Writer: writerKubelet, Object: obj, Old: &old, Policy: p}))
 			}
 			st := readStored(obj.Annotations)
 			if !st.rawOK[CPU] || st.raw[CPU].String() != "3800m" {

@@ -25,8 +25,8 @@ type ConfigzPolicy struct {
 	Ratios     map[string]string `json:"ratios"`
 }
 
-// NewConfigz renders a snapshot.
-func NewConfigz(s *Snapshot) Configz {
+// newConfigz renders a snapshot.
+func newConfigz(s *Snapshot) Configz {
 	c := Configz{
 		Synced:           s.Synced,
 		Hash:             s.Hash,
@@ -66,6 +66,6 @@ func ConfigzHandler(src SnapshotSource) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(NewConfigz(src.Snapshot()))
+		_ = enc.Encode(newConfigz(src.snapshot()))
 	})
 }

@@ -48,20 +48,20 @@ type WriterClass int
 const (
 	// WriterOther is any user whose allocatable is not trusted as real.
 	WriterOther WriterClass = iota
-	// WriterKubelet is the node's own kubelet: user system:node:<node name>
+	// writerKubelet is the node's own kubelet: user system:node:<node name>
 	// in group system:nodes (the NodeRestriction identity).
-	WriterKubelet
-	// WriterTrusted is a user listed in the selected NodeOversell's
+	writerKubelet
+	// writerTrusted is a user listed in the selected NodeOversell's
 	// spec.trustedReporters or in the server's --trusted-reporter flag.
-	WriterTrusted
+	writerTrusted
 )
 
 // String returns the metric label: "kubelet", "trusted" or "other".
 func (w WriterClass) String() string {
 	switch w {
-	case WriterKubelet:
+	case writerKubelet:
 		return "kubelet"
-	case WriterTrusted:
+	case writerTrusted:
 		return "trusted"
 	}
 	return "other"
@@ -72,18 +72,18 @@ func (w WriterClass) reportsRaw() bool { return w != WriterOther }
 
 const nodeUserPrefix = "system:node:"
 
-// ClassifyWriter classifies the request user for node nodeName. trusted
+// classifyWriter classifies the request user for node nodeName. trusted
 // reports whether a user name is a configured trusted reporter (may be nil).
-func ClassifyWriter(nodeName, user string, groups []string, trusted func(string) bool) WriterClass {
+func classifyWriter(nodeName, user string, groups []string, trusted func(string) bool) WriterClass {
 	if len(user) == len(nodeUserPrefix)+len(nodeName) && user[:len(nodeUserPrefix)] == nodeUserPrefix && user[len(nodeUserPrefix):] == nodeName {
 		for _, g := range groups {
 			if g == "system:nodes" {
-				return WriterKubelet
+				return writerKubelet
 			}
 		}
 	}
 	if trusted != nil && trusted(user) {
-		return WriterTrusted
+		return writerTrusted
 	}
 	return WriterOther
 }
@@ -114,16 +114,16 @@ type Reason string
 
 // Reasons of Decide.
 const (
-	ReasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
-	ReasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter
-	ReasonStaleReport     Reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
-	ReasonAnnotation      Reason = "annotation"       // other writer; raw from the annotation
-	ReasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
-	ReasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
-	ReasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
-	ReasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
-	ReasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
-	ReasonNoAllocatable   Reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
+	reasonKubeletReport   Reason = "kubelet-report"   // raw taken from the node's kubelet
+	reasonTrustedReport   Reason = "trusted-report"   // raw taken from a trusted reporter
+	reasonStaleReport     Reason = "stale-report"     // kubelet patch left the published value alone; raw kept from the annotation
+	reasonAnnotation      Reason = "annotation"       // other writer; raw from the annotation
+	reasonAdopted         Reason = "adopted"          // other writer, node never amplified: its value is raw
+	reasonDeselected      Reason = "deselected"       // no NodeOversell selects the node any more: raw restored
+	reasonNotSelected     Reason = "not-selected"     // no NodeOversell, nothing to undo
+	reasonRawUnknown      Reason = "raw-unknown"      // other writer; recorded raw missing, corrupt or implausible, or an implausible value to adopt
+	reasonInvalidQuantity Reason = "invalid-quantity" // allocatable cpu or memory does not parse
+	reasonNoAllocatable   Reason = "no-allocatable"   // the write has no cpu or memory allocatable: nothing to amplify or record
 )
 
 // Decision is the outcome of Decide. When Apply is false the write must be
@@ -335,7 +335,7 @@ func Decide(in Input) Decision {
 		}
 		q, err := parseQuantity(s)
 		if err != nil {
-			d.Reason = ReasonInvalidQuantity
+			d.Reason = reasonInvalidQuantity
 			return d
 		}
 		d.Present[r], incoming[r] = true, q
@@ -348,7 +348,7 @@ func Decide(in Input) Decision {
 	if !d.Present[CPU] && !d.Present[Memory] {
 		// Recording "{}" would mark the node amplified with no raw, and
 		// every later non-reporting write would be skipped as raw-unknown.
-		return Decision{Reason: ReasonNoAllocatable}
+		return Decision{Reason: reasonNoAllocatable}
 	}
 
 	// Raw per resource.
@@ -360,32 +360,32 @@ func Decide(in Input) Decision {
 		case in.Writer.reportsRaw():
 			d.Raw[r] = incoming[r]
 			if d.Reason == "" {
-				d.Reason = ReasonKubeletReport
-				if in.Writer == WriterTrusted {
-					d.Reason = ReasonTrustedReport
+				d.Reason = reasonKubeletReport
+				if in.Writer == writerTrusted {
+					d.Reason = reasonTrustedReport
 				}
 			}
 			if staleReport(st, caps[r], r, incoming[r]) {
 				d.Raw[r] = st.raw[r]
-				d.Reason = ReasonStaleReport
+				d.Reason = reasonStaleReport
 			}
 		case st.rawOK[r]:
 			d.Raw[r] = st.raw[r]
-			d.Reason = ReasonAnnotation
+			d.Reason = reasonAnnotation
 		case !st.present && plausibleRaw(incoming[r], caps[r]):
 			d.Raw[r] = incoming[r]
-			d.Reason = ReasonAdopted
+			d.Reason = reasonAdopted
 		default:
-			d.Reason = ReasonRawUnknown
-			return Decision{Reason: ReasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			d.Reason = reasonRawUnknown
+			return Decision{Reason: reasonRawUnknown, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
 	}
 
 	if in.Policy == nil {
 		if !st.present {
-			return Decision{Reason: ReasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
+			return Decision{Reason: reasonNotSelected, UntrustedAllocatableWrite: d.UntrustedAllocatableWrite}
 		}
-		d.Apply, d.Restore, d.Reason = true, true, ReasonDeselected
+		d.Apply, d.Restore, d.Reason = true, true, reasonDeselected
 		for r := Resource(0); r < numResources; r++ {
 			if d.Present[r] {
 				d.Effective[r] = Amplify(r, d.Raw[r], caps[r], Ratio{})

@@ -98,171 +98,171 @@ func TestDecide(t *testing.T) {
 	}{
 		{
 			name: "first amplification by the kubelet",
-			in:   Input{Writer: WriterKubelet, Object: plain, Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+			in:   Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "first amplification by another writer adopts the unamplified value",
 			in:   Input{Writer: WriterOther, Object: plain, Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonAdopted, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAdopted, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet heartbeat with unchanged real value",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet reports a new real value (reservations changed)",
-			in:   Input{Writer: WriterKubelet, Object: node("3500m", "14Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7", mem: "21Gi",
+			in:   Input{Writer: writerKubelet, Object: node("3500m", "14Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7", mem: "21Gi",
 				raw: `{"cpu":"3500m","memory":"14Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "kubelet patch from a stale copy leaves the amplified value: raw kept",
-			in:   Input{Writer: WriterKubelet, Object: amplified, Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonStaleReport, cpu: "7600m", mem: "23040Mi",
+			in:   Input{Writer: writerKubelet, Object: amplified, Old: &amplified, Policy: pool},
+			want: want{apply: true, reason: reasonStaleReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "trusted reporter counts as raw",
-			in:   Input{Writer: WriterTrusted, Object: node("3000m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonTrustedReport, cpu: "6", mem: "23040Mi",
+			in:   Input{Writer: writerTrusted, Object: node("3000m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
+			want: want{apply: true, reason: reasonTrustedReport, cpu: "6", mem: "23040Mi",
 				raw: `{"cpu":"3","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer patches only conditions: no compounding",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer writes a stale raw value back",
 			in:   Input{Writer: WriterOther, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "another writer writes a doubled value: published value restored",
 			in:   Input{Writer: WriterOther, Object: node("15200m", "46080Mi", amplifiedAnn()), Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "another writer cannot inject a raw annotation",
 			in: Input{Writer: WriterOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"100","memory":"1Ti"}`)),
 				Old: &amplified, Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio raised, kubelet write",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "11400m", mem: "30Gi",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "11400m", mem: "30Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"3","memory":"2"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio raised, operator resync write",
 			in:   Input{Writer: WriterOther, Object: node("7600m", "23040Mi", with(amplifiedAnn(), v1alpha1.OversellResyncKey, "1")), Old: &amplified, Policy: policy("oversell-pool", "3", "2")},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "11400m", mem: "30Gi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "11400m", mem: "30Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"3","memory":"2"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio lowered",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: policy("oversell-pool", "1.5", "1.25")},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "5700m", mem: "19200Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "5700m", mem: "19200Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"1.5","memory":"1.25"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "ratio 1.0 publishes raw and keeps bookkeeping",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "1.0", "1")},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "3800m", mem: "15Gi",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15Gi", amplifiedAnn()), Old: &amplified, Policy: policy("oversell-pool", "1.0", "1")},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "3800m", mem: "15Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"1","memory":"1"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "cpu-only ratio restores memory to raw",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified, Policy: policy("cpu-only", "2", "")},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "15Gi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "15Gi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2"}`, appliedBy: "cpu-only"},
 		},
 		{
 			name: "deselected: another writer's write restores raw",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &amplified},
-			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "3800m", mem: "15Gi"},
+			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3800m", mem: "15Gi"},
 		},
 		{
 			name: "deselected: kubelet write restores its value",
-			in:   Input{Writer: WriterKubelet, Object: node("3700m", "15Gi", amplifiedAnn()), Old: &amplified},
-			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "3700m", mem: "15Gi"},
+			in:   Input{Writer: writerKubelet, Object: node("3700m", "15Gi", amplifiedAnn()), Old: &amplified},
+			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3700m", mem: "15Gi"},
 		},
 		{
 			name: "deselected node hit by a full write of an old amplified copy: raw from the copy's bookkeeping",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain},
-			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "3800m", mem: "15Gi", untrusted: true},
+			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "3800m", mem: "15Gi", untrusted: true},
 		},
 		{
 			name: "selected node hit by a full write of an old amplified copy: no compounding",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool", untrusted: true},
 		},
 		{
 			name: "never selected: nothing to do",
-			in:   Input{Writer: WriterKubelet, Object: plain, Old: &plain},
-			want: want{reason: ReasonNotSelected},
+			in:   Input{Writer: writerKubelet, Object: plain, Old: &plain},
+			want: want{reason: reasonNotSelected},
 		},
 		{
 			name: "raw annotation missing, another writer: no safe decision",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "-"))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, another writer: no safe decision",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m",`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation has a corrupt quantity, another writer: no safe decision",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"lots","memory":"15Gi"}`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, deselected, another writer: annotations kept as evidence",
 			in:   Input{Writer: WriterOther, Object: amplified, Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage")))},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "raw annotation corrupt, kubelet write repairs it",
-			in: Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, "garbage")),
+			in: Input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, "garbage")),
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, "garbage"))), Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "recorded raw above capacity × ratio, another writer: not trusted (no 1e30 published)",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw above capacity but within capacity × ratio, another writer: not trusted",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"5","memory":"15Gi"}`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw zero under a non-zero capacity, another writer: not trusted",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"0"}`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw negative, another writer: not trusted",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"-1","memory":"15Gi"}`))), Policy: pool},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw without a capacity to bound it, another writer: not trusted",
@@ -271,118 +271,118 @@ func TestDecide(t *testing.T) {
 				delete(n.Capacity, "memory")
 				return Input{Writer: WriterOther, Object: n, Old: &n, Policy: pool}
 			}(),
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw equal to capacity is plausible",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"4","memory":"16Gi"}`))), Policy: pool},
-			want: want{apply: true, reason: ReasonAnnotation, cpu: "8", mem: "24Gi",
+			want: want{apply: true, reason: reasonAnnotation, cpu: "8", mem: "24Gi",
 				raw: `{"cpu":"4","memory":"16Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "recorded raw above capacity, deselected, another writer: not restored",
 			in: Input{Writer: WriterOther, Object: amplified,
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)))},
-			want: want{reason: ReasonRawUnknown},
+			want: want{reason: reasonRawUnknown},
 		},
 		{
 			name: "recorded raw above capacity, kubelet write replaces it",
-			in: Input{Writer: WriterKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)),
+			in: Input{Writer: writerKubelet, Object: node("3800m", "15Gi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`)),
 				Old: ref(node("7600m", "23040Mi", with(amplifiedAnn(), annRaw, `{"cpu":"3800m","memory":"1e30"}`))), Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "another writer's value above capacity on a never amplified node is not adopted",
 			in:   Input{Writer: WriterOther, Object: node("3800m", "1e30", nil), Old: &plain, Policy: pool},
-			want: want{reason: ReasonRawUnknown, untrusted: true},
+			want: want{reason: reasonRawUnknown, untrusted: true},
 		},
 		{
 			name: "another writer's zero value on a never amplified node is not adopted",
 			in:   Input{Writer: WriterOther, Object: node("0", "15Gi", nil), Old: &plain, Policy: pool},
-			want: want{reason: ReasonRawUnknown, untrusted: true},
+			want: want{reason: reasonRawUnknown, untrusted: true},
 		},
 		{
 			name: "deselected: kubelet value above capacity restored as capacity",
-			in:   Input{Writer: WriterKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
-			want: want{apply: true, reason: ReasonDeselected, restore: true, cpu: "4", mem: "15Gi"},
+			in:   Input{Writer: writerKubelet, Object: node("5", "15Gi", amplifiedAnn()), Old: &amplified},
+			want: want{apply: true, reason: reasonDeselected, restore: true, cpu: "4", mem: "15Gi"},
 		},
 		{
 			name: "kubelet write with no allocatable records nothing",
 			in: func() Input {
 				n := node("3800m", "15Gi", map[string]string{"other": "kept"})
 				n.Allocatable = nil
-				return Input{Writer: WriterKubelet, Object: n, Old: &plain, Policy: pool}
+				return Input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
 			}(),
-			want: want{reason: ReasonNoAllocatable},
+			want: want{reason: reasonNoAllocatable},
 		},
 		{
 			name: "kubelet write with allocatable but no cpu or memory records nothing",
 			in: func() Input {
 				n := node("3800m", "15Gi", nil)
 				n.Allocatable = map[string]string{"pods": "110"}
-				return Input{Writer: WriterKubelet, Object: n, Old: &plain, Policy: pool}
+				return Input{Writer: writerKubelet, Object: n, Old: &plain, Policy: pool}
 			}(),
-			want: want{reason: ReasonNoAllocatable},
+			want: want{reason: reasonNoAllocatable},
 		},
 		{
 			name: "empty raw annotation counts as absent: another writer's value adopted",
 			in: Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()),
 				Old: ref(node("3800m", "15Gi", emptyBookkeeping())), Policy: pool},
-			want: want{apply: true, reason: ReasonAdopted, cpu: "7600m", mem: "23040Mi",
+			want: want{apply: true, reason: reasonAdopted, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "empty raw annotation, deselected: nothing to restore",
 			in:   Input{Writer: WriterOther, Object: node("3800m", "15Gi", emptyBookkeeping()), Old: ref(node("3800m", "15Gi", emptyBookkeeping()))},
-			want: want{reason: ReasonNotSelected},
+			want: want{reason: reasonNotSelected},
 		},
 		{
 			name: "invalid incoming quantity: no decision",
-			in:   Input{Writer: WriterKubelet, Object: node("many", "15Gi", nil), Old: &plain, Policy: pool},
-			want: want{reason: ReasonInvalidQuantity},
+			in:   Input{Writer: writerKubelet, Object: node("many", "15Gi", nil), Old: &plain, Policy: pool},
+			want: want{reason: reasonInvalidQuantity},
 		},
 		{
 			name: "odd formats: decimal cores and exponent bytes",
-			in:   Input{Writer: WriterKubelet, Object: node("3.8", "1.5e9", nil), Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "2250e6",
+			in:   Input{Writer: writerKubelet, Object: node("3.8", "1.5e9", nil), Old: &plain, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "2250e6",
 				raw: `{"cpu":"3800m","memory":"1500e6"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "odd formats: decimal SI memory",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "16G", nil), Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "24G",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "16G", nil), Old: &plain, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "24G",
 				raw: `{"cpu":"3800m","memory":"16G"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "memory in plain bytes",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "16106127360", nil), Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "24159191040",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "16106127360", nil), Old: &plain, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "24159191040",
 				raw: `{"cpu":"3800m","memory":"16106127360"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "memory in Ki (same value as the bytes case)",
-			in:   Input{Writer: WriterKubelet, Object: node("3800m", "15728640Ki", nil), Old: &plain, Policy: pool},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "7600m", mem: "23040Mi",
+			in:   Input{Writer: writerKubelet, Object: node("3800m", "15728640Ki", nil), Old: &plain, Policy: pool},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "7600m", mem: "23040Mi",
 				raw: `{"cpu":"3800m","memory":"15Gi"}`, ratios: `{"cpu":"2","memory":"1.5"}`, appliedBy: "oversell-pool"},
 		},
 		{
 			name: "rounded down to whole millicores and bytes",
-			in:   Input{Writer: WriterKubelet, Object: node("3333m", "1001", nil), Old: &plain, Policy: policy("p", "1.5", "1.5")},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "4999m", mem: "1501",
+			in:   Input{Writer: writerKubelet, Object: node("3333m", "1001", nil), Old: &plain, Policy: policy("p", "1.5", "1.5")},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "4999m", mem: "1501",
 				raw: `{"cpu":"3333m","memory":"1001"}`, ratios: `{"cpu":"1.5","memory":"1.5"}`, appliedBy: "p"},
 		},
 		{
 			name: "capped at capacity × ratio",
-			in:   Input{Writer: WriterKubelet, Object: node("4", "20Gi", nil), Old: &plain, Policy: policy("p", "2", "2")},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "8", mem: "32Gi",
+			in:   Input{Writer: writerKubelet, Object: node("4", "20Gi", nil), Old: &plain, Policy: policy("p", "2", "2")},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "8", mem: "32Gi",
 				raw: `{"cpu":"4","memory":"20Gi"}`, ratios: `{"cpu":"2","memory":"2"}`, appliedBy: "p"},
 		},
 		{
 			name: "sub-millicore raw never published below raw",
-			in:   Input{Writer: WriterKubelet, Object: node("1500u", "15Gi", nil), Old: &plain, Policy: policy("p", "1.000001", "")},
-			want: want{apply: true, reason: ReasonKubeletReport, cpu: "1500u", mem: "15Gi",
+			in:   Input{Writer: writerKubelet, Object: node("1500u", "15Gi", nil), Old: &plain, Policy: policy("p", "1.000001", "")},
+			want: want{apply: true, reason: reasonKubeletReport, cpu: "1500u", mem: "15Gi",
 				raw: `{"cpu":"1500u","memory":"15Gi"}`, ratios: `{"cpu":"1.000001"}`, appliedBy: "p"},
 		},
 	}
@@ -416,15 +416,15 @@ func TestClassifyWriter(t *testing.T) {
 		groups []string
 		want   WriterClass
 	}{
-		{"system:node:n1", []string{"system:nodes", "system:authenticated"}, WriterKubelet},
+		{"system:node:n1", []string{"system:nodes", "system:authenticated"}, writerKubelet},
 		{"system:node:n1", []string{"system:authenticated"}, WriterOther},
 		{"system:node:n2", []string{"system:nodes"}, WriterOther},
 		{"system:node:n1x", []string{"system:nodes"}, WriterOther},
-		{"harness", nil, WriterTrusted},
+		{"harness", nil, writerTrusted},
 		{"admin", []string{"system:masters"}, WriterOther},
 	}
 	for _, c := range cases {
-		if got := ClassifyWriter("n1", c.user, c.groups, trusted); got != c.want {
+		if got := classifyWriter("n1", c.user, c.groups, trusted); got != c.want {
 			t.Errorf("%s %v = %v, want %v", c.user, c.groups, got, c.want)
 		}
 	}
@@ -439,7 +439,7 @@ func TestParseRatio(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "0", "0.5", "0.999999", "10.000001", "11", "100", "1.", ".5", "1.0000001", "-1", "+2", "1e1", "2 ", "1,5", "NaN"} {
-		if _, err := ParseRatio(in); !errors.Is(err, ErrInvalidRatio) {
+		if _, err := ParseRatio(in); !errors.Is(err, errInvalidRatio) {
 			t.Errorf("ParseRatio(%q) error = %v, want ErrInvalidRatio", in, err)
 		}
 	}

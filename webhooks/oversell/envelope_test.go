@@ -31,7 +31,7 @@ func TestHandlerEnvelopeBudget(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "server busy") {
 		t.Fatalf("got %d %q, want 429 server busy", w.Code, w.Body)
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "unknown", "busy")); v != 1 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeError, "unknown", "busy")); v != 1 {
 		t.Errorf("busy counter %v", v)
 	}
 	held.Release()
@@ -43,7 +43,7 @@ func TestHandlerDeclaredLengthAllocatesNothingLarge(t *testing.T) {
 	h, _ := testHandler(t, poolSnapshot(t))
 	r := httptest.NewRequest(http.MethodPost, "/oversell", io.MultiReader(strings.NewReader("{"), errReader{}))
 	r.Header.Set("Content-Type", "application/json")
-	r.ContentLength = MaxBodyBytes
+	r.ContentLength = maxBodyBytes
 	allocs := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
@@ -52,7 +52,7 @@ func TestHandlerDeclaredLengthAllocatesNothingLarge(t *testing.T) {
 		}
 	}).AllocedBytesPerOp()
 	if allocs > 256<<10 {
-		t.Fatalf("one byte of a declared %d byte body allocated %d bytes", MaxBodyBytes, allocs)
+		t.Fatalf("one byte of a declared %d byte body allocated %d bytes", maxBodyBytes, allocs)
 	}
 }
 

@@ -12,20 +12,20 @@ import (
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
-// MaxBodyBytes is the largest AdmissionReview accepted, in bytes. The API
+// maxBodyBytes is the largest AdmissionReview accepted, in bytes. The API
 // server caps objects at about 1.5 MiB and a review carries two of them.
-const MaxBodyBytes = serving.DefaultMaxBody
+const maxBodyBytes = serving.DefaultMaxBody
 
 // Outcome labels of hookwright_oversell_mutations_total.
 const (
-	OutcomePatched   = "patched"   // a JSON patch was returned
-	OutcomeUnchanged = "unchanged" // decided; the stored values are already right
-	OutcomeSkipped   = "skipped"   // no safe decision; admitted unchanged with a warning
-	OutcomeIgnored   = "ignored"   // not an UPDATE of nodes/status; admitted unchanged with a warning
-	OutcomeError     = "error"     // internal problem; admitted unchanged with a warning
+	outcomePatched   = "patched"   // a JSON patch was returned
+	outcomeUnchanged = "unchanged" // decided; the stored values are already right
+	outcomeSkipped   = "skipped"   // no safe decision; admitted unchanged with a warning
+	outcomeIgnored   = "ignored"   // not an UPDATE of nodes/status; admitted unchanged with a warning
+	outcomeError     = "error"     // internal problem; admitted unchanged with a warning
 )
 
-// Handler-level reasons, next to the engine's Reason values.
+// handler-level reasons, next to the engine's reason values.
 const (
 	reasonNotSynced     Reason = "not-synced"
 	reasonNotNodeStatus Reason = "not-node-status"
@@ -43,7 +43,7 @@ var bodyReasons = map[string]string{
 
 // SnapshotSource yields the configuration snapshot for one review.
 type SnapshotSource interface {
-	Snapshot() *Snapshot
+	snapshot() *Snapshot
 }
 
 // Handler serves AdmissionReview v1 for UPDATE of nodes/status. It is a
@@ -54,7 +54,7 @@ type SnapshotSource interface {
 //
 // Answers:
 //   - 405, 415, 413 or 400 (text/plain) for a wrong method, a content type
-//     other than application/json, a body over MaxBodyBytes, or a body that
+//     other than application/json, a body over maxBodyBytes, or a body that
 //     is not an AdmissionReview v1 with a request and uid; 408 for a body not
 //     received within the request timeout and 429 while the in-flight body
 //     budget is full (serving.Envelope).
@@ -73,7 +73,7 @@ type Handler struct {
 	// owner is the NodeOversell this server acts for ("" acts for all).
 	owner string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
-	// serving.DefaultEnvelope().
+	// the process-wide Envelope with the default bounds (serving.Serve).
 	Envelope *serving.Envelope
 }
 
@@ -84,7 +84,7 @@ func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
 }
 
 // ForNodeOversell makes h the server of NodeOversell name: it changes only
-// nodes that name wins and passes other writes through (Snapshot.Route).
+// nodes that name wins and passes other writes through (snapshot.Route).
 // Without it h acts for whichever NodeOversell wins. It returns h.
 func (h *Handler) ForNodeOversell(name string) *Handler {
 	h.owner = name
@@ -144,7 +144,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = "malformed"
 		}
 		h.log.V(1).Info("rejected malformed request", "code", be.Status, "reason", be.Msg)
-		h.metrics.Mutations.WithLabelValues(OutcomeError, "unknown", reason).Inc()
+		h.metrics.Mutations.WithLabelValues(outcomeError, "unknown", reason).Inc()
 	}
 }
 
@@ -172,15 +172,15 @@ func malformed(format string, args ...any) error {
 // review decides one well-formed request and appends the response review.
 func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 	if req.Resource.Group != "" || req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != "UPDATE" {
-		h.metrics.Mutations.WithLabelValues(OutcomeIgnored, "unknown", string(reasonNotNodeStatus)).Inc()
+		h.metrics.Mutations.WithLabelValues(outcomeIgnored, "unknown", string(reasonNotNodeStatus)).Inc()
 		return appendResponse(dst, req.UID, nil, "hookwright oversell handles only UPDATE of nodes/status; "+describeRequest(req)+" admitted unchanged")
 	}
 	if decodeErr != nil {
 		return h.problem(dst, req, WriterOther, reasonDecode, decodeErr)
 	}
-	snap := h.src.Snapshot()
+	snap := h.src.snapshot()
 	if snap == nil || !snap.Synced {
-		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, "unknown", string(reasonNotSynced)).Inc()
+		h.metrics.Mutations.WithLabelValues(outcomeSkipped, "unknown", string(reasonNotSynced)).Inc()
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: NodeOversell configuration not loaded yet; node status admitted unchanged")
 	}
 
@@ -204,7 +204,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		obj := req.Object.state()
 		var policy *Policy
 		policy, act = snap.Route(obj.Labels, h.owner)
-		writer = ClassifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.TrustedFunc(policy))
+		writer = classifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.trustedFunc(policy))
 		if !act {
 			return nil
 		}
@@ -214,7 +214,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 			in.Old = &old
 		}
 		d = Decide(in)
-		patch, patched = AppendPatch(make([]byte, 0, 512), obj, d)
+		patch, patched = appendPatch(make([]byte, 0, 512), obj, d)
 		return nil
 	}(); perr != nil {
 		return h.problem(dst, req, writer, reasonPanic, perr)
@@ -225,24 +225,24 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 			// The node's gauges are the winner's server's now.
 			h.metrics.observeNode(name, &Decision{Restore: true})
 		}
-		h.metrics.Mutations.WithLabelValues(OutcomeUnchanged, writer.String(), string(ReasonOtherWinner)).Inc()
+		h.metrics.Mutations.WithLabelValues(outcomeUnchanged, writer.String(), string(reasonOtherWinner)).Inc()
 		return appendResponse(dst, req.UID, nil, "")
 	}
 	if d.UntrustedAllocatableWrite {
 		h.metrics.untrustedWrite(req.UserInfo.Username)
 		h.log.V(1).Info("untrusted allocatable write repaired", "node", name, "user", req.UserInfo.Username)
 	}
-	if !d.Apply && d.Reason != ReasonNotSelected && d.Reason != ReasonNoAllocatable {
-		h.metrics.Mutations.WithLabelValues(OutcomeSkipped, writer.String(), string(d.Reason)).Inc()
+	if !d.Apply && d.Reason != reasonNotSelected && d.Reason != reasonNoAllocatable {
+		h.metrics.Mutations.WithLabelValues(outcomeSkipped, writer.String(), string(d.Reason)).Inc()
 		h.log.Info("node status admitted unchanged: no safe decision", "node", name, "user", req.UserInfo.Username, "reason", d.Reason)
 		return appendResponse(dst, req.UID, nil, "hookwright oversell: "+string(d.Reason)+"; node status admitted unchanged")
 	}
 	if d.Apply && !req.DryRun {
 		h.metrics.observeNode(name, &d)
 	}
-	outcome := OutcomeUnchanged
+	outcome := outcomeUnchanged
 	if patched {
-		outcome = OutcomePatched
+		outcome = outcomePatched
 	} else {
 		patch = nil
 	}
@@ -273,7 +273,7 @@ func describeRequest(req *requestJSON) string {
 // problem answers an internal problem: allowed, no patch, a warning, a log
 // line and a metric. A heartbeat is never blocked.
 func (h *Handler) problem(dst []byte, req *requestJSON, writer WriterClass, reason Reason, err error) []byte {
-	h.metrics.Mutations.WithLabelValues(OutcomeError, writer.String(), string(reason)).Inc()
+	h.metrics.Mutations.WithLabelValues(outcomeError, writer.String(), string(reason)).Inc()
 	h.log.Error(err, "node status admitted unchanged after an internal problem", "node", req.Name, "uid", req.UID, "reason", reason)
 	return appendResponse(dst, req.UID, nil, "hookwright oversell: internal problem ("+string(reason)+"); node status admitted unchanged")
 }

@@ -99,7 +99,7 @@ func TestHandlerKubeletHeartbeatAmplifies(t *testing.T) {
 	if got.Annotations[annRaw] != `{"cpu":"7600m","memory":"30Gi"}` || got.Annotations[annApplied] != "oversell-pool" {
 		t.Errorf("annotations %v", got.Annotations)
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomePatched, "kubelet", string(ReasonKubeletReport))); v != 1 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomePatched, "kubelet", string(reasonKubeletReport))); v != 1 {
 		t.Errorf("patched counter %v", v)
 	}
 	if v := testutil.ToFloat64(m.EffectiveAllocatable.WithLabelValues("n1", "cpu")); v != 15.2 {
@@ -120,7 +120,7 @@ func TestHandlerKubeletHeartbeatAmplifies(t *testing.T) {
 	if len(resp.Patch) != 0 || resp.PatchType != nil {
 		t.Fatalf("unexpected patch %s", resp.Patch)
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeUnchanged, "other", string(ReasonAnnotation))); v != 1 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeUnchanged, "other", string(reasonAnnotation))); v != 1 {
 		t.Errorf("unchanged counter %v", v)
 	}
 }
@@ -157,7 +157,7 @@ func TestHandlerImplausibleRawNotPublished(t *testing.T) {
 	if len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "raw-unknown") {
 		t.Fatalf("patch %s warnings %v", resp.Patch, resp.Warnings)
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeSkipped, "other", string(ReasonRawUnknown))); v != 1 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeSkipped, "other", string(reasonRawUnknown))); v != 1 {
 		t.Errorf("skipped counter %v", v)
 	}
 	// The kubelet's next report replaces the bad raw.
@@ -194,7 +194,7 @@ func TestHandlerNoAllocatableRecordsNothing(t *testing.T) {
 			}
 		})
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeUnchanged, "kubelet", string(ReasonNoAllocatable))); v != 2 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeUnchanged, "kubelet", string(reasonNoAllocatable))); v != 2 {
 		t.Errorf("unchanged counter %v", v)
 	}
 }
@@ -267,7 +267,7 @@ func TestHandlerOverlapChainedServers(t *testing.T) {
 	if q := obj.Status.Allocatable["cpu"]; q.String() != "11400m" {
 		t.Fatalf("cpu %s, want 7600m × 1.5", q.String())
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeUnchanged, "kubelet", string(ReasonStaleReport))); v != 1 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeUnchanged, "kubelet", string(reasonStaleReport))); v != 1 {
 		t.Errorf("the winner's own output sent again counted %v times as stale-report, want 1", v)
 	}
 }
@@ -310,7 +310,7 @@ func TestHandlerIgnoresOtherRequests(t *testing.T) {
 			}
 		})
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeIgnored, "unknown", string(reasonNotNodeStatus))); v != 4 {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeIgnored, "unknown", string(reasonNotNodeStatus))); v != 4 {
 		t.Errorf("ignored counter %v", v)
 	}
 }
@@ -355,7 +355,7 @@ func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
 		if len(resp.Patch) != 0 || len(resp.Warnings) != 1 {
 			t.Fatalf("patch %q warnings %v", resp.Patch, resp.Warnings)
 		}
-		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeSkipped, "unknown", string(reasonNotSynced))); v != 1 {
+		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeSkipped, "unknown", string(reasonNotSynced))); v != 1 {
 			t.Errorf("counter %v", v)
 		}
 	})
@@ -366,7 +366,7 @@ func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
 		if len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "decode-error") {
 			t.Fatalf("patch %q warnings %v", resp.Patch, resp.Warnings)
 		}
-		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "other", string(reasonDecode))); v != 1 {
+		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeError, "other", string(reasonDecode))); v != 1 {
 			t.Errorf("counter %v", v)
 		}
 	})
@@ -378,7 +378,7 @@ func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
 		if len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "panic") {
 			t.Fatalf("patch %q warnings %v", resp.Patch, resp.Warnings)
 		}
-		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "other", string(reasonPanic))); v != 1 {
+		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeError, "other", string(reasonPanic))); v != 1 {
 			t.Errorf("counter %v", v)
 		}
 	})
@@ -390,7 +390,7 @@ func TestHandlerInternalProblemsAdmitUnchanged(t *testing.T) {
 		if len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "raw-unknown") {
 			t.Fatalf("patch %q warnings %v", resp.Patch, resp.Warnings)
 		}
-		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeSkipped, "other", string(ReasonRawUnknown))); v != 1 {
+		if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeSkipped, "other", string(reasonRawUnknown))); v != 1 {
 			t.Errorf("counter %v", v)
 		}
 	})
@@ -413,8 +413,8 @@ func TestHandlerMalformedRequests(t *testing.T) {
 		{"GET", http.MethodGet, nil, "application/json", -1, http.StatusMethodNotAllowed, "method GET"},
 		{"no content type", http.MethodPost, bytes.NewReader(good), "", -1, http.StatusUnsupportedMediaType, "content type"},
 		{"wrong content type", http.MethodPost, bytes.NewReader(good), "application/yaml", -1, http.StatusUnsupportedMediaType, "content type"},
-		{"declared too large", http.MethodPost, bytes.NewReader(good), "application/json", MaxBodyBytes + 1, http.StatusRequestEntityTooLarge, "exceeds"},
-		{"streamed too large", http.MethodPost, io.MultiReader(bytes.NewReader([]byte(`{"a":"`)), bytes.NewReader(bytes.Repeat([]byte("x"), MaxBodyBytes))), "application/json", -1, http.StatusRequestEntityTooLarge, "exceeds"},
+		{"declared too large", http.MethodPost, bytes.NewReader(good), "application/json", maxBodyBytes + 1, http.StatusRequestEntityTooLarge, "exceeds"},
+		{"streamed too large", http.MethodPost, io.MultiReader(bytes.NewReader([]byte(`{"a":"`)), bytes.NewReader(bytes.Repeat([]byte("x"), maxBodyBytes))), "application/json", -1, http.StatusRequestEntityTooLarge, "exceeds"},
 		{"empty", http.MethodPost, bytes.NewReader(nil), "application/json", -1, http.StatusBadRequest, "malformed"},
 		{"not JSON", http.MethodPost, strings.NewReader("hello"), "application/json", -1, http.StatusBadRequest, "malformed"},
 		{"truncated", http.MethodPost, bytes.NewReader(good[:len(good)/2]), "application/json; charset=utf-8", -1, http.StatusBadRequest, "malformed"},
@@ -439,7 +439,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 			}
 		})
 	}
-	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(OutcomeError, "unknown", "malformed")); v != float64(len(cases)) {
+	if v := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeError, "unknown", "malformed")); v != float64(len(cases)) {
 		t.Errorf("malformed counter %v", v)
 	}
 	if n := testutil.CollectAndCount(m.Duration); n != 1 {
@@ -450,7 +450,7 @@ func TestHandlerMalformedRequests(t *testing.T) {
 func TestSnapshotSelectNilSelectorGuard(t *testing.T) {
 	// A nil NodeSelector on the CR selects every node (labels.Everything).
 	s := BuildSnapshot(nodeOversellsSel(t, "all", nil), nil, true)
-	if p := s.Select(labels.Set{"any": "thing"}); p == nil || p.Name != "all" {
+	if p := s.policyFor(labels.Set{"any": "thing"}); p == nil || p.Name != "all" {
 		t.Fatalf("got %v", p)
 	}
 }

@@ -166,7 +166,7 @@ var kubeletGroups = []string{"system:nodes", "system:authenticated"}
 // staticSource serves a fixed snapshot.
 type staticSource struct{ s *Snapshot }
 
-func (s staticSource) Snapshot() *Snapshot { return s.s }
+func (s staticSource) snapshot() *Snapshot { return s.s }
 
 // testHandler returns a handler over snap with a private registry.
 func testHandler(t testing.TB, snap *Snapshot) (*Handler, *Metrics) {

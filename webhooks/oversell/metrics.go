@@ -11,21 +11,21 @@ import (
 
 // Label bounds. Node and user names come from request bodies, which any
 // client that reaches the Service can write, so each label takes a bounded
-// set of values. MaxNodeSeries is Kubernetes' largest supported cluster
+// set of values. maxNodeSeries is Kubernetes' largest supported cluster
 // (5,000 nodes: kubernetes.io/docs/setup/best-practices/cluster-large);
 // nodes beyond it get no per-node gauges and are counted in
-// hookwright_oversell_node_series_dropped_total. Users beyond MaxUserSeries
-// are counted under OtherUser; the handler also logs each such write with
+// hookwright_oversell_node_series_dropped_total. Users beyond maxUserSeries
+// are counted under otherUser; the handler also logs each such write with
 // its user. Each value is bounded in length too, or a few thousand names of
 // a body's size (3 MiB) would hold gigabytes: a node name longer than a
 // Node's (a DNS subdomain, 253 bytes) gets no series, a user name longer
-// than MaxUserLabelBytes counts under OtherUser.
+// than maxUserLabelBytes counts under otherUser.
 const (
-	MaxNodeSeries     = 5000
-	MaxUserSeries     = 100
-	MaxNodeLabelBytes = 253
-	MaxUserLabelBytes = 512
-	OtherUser         = "other"
+	maxNodeSeries     = 5000
+	maxUserSeries     = 100
+	maxNodeLabelBytes = 253
+	maxUserLabelBytes = 512
+	otherUser         = "other"
 )
 
 // labelSet admits at most max distinct values of at most maxLen bytes,
@@ -85,7 +85,7 @@ type Metrics struct {
 	// Policies is the number of NodeOversell objects being served.
 	Policies prometheus.Gauge
 	// NodeSeriesDropped counts applied decisions for nodes beyond
-	// MaxNodeSeries, whose gauges were not recorded.
+	// maxNodeSeries, whose gauges were not recorded.
 	NodeSeriesDropped prometheus.Counter
 
 	nodes, users *labelSet
@@ -133,8 +133,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "hookwright_oversell_node_series_dropped_total",
 			Help: "Applied decisions for nodes beyond the per-node series bound (5000 nodes), whose gauges were not recorded.",
 		}),
-		nodes: newLabelSet(MaxNodeSeries, MaxNodeLabelBytes),
-		users: newLabelSet(MaxUserSeries, MaxUserLabelBytes),
+		nodes: newLabelSet(maxNodeSeries, maxNodeLabelBytes),
+		users: newLabelSet(maxUserSeries, maxUserLabelBytes),
 	}
 	if err := serving.Register(reg, m.RawAllocatable, m.EffectiveAllocatable, m.Ratio, m.Mutations,
 		m.UntrustedAllocatableWrites, m.Duration, m.ConfigRejected, m.Policies, m.NodeSeriesDropped); err != nil {
@@ -144,10 +144,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // untrustedWrite counts a non-reporting allocatable write by user, or by
-// OtherUser once MaxUserSeries users have been seen.
+// otherUser once maxUserSeries users have been seen.
 func (m *Metrics) untrustedWrite(user string) {
 	if !m.users.admit(user) {
-		user = OtherUser
+		user = otherUser
 	}
 	m.UntrustedAllocatableWrites.WithLabelValues(user).Inc()
 }
@@ -174,7 +174,7 @@ func (m *Metrics) observeNode(node string, d *Decision) {
 		}
 		ratio := 1.0
 		if d.Ratio[r].IsSet() {
-			ratio = d.Ratio[r].Float()
+			ratio = d.Ratio[r].float()
 		}
 		m.RawAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Raw[r]))
 		m.EffectiveAllocatable.WithLabelValues(node, resourceNames[r]).Set(metricValue(r, &d.Effective[r]))

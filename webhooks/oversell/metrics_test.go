@@ -14,11 +14,11 @@ import (
 // a new series, held for the life of the process.
 func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
-	if m.nodes.max != MaxNodeSeries || m.users.max != MaxUserSeries {
-		t.Fatalf("bounds %d/%d, want %d/%d", m.nodes.max, m.users.max, MaxNodeSeries, MaxUserSeries)
+	if m.nodes.max != maxNodeSeries || m.users.max != maxUserSeries {
+		t.Fatalf("bounds %d/%d, want %d/%d", m.nodes.max, m.users.max, maxNodeSeries, maxUserSeries)
 	}
 	const nodes, users = 5, 3
-	m.nodes, m.users = newLabelSet(nodes, MaxNodeLabelBytes), newLabelSet(users, MaxUserLabelBytes)
+	m.nodes, m.users = newLabelSet(nodes, maxNodeLabelBytes), newLabelSet(users, maxUserLabelBytes)
 
 	ann := map[string]string{annRaw: `{"cpu":"7600m","memory":"30Gi"}`, annRatios: `{"cpu":"2","memory":"1.5"}`, annApplied: "oversell-pool"}
 	old := realisticNode("n1", "15200m", "45Gi", ann)
@@ -27,10 +27,10 @@ func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 		decodeResponse(t, post(h, reviewFor(t, fmt.Sprintf("attacker-%d", i), nil, obj, old), "application/json"))
 	}
 	if n := testutil.CollectAndCount(m.UntrustedAllocatableWrites); n != users+1 {
-		t.Errorf("%d user series, want %d and %q", n, users, OtherUser)
+		t.Errorf("%d user series, want %d and %q", n, users, otherUser)
 	}
-	if v := testutil.ToFloat64(m.UntrustedAllocatableWrites.WithLabelValues(OtherUser)); v != 20-users {
-		t.Errorf("%q counted %v writes, want %d", OtherUser, v, 20-users)
+	if v := testutil.ToFloat64(m.UntrustedAllocatableWrites.WithLabelValues(otherUser)); v != 20-users {
+		t.Errorf("%q counted %v writes, want %d", otherUser, v, 20-users)
 	}
 
 	for i := range 20 {
@@ -53,7 +53,7 @@ func TestMetricsLabelsBoundedAgainstRequestBodies(t *testing.T) {
 // A restored node frees its place in the bound.
 func TestMetricsNodeBoundFreedOnRestore(t *testing.T) {
 	_, m := testHandler(t, poolSnapshot(t))
-	m.nodes = newLabelSet(1, MaxNodeLabelBytes)
+	m.nodes = newLabelSet(1, maxNodeLabelBytes)
 	var d Decision
 	d.Present[CPU] = true
 	m.observeNode("a", &d)
@@ -71,7 +71,7 @@ func TestMetricsNodeBoundFreedOnRestore(t *testing.T) {
 // A bounded number of series is not bounded memory when each label value
 // can be as long as a request body: 5,000 node names of 3 MiB would hold
 // 15 GB. A name longer than a Node's (253 bytes) gets no series, a user
-// name over MaxUserLabelBytes counts under OtherUser.
+// name over maxUserLabelBytes counts under otherUser.
 func TestMetricsLabelValuesBoundedInLength(t *testing.T) {
 	h, m := testHandler(t, poolSnapshot(t))
 	long := strings.Repeat("n", 64<<10)
@@ -99,7 +99,7 @@ func TestMetricsLabelValuesBoundedInLength(t *testing.T) {
 	if n := testutil.CollectAndCount(m.UntrustedAllocatableWrites); n != 1 {
 		t.Errorf("%d user series, want 1", n)
 	}
-	if v := testutil.ToFloat64(m.UntrustedAllocatableWrites.WithLabelValues(OtherUser)); v != 1 {
-		t.Errorf("a 64 KiB user name was not counted under %q (%v)", OtherUser, v)
+	if v := testutil.ToFloat64(m.UntrustedAllocatableWrites.WithLabelValues(otherUser)); v != 1 {
+		t.Errorf("a 64 KiB user name was not counted under %q (%v)", otherUser, v)
 	}
 }

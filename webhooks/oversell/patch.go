@@ -6,12 +6,12 @@ import (
 	"github.com/hookwright/hookwright/webhooks/jsonscan"
 )
 
-// AppendPatch appends to dst the RFC 6902 JSON patch that turns obj into
+// appendPatch appends to dst the RFC 6902 JSON patch that turns obj into
 // what d prescribes, and reports whether any operation was written. It only
 // touches /status/allocatable/{cpu,memory} and the engine's annotations; a
 // value equal in quantity to the current one ("8" vs "8000m") is left alone
 // so steady-state writes carry no patch. dst gets "[...]" only when ops > 0.
-func AppendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
+func appendPatch(dst []byte, obj NodeState, d Decision) ([]byte, bool) {
 	if !d.Apply {
 		return dst, false
 	}

@@ -25,11 +25,11 @@ func nodeDoc(t testing.TB, n NodeState) []byte {
 	return b
 }
 
-// applyDecision runs Decide's output through AppendPatch and a real JSON
+// applyDecision runs decide's output through appendPatch and a real JSON
 // patch implementation, returning the resulting node.
 func applyDecision(t testing.TB, obj NodeState, d Decision) (NodeState, []byte) {
 	t.Helper()
-	patch, ok := AppendPatch(nil, obj, d)
+	patch, ok := appendPatch(nil, obj, d)
 	if !ok {
 		return obj, nil
 	}
@@ -54,7 +54,7 @@ func TestAppendPatch(t *testing.T) {
 	amplified := node("7600m", "23040Mi", amplifiedAnn())
 
 	t.Run("first amplification", func(t *testing.T) {
-		got, patch := applyDecision(t, plain, Decide(Input{Writer: WriterKubelet, Object: plain, Old: &plain, Policy: pool}))
+		got, patch := applyDecision(t, plain, Decide(Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
 		want := node("7600m", "23040Mi", amplifiedAnn())
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %+v\nwant %+v", got, want)
@@ -71,7 +71,7 @@ func TestAppendPatch(t *testing.T) {
 
 	t.Run("no annotations map", func(t *testing.T) {
 		bare := node("3800m", "15Gi", nil)
-		got, _ := applyDecision(t, bare, Decide(Input{Writer: WriterKubelet, Object: bare, Old: &bare, Policy: pool}))
+		got, _ := applyDecision(t, bare, Decide(Input{Writer: writerKubelet, Object: bare, Old: &bare, Policy: pool}))
 		want := node("7600m", "23040Mi", with(amplifiedAnn(), "other", "-"))
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("got %+v\nwant %+v", got, want)
@@ -80,7 +80,7 @@ func TestAppendPatch(t *testing.T) {
 
 	t.Run("heartbeat only touches allocatable", func(t *testing.T) {
 		in := node("3800m", "15Gi", amplifiedAnn())
-		got, patch := applyDecision(t, in, Decide(Input{Writer: WriterKubelet, Object: in, Old: &amplified, Policy: pool}))
+		got, patch := applyDecision(t, in, Decide(Input{Writer: writerKubelet, Object: in, Old: &amplified, Policy: pool}))
 		if !reflect.DeepEqual(got, amplified) {
 			t.Fatalf("got %+v", got)
 		}
@@ -93,7 +93,7 @@ func TestAppendPatch(t *testing.T) {
 	t.Run("steady state carries no patch", func(t *testing.T) {
 		// "7.6" equals "7600m": no rewrite for a different spelling.
 		in := node("7.6", "23040Mi", amplifiedAnn())
-		if patch, ok := AppendPatch(nil, in, Decide(Input{Writer: WriterOther, Object: in, Old: &amplified, Policy: pool})); ok {
+		if patch, ok := appendPatch(nil, in, Decide(Input{Writer: WriterOther, Object: in, Old: &amplified, Policy: pool})); ok {
 			t.Fatalf("unexpected patch %s", patch)
 		}
 	})
@@ -106,7 +106,7 @@ func TestAppendPatch(t *testing.T) {
 	})
 
 	t.Run("other resources untouched", func(t *testing.T) {
-		got, _ := applyDecision(t, plain, Decide(Input{Writer: WriterKubelet, Object: plain, Old: &plain, Policy: pool}))
+		got, _ := applyDecision(t, plain, Decide(Input{Writer: writerKubelet, Object: plain, Old: &plain, Policy: pool}))
 		for _, k := range []string{"pods", "ephemeral-storage", "hugepages-2Mi"} {
 			if got.Allocatable[k] != plain.Allocatable[k] || got.Capacity[k] != plain.Capacity[k] {
 				t.Errorf("%s changed", k)
@@ -118,7 +118,7 @@ func TestAppendPatch(t *testing.T) {
 	})
 
 	t.Run("no decision, no patch", func(t *testing.T) {
-		if patch, ok := AppendPatch([]byte("x"), plain, Decision{Reason: ReasonRawUnknown}); ok || string(patch) != "x" {
+		if patch, ok := appendPatch([]byte("x"), plain, Decision{Reason: reasonRawUnknown}); ok || string(patch) != "x" {
 			t.Fatalf("got %q %v", patch, ok)
 		}
 	})

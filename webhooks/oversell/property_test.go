@@ -120,7 +120,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 		)
 		switch x := rng.IntN(100); {
 		case x < 50:
-			writer = WriterKubelet
+			writer = writerKubelet
 			merged = kubeletWrite(rng.IntN(100) < 70)
 		case x < 70:
 			merged = cloneState(stored)
@@ -157,7 +157,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 			old := stored
 			d := Decide(Input{Writer: writer, Object: merged, Old: &old, Policy: pol})
 			switch {
-			case !d.Apply && d.Reason == ReasonRawUnknown && writer == WriterOther && implausibleRaw(merged, old):
+			case !d.Apply && d.Reason == reasonRawUnknown && writer == WriterOther && implausibleRaw(merged, old):
 				// Admitted unchanged; a later kubelet patch from a stale
 				// copy carries these values as its own (documented).
 				stored = merged
@@ -165,7 +165,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 					q := resource.MustParse(merged.Allocatable[k])
 					reals[q.String()] = true
 				}
-			case !d.Apply && d.Reason != ReasonNotSelected:
+			case !d.Apply && d.Reason != reasonNotSelected:
 				t.Fatalf("write %d: no decision (%s) for %+v over %+v", i, d.Reason, merged, old)
 			default:
 				stored, _ = applyDecision(t, merged, d)
@@ -179,7 +179,7 @@ func runMixedWrites(t *testing.T, seed uint64, writes int) {
 	}
 
 	// The next heartbeat, from a fresh copy, settles on real × ratio.
-	d := Decide(Input{Writer: WriterKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
+	d := Decide(Input{Writer: writerKubelet, Object: kubeletWrite(true), Old: &stored, Policy: pol})
 	stored, _ = applyDecision(t, kubeletWrite(false), d)
 	for r := Resource(0); r < numResources; r++ {
 		var ratio Ratio

@@ -48,24 +48,24 @@ const maxRatioMicro = 10_000_000
 // so "1.5" is 1500000. The zero value means "not set".
 type Ratio struct{ micro int64 }
 
-// ErrInvalidRatio is returned by ParseRatio for anything outside the
+// errInvalidRatio is returned by ParseRatio for anything outside the
 // NodeOversell API's ratio grammar.
-var ErrInvalidRatio = errors.New("ratio must be a decimal from 1 to 10 with at most 6 fractional digits")
+var errInvalidRatio = errors.New("ratio must be a decimal from 1 to 10 with at most 6 fractional digits")
 
 // ParseRatio parses a decimal such as "2", "1.5" or "1.000001". It returns
-// ErrInvalidRatio (wrapped) for values below 1, above 10, with more than 6
+// errInvalidRatio (wrapped) for values below 1, above 10, with more than 6
 // fractional digits, signs, exponents or any other syntax. The API pattern
 // in api/v1alpha1 already rejects these; the check is repeated because a
 // heartbeat must never depend on the API server's validation.
 func ParseRatio(s string) (Ratio, error) {
 	intPart, frac, hasDot := strings.Cut(s, ".")
 	if intPart == "" || len(intPart) > 2 || (hasDot && (frac == "" || len(frac) > ratioScale)) {
-		return Ratio{}, fmt.Errorf("%w: %q", ErrInvalidRatio, s)
+		return Ratio{}, fmt.Errorf("%w: %q", errInvalidRatio, s)
 	}
 	var v int64
 	for _, c := range intPart + frac {
 		if c < '0' || c > '9' {
-			return Ratio{}, fmt.Errorf("%w: %q", ErrInvalidRatio, s)
+			return Ratio{}, fmt.Errorf("%w: %q", errInvalidRatio, s)
 		}
 		v = v*10 + int64(c-'0')
 	}
@@ -73,7 +73,7 @@ func ParseRatio(s string) (Ratio, error) {
 		v *= 10
 	}
 	if v < 1_000_000 || v > maxRatioMicro {
-		return Ratio{}, fmt.Errorf("%w: %q", ErrInvalidRatio, s)
+		return Ratio{}, fmt.Errorf("%w: %q", errInvalidRatio, s)
 	}
 	return Ratio{micro: v}, nil
 }
@@ -84,8 +84,8 @@ func (r Ratio) IsSet() bool { return r.micro != 0 }
 // IsOne reports whether the ratio is exactly 1 (no inflation).
 func (r Ratio) IsOne() bool { return r.micro == 1_000_000 }
 
-// Float returns the ratio as a float64, for metrics only.
-func (r Ratio) Float() float64 { return float64(r.micro) / 1e6 }
+// float returns the ratio as a float64, for metrics only.
+func (r Ratio) float() float64 { return float64(r.micro) / 1e6 }
 
 // String formats the ratio in its shortest exact decimal form ("2", "1.5").
 func (r Ratio) String() string {

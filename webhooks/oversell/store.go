@@ -61,10 +61,10 @@ type Snapshot struct {
 	Hash string
 }
 
-// Select returns the policy that applies to a node with these labels, or nil.
+// policyFor returns the policy that applies to a node with these labels, or nil.
 // When several select the node, exactly one applies: the first in
 // precedence order.
-func (s *Snapshot) Select(nodeLabels map[string]string) *Policy {
+func (s *Snapshot) policyFor(nodeLabels map[string]string) *Policy {
 	set := labels.Set(nodeLabels)
 	for _, p := range s.Policies {
 		if p.Selector.Matches(set) {
@@ -74,9 +74,9 @@ func (s *Snapshot) Select(nodeLabels map[string]string) *Policy {
 	return nil
 }
 
-// TrustedFunc returns the trusted-reporter test for a node selected by p
+// trustedFunc returns the trusted-reporter test for a node selected by p
 // (p may be nil).
-func (s *Snapshot) TrustedFunc(p *Policy) func(string) bool {
+func (s *Snapshot) trustedFunc(p *Policy) func(string) bool {
 	return func(user string) bool {
 		if slices.Contains(s.ExtraTrusted, user) {
 			return true
@@ -125,7 +125,7 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 }
 
 // BuildSnapshot compiles objs into a snapshot. Invalid objects are listed in
-// Ignored instead of failing the whole set; objects being deleted are
+// ignored instead of failing the whole set; objects being deleted are
 // listed in Deleting and never become policies.
 func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
 	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted}
@@ -165,7 +165,7 @@ func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced 
 }
 
 // Store holds the NodeOversell objects delivered by an informer and
-// publishes a new Snapshot on every add, update and delete.
+// publishes a new snapshot on every add, update and delete.
 type Store struct {
 	log          logr.Logger
 	metrics      *Metrics
@@ -186,27 +186,27 @@ func NewStore(extraTrusted []string, log logr.Logger, m *Metrics) *Store {
 	return s
 }
 
-// Snapshot returns the current snapshot; never nil.
-func (s *Store) Snapshot() *Snapshot { return s.snap.Load() }
+// snapshot returns the current snapshot; never nil.
+func (s *Store) snapshot() *Snapshot { return s.snap.Load() }
 
-// Upsert records an added or updated NodeOversell.
-func (s *Store) Upsert(o *v1alpha1.NodeOversell) {
+// upsert records an added or updated NodeOversell.
+func (s *Store) upsert(o *v1alpha1.NodeOversell) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.objs[o.Name] = o
 	s.rebuildLocked()
 }
 
-// Delete forgets a NodeOversell by name.
-func (s *Store) Delete(name string) {
+// remove forgets a NodeOversell by name.
+func (s *Store) remove(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.objs, name)
 	s.rebuildLocked()
 }
 
-// MarkSynced records that the informer's initial list was delivered.
-func (s *Store) MarkSynced() {
+// markSynced records that the informer's initial list was delivered.
+func (s *Store) markSynced() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synced = true
@@ -215,7 +215,7 @@ func (s *Store) MarkSynced() {
 
 // Synced reports whether the store has seen the informer's initial list;
 // it is the server's readiness condition.
-func (s *Store) Synced() bool { return s.Snapshot().Synced }
+func (s *Store) Synced() bool { return s.snapshot().Synced }
 
 func (s *Store) rebuildLocked() {
 	objs := make([]*v1alpha1.NodeOversell, 0, len(s.objs))
@@ -260,17 +260,17 @@ func (s *Store) Watch(ctx context.Context, c cache.Cache) error {
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if o, ok := eventObject(obj); ok {
-				s.Upsert(o)
+				s.upsert(o)
 			}
 		},
 		UpdateFunc: func(_, obj any) {
 			if o, ok := eventObject(obj); ok {
-				s.Upsert(o)
+				s.upsert(o)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if o, ok := eventObject(obj); ok {
-				s.Delete(o.Name)
+				s.remove(o.Name)
 			}
 		},
 	})
@@ -279,8 +279,8 @@ func (s *Store) Watch(ctx context.Context, c cache.Cache) error {
 	}
 	go func() {
 		if toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			s.MarkSynced()
-			s.log.Info("NodeOversell configuration synced", "hash", s.Snapshot().Hash)
+			s.markSynced()
+			s.log.Info("NodeOversell configuration synced", "hash", s.snapshot().Hash)
 		}
 	}()
 	return nil

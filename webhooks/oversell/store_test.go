@@ -59,10 +59,10 @@ func TestBuildSnapshotPrecedence(t *testing.T) {
 			t.Fatalf("order %v, want %v", got, want)
 		}
 	}
-	if p := s.Select(map[string]string{"pool": "oversell"}); p.Name != "top" {
+	if p := s.policyFor(map[string]string{"pool": "oversell"}); p.Name != "top" {
 		t.Fatalf("selected %s", p.Name)
 	}
-	if p := s.Select(map[string]string{"pool": "other"}); p != nil {
+	if p := s.policyFor(map[string]string{"pool": "other"}); p != nil {
 		t.Fatalf("selected %s", p.Name)
 	}
 }
@@ -96,16 +96,16 @@ func TestBuildSnapshotSkipsDeleting(t *testing.T) {
 	objs[0].DeletionTimestamp = &now
 	objs[0].Finalizers = []string{"oversell.hookwright.io/restore"}
 	s := BuildSnapshot(objs, nil, true)
-	if p := s.Select(map[string]string{"pool": "oversell"}); p == nil || p.Name != "staying" {
+	if p := s.policyFor(map[string]string{"pool": "oversell"}); p == nil || p.Name != "staying" {
 		t.Fatalf("selected %+v, want staying", p)
 	}
 	if len(s.Policies) != 1 || len(s.Ignored) != 0 || len(s.Deleting) != 1 || s.Deleting[0] != "going" {
 		t.Fatalf("policies %d ignored %v deleting %v", len(s.Policies), s.Ignored, s.Deleting)
 	}
-	if c := NewConfigz(s); len(c.Deleting) != 1 || len(c.NodeOversells) != 1 {
+	if c := newConfigz(s); len(c.Deleting) != 1 || len(c.NodeOversells) != 1 {
 		t.Fatalf("configz %+v", c)
 	}
-	if BuildSnapshot(objs[:1], nil, true).Select(map[string]string{"pool": "oversell"}) != nil {
+	if BuildSnapshot(objs[:1], nil, true).policyFor(map[string]string{"pool": "oversell"}) != nil {
 		t.Fatal("a deleting NodeOversell alone still selects the node")
 	}
 }
@@ -175,7 +175,7 @@ func TestStoreWatchHotReload(t *testing.T) {
 	if c := cpuAfter(); c != "7600m" {
 		t.Fatalf("after ratio 1.0: cpu %s", c)
 	}
-	if g := store.Snapshot().Policies[0].Generation; g != 2 {
+	if g := store.snapshot().Policies[0].Generation; g != 2 {
 		t.Fatalf("generation %d", g)
 	}
 
@@ -184,23 +184,23 @@ func TestStoreWatchHotReload(t *testing.T) {
 	broken.Generation = 3
 	broken.Spec.Ratios.CPU = "99"
 	fi.Update(updated, broken)
-	if len(store.Snapshot().Policies) != 0 || testutil.ToFloat64(m.ConfigRejected.WithLabelValues("oversell-pool")) != 1 {
-		t.Fatalf("invalid CR served: %+v", store.Snapshot())
+	if len(store.snapshot().Policies) != 0 || testutil.ToFloat64(m.ConfigRejected.WithLabelValues("oversell-pool")) != 1 {
+		t.Fatalf("invalid CR served: %+v", store.snapshot())
 	}
 
 	// Deleted (as a tombstone): deselected on the next write.
 	fi.Update(broken, updated)
 	fi.Delete(updated)
-	if len(store.Snapshot().Policies) != 0 {
+	if len(store.snapshot().Policies) != 0 {
 		t.Fatal("deleted CR still served")
 	}
-	store.Upsert(updated)
+	store.upsert(updated)
 	for _, ev := range []any{toolscache.DeletedFinalStateUnknown{Key: "oversell-pool", Obj: updated}} {
 		if o, ok := eventObject(ev); !ok || o.Name != "oversell-pool" {
 			t.Fatal("tombstone not unwrapped")
 		}
 	}
-	store.Delete("oversell-pool")
+	store.remove("oversell-pool")
 	if testutil.ToFloat64(m.Policies) != 0 {
 		t.Fatal("policies gauge")
 	}

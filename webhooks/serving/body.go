@@ -14,25 +14,25 @@ import (
 )
 
 // Envelope defaults. DefaultMaxBody is the API server's request size limit
-// (3 MiB), so any legitimate object fits; DefaultMaxInflight keeps the
+// (3 MiB), so any legitimate object fits; defaultMaxInflight keeps the
 // bodies of concurrent requests, and what decoding them costs, well inside
 // the server Deployment's 256 Mi memory limit (controllers.DefaultResources).
 const (
 	DefaultMaxBody     = 3 << 20
-	DefaultMaxInflight = 32 << 20
-	// DefaultTimeout is the largest timeoutSeconds the API server accepts
+	defaultMaxInflight = 32 << 20
+	// defaultTimeout is the largest timeoutSeconds the API server accepts
 	// for a webhook (admissionregistration.k8s.io/v1 validation: 1 to 30).
-	DefaultTimeout = 30 * time.Second
-	// DefaultBudgetWait is how long a body waits for in-flight budget
+	defaultTimeout = 30 * time.Second
+	// defaultBudgetWait is how long a body waits for in-flight budget
 	// before it is answered 429.
-	DefaultBudgetWait = time.Second
-	// BodyGrace and MinBodyRate are the slowest body accepted: after
-	// BodyGrace, bytes must keep arriving at MinBodyRate on average, so a
+	defaultBudgetWait = time.Second
+	// BodyGrace and minBodyRate are the slowest body accepted: after
+	// BodyGrace, bytes must keep arriving at minBodyRate on average, so a
 	// 3 MiB body has 4 s. The API server writes a review it holds in memory
 	// at once, over the cluster network; a client trickling a body holds
 	// buffer and budget for at most about BodyGrace.
 	BodyGrace   = time.Second
-	MinBodyRate = 1 << 20 // bytes per second
+	minBodyRate = 1 << 20 // bytes per second
 )
 
 // Envelope reads AdmissionReview bodies under bounds that hold whatever a
@@ -69,13 +69,13 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 		e.maxBody = DefaultMaxBody
 	}
 	if e.timeout <= 0 {
-		e.timeout = DefaultTimeout
+		e.timeout = defaultTimeout
 	}
 	if e.wait <= 0 {
-		e.wait = DefaultBudgetWait
+		e.wait = defaultBudgetWait
 	}
 	if e.inflight <= 0 {
-		e.inflight = DefaultMaxInflight
+		e.inflight = defaultMaxInflight
 	}
 	// A single body must always fit, or a large valid review could never
 	// be served.
@@ -86,22 +86,17 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 	return e
 }
 
+// defaultEnvelope is the process-wide Envelope with the default bounds,
+// for handlers not given one.
 var defaultEnvelope = sync.OnceValue(func() *Envelope { return NewEnvelope(EnvelopeOptions{}) })
 
-// DefaultEnvelope is the process-wide Envelope with the default bounds, for
-// handlers not given one.
-func DefaultEnvelope() *Envelope { return defaultEnvelope() }
-
-// MaxBody is the largest body accepted, in bytes.
-func (e *Envelope) MaxBody() int64 { return e.maxBody }
-
-// Deadline is when the body of r must have arrived: the request start plus
+// deadline is when the body of r must have arrived: the request start plus
 // the smaller of the envelope's timeout and the timeout the API server
 // passes as the "timeout" query parameter (the webhook's timeoutSeconds,
 // rounded up to a second: k8s.io/apiserver admission/plugin/webhook
 // mutating dispatcher via client-go rest.Request.Timeout). A caller cannot
 // extend the envelope's timeout.
-func (e *Envelope) Deadline(r *http.Request, start time.Time) time.Time {
+func (e *Envelope) deadline(r *http.Request, start time.Time) time.Time {
 	d := e.timeout
 	if r.URL == nil {
 		return start.Add(d)
@@ -125,7 +120,7 @@ type BodyError struct {
 
 func (e *BodyError) Error() string { return e.Msg }
 
-// Body reasons.
+// body reasons.
 const (
 	ReasonTooLarge = "TooLarge"
 	ReasonTimeout  = "Timeout"
@@ -133,9 +128,9 @@ const (
 	ReasonRead     = "Read"
 )
 
-// Body is a request body read by an Envelope. Bytes is valid until Release,
-// which returns the buffer to its pool and its bytes to the budget; call
-// Release once, when the response is written.
+// Body is a request body read by an Envelope. Its bytes are valid until
+// Release, which returns the buffer to its pool and its bytes to the
+// budget; call Release once, when the response is written.
 type Body struct {
 	e    *Envelope
 	buf  []byte
@@ -143,10 +138,10 @@ type Body struct {
 	held int64
 }
 
-// Bytes is the body.
-func (b *Body) Bytes() []byte { return b.buf }
+// bytes is the body.
+func (b *Body) bytes() []byte { return b.buf }
 
-// Release returns the buffer and its budget. It is safe on a nil Body.
+// Release returns the buffer and its budget. It is safe on a nil body.
 func (b *Body) Release() {
 	if b == nil || b.e == nil {
 		return
@@ -215,17 +210,17 @@ func nextSize(cur int, max int64) int {
 // at once, and otherwise the buffer grows with the bytes that arrive. The
 // connection's read deadline (set through http.ResponseController;
 // recorders that do not support it get none) is Deadline, and earlier for a
-// body slower than MinBodyRate after BodyGrace, so a slow body ends with 408
+// body slower than minBodyRate after BodyGrace, so a slow body ends with 408
 // and the connection is closed. When the in-flight budget is full for longer
 // than the budget wait, the body is refused with 429. On success the caller
-// must Release the Body.
+// must Release the body.
 func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 	start := time.Now()
 	if r.ContentLength > e.maxBody {
 		return nil, &BodyError{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Msg: fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, e.maxBody)}
 	}
-	deadline := e.Deadline(r, start)
+	deadline := e.deadline(r, start)
 	rd := readDeadline{rc: http.NewResponseController(w), start: start, deadline: deadline}
 	src := http.MaxBytesReader(w, r.Body, e.maxBody)
 	b := &Body{e: e}
@@ -264,7 +259,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 }
 
 // readDeadline moves the connection's read deadline as bytes arrive: the
-// next byte is due by start + BodyGrace + received/MinBodyRate, never
+// next byte is due by start + BodyGrace + received/minBodyRate, never
 // later than the request deadline. Once the body is in, net/http clears the
 // deadline for its background read (connReader.startBackgroundRead), so a
 // review that takes longer to answer keeps its context.
@@ -280,7 +275,7 @@ func (d *readDeadline) set(received int) {
 	if d.unsupported {
 		return
 	}
-	t := d.start.Add(BodyGrace + time.Duration(int64(received)*int64(time.Second)/MinBodyRate))
+	t := d.start.Add(BodyGrace + time.Duration(int64(received)*int64(time.Second)/minBodyRate))
 	if t.After(d.deadline) {
 		t = d.deadline
 	}
@@ -330,7 +325,7 @@ func (e *Envelope) readError(err error, excess bool, rd *readDeadline) error {
 			Msg: fmt.Sprintf("body exceeds the %d byte limit", e.maxBody)}
 	case errors.Is(err, os.ErrDeadlineExceeded) && rd.cur.Before(rd.deadline):
 		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
-			Msg: fmt.Sprintf("body too slow: after %v it must arrive at %d KiB/s or more", BodyGrace, MinBodyRate>>10)}
+			Msg: fmt.Sprintf("body too slow: after %v it must arrive at %d KiB/s or more", BodyGrace, minBodyRate>>10)}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return &BodyError{Status: http.StatusRequestTimeout, Reason: ReasonTimeout,
 			Msg: fmt.Sprintf("body not received within the request timeout of %v", rd.deadline.Sub(rd.start).Round(time.Millisecond))}
@@ -338,7 +333,7 @@ func (e *Envelope) readError(err error, excess bool, rd *readDeadline) error {
 	return &BodyError{Status: http.StatusBadRequest, Reason: ReasonRead, Msg: "reading body: " + err.Error()}
 }
 
-// Fail writes a BodyError (or any error, as 400) as a plain-text answer.
+// Fail writes a bodyError (or any error, as 400) as a plain-text answer.
 // A 408 or 413 also closes the connection: the rest of the body is never
 // read.
 func Fail(w http.ResponseWriter, err error) {

@@ -74,10 +74,10 @@ func TestReadGrowsWithBytesReceived(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
-		if !bytes.Equal(b.Bytes(), data) {
+		if !bytes.Equal(b.bytes(), data) {
 			t.Fatalf("%d bytes: body differs", n)
 		}
-		if c := cap(b.Bytes()); c > 2*n+16<<10 {
+		if c := cap(b.bytes()); c > 2*n+16<<10 {
 			t.Fatalf("%d bytes held in a %d byte buffer", n, c)
 		}
 		b.Release()
@@ -135,7 +135,7 @@ func TestDeadline(t *testing.T) {
 		"?timeout=junk": 10 * time.Second,
 	} {
 		r := httptest.NewRequest(http.MethodPost, "/x"+q, nil)
-		if got := e.Deadline(r, start).Sub(start); got != want {
+		if got := e.deadline(r, start).Sub(start); got != want {
 			t.Errorf("%q: got %v, want %v", q, got, want)
 		}
 	}

@@ -23,8 +23,8 @@ func TestServerTimeoutsFromFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := o.httpServer(context.Background(), http.NotFoundHandler())
-	if srv.ReadHeaderTimeout != DefaultTimeout || srv.ReadTimeout != DefaultTimeout || srv.WriteTimeout <= srv.ReadTimeout {
-		t.Errorf("read header %v, read %v, write %v: want %v, %v and a little more", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, DefaultTimeout, DefaultTimeout)
+	if srv.ReadHeaderTimeout != defaultTimeout || srv.ReadTimeout != defaultTimeout || srv.WriteTimeout <= srv.ReadTimeout {
+		t.Errorf("read header %v, read %v, write %v: want %v, %v and a little more", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, defaultTimeout, defaultTimeout)
 	}
 	clientIdle := http.DefaultTransport.(*http.Transport).IdleConnTimeout
 	if srv.IdleTimeout <= clientIdle {

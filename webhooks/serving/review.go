@@ -14,7 +14,7 @@ const (
 	ReasonContentType = "ContentType"
 )
 
-// Refuse returns the *BodyError that answers a request with status, a short
+// Refuse returns the *bodyError that answers a request with status, a short
 // fixed reason token for metrics and a plain-text message.
 func Refuse(status int, reason, msg string) *BodyError {
 	return &BodyError{Status: status, Reason: reason, Msg: msg}
@@ -22,7 +22,7 @@ func Refuse(status int, reason, msg string) *BodyError {
 
 // ReviewFunc answers one AdmissionReview body, appending the JSON of the
 // response AdmissionReview to dst (a pooled buffer; body and dst are valid
-// only during the call). A *BodyError it returns is the answer (its status
+// only during the call). A *bodyError it returns is the answer (its status
 // and message, e.g. 400 for a body that is not a review, 503 while no
 // configuration is loaded); any other error is a 400.
 type ReviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
@@ -36,10 +36,10 @@ type ReviewFunc func(r *http.Request, body, dst []byte) ([]byte, error)
 // and log; a request answered 200 returns nil. The API server treats a
 // non-200 as a failed call and applies the webhook's failurePolicy, which
 // is right for garbage (k8s.io/apiserver pkg/admission/plugin/webhook/
-// request). A nil e is DefaultEnvelope().
+// request). A nil e is the process-wide Envelope with the default bounds.
 func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFunc) *BodyError {
 	if e == nil {
-		e = DefaultEnvelope()
+		e = defaultEnvelope()
 	}
 	if r.Method != http.MethodPost {
 		return refuse(w, Refuse(http.StatusMethodNotAllowed, ReasonMethod, "method "+r.Method+" not allowed: POST an AdmissionReview"))
@@ -55,7 +55,7 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFun
 	defer body.Release()
 	out := outPool.Get().(*outBuf)
 	defer putOut(out)
-	answer, err := review(r, body.Bytes(), out.b[:0])
+	answer, err := review(r, body.bytes(), out.b[:0])
 	if err != nil {
 		return refuse(w, err)
 	}
@@ -65,7 +65,7 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFun
 	return nil
 }
 
-// refuse answers err (Fail) and returns it as a *BodyError.
+// refuse answers err (Fail) and returns it as a *bodyError.
 func refuse(w http.ResponseWriter, err error) *BodyError {
 	var be *BodyError
 	if !errors.As(err, &be) {

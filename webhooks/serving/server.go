@@ -57,7 +57,7 @@ func (s *Server) Addr() string {
 // httpServer is the http.Server for handler: every phase of a request is
 // bounded by the request timeout (the webhook timeout's upper bound), idle
 // keep-alive connections are closed after the idle timeout (longer than the
-// API server's, see DefaultIdleTimeout), headers are capped at 64 KiB (an
+// API server's, see defaultIdleTimeout), headers are capped at 64 KiB (an
 // AdmissionReview call carries a handful), and HTTP/2 is off unless enabled
 // (CVE-2023-44487).
 func (o *Options) httpServer(ctx context.Context, handler http.Handler) *http.Server {

@@ -42,43 +42,43 @@ type Options struct {
 	// EnableHTTP2 is off by default (CVE-2023-44487, rapid reset).
 	EnableHTTP2 bool
 	// RequestTimeout bounds reading a request's headers and body and
-	// writing its response; 0 means DefaultTimeout
+	// writing its response; 0 means defaultTimeout
 	// (30 s, the largest webhook timeoutSeconds). A request carrying the
 	// API server's timeout parameter gets the smaller of the two for its
 	// body (Envelope.Deadline).
 	RequestTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long; 0 means
-	// DefaultIdleTimeout. Keep it above the callers' own idle timeout.
+	// defaultIdleTimeout. Keep it above the callers' own idle timeout.
 	IdleTimeout time.Duration
 	// MaxInflightBytes bounds the body bytes held by all requests being
-	// served; 0 means DefaultMaxInflight (32 MiB).
+	// served; 0 means defaultMaxInflight (32 MiB).
 	MaxInflightBytes int64
 	// MaxConnections bounds open connections (golang.org/x/net/netutil);
 	// further clients wait in the kernel's accept queue. 0 means no limit.
 	MaxConnections int
 }
 
-// DefaultIdleTimeout is above the 90 s idle timeout of the API server's
+// defaultIdleTimeout is above the 90 s idle timeout of the API server's
 // webhook client (client-go's transport takes http.DefaultTransport's
 // IdleConnTimeout through apimachinery's SetTransportDefaults), so the
 // client always closes an idle connection first. A server closing first
 // races the client reusing it, and the API server does not retry a POST
 // that got EOF: the admission call fails. An idle connection costs about
 // 45 KiB and no body budget, and --max-connections bounds how many there are.
-const DefaultIdleTimeout = 120 * time.Second
+const defaultIdleTimeout = 120 * time.Second
 
 func (o *Options) idleTimeout() time.Duration {
 	if o.IdleTimeout > 0 {
 		return o.IdleTimeout
 	}
-	return DefaultIdleTimeout
+	return defaultIdleTimeout
 }
 
 func (o *Options) timeout() time.Duration {
 	if o.RequestTimeout > 0 {
 		return o.RequestTimeout
 	}
-	return DefaultTimeout
+	return defaultTimeout
 }
 
 // AddFlags registers the options on fs with their defaults.
@@ -90,14 +90,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KeyName, "key-name", "tls.key", "serving key file name in --cert-dir")
 	fs.StringVar(&o.MinTLSVersion, "tls-min-version", "1.3", "minimum TLS version: 1.2 or 1.3")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 (off by default: CVE-2023-44487)")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", DefaultTimeout, "bound on reading a request and writing its answer (at most the 30s webhook timeout is useful)")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
-	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", defaultTimeout, "bound on reading a request and writing its answer (at most the 30s webhook timeout is useful)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", defaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
+	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", defaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
 	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
 }
 
-// TLSVersion maps "1.2"/"1.3" to the crypto/tls constant.
-func TLSVersion(s string) (uint16, error) {
+// tlsVersion maps "1.2"/"1.3" to the crypto/tls constant.
+func tlsVersion(s string) (uint16, error) {
 	switch s {
 	case "1.2", "VersionTLS12":
 		return tls.VersionTLS12, nil
@@ -107,9 +107,9 @@ func TLSVersion(s string) (uint16, error) {
 	return 0, fmt.Errorf("unsupported TLS version %q: want 1.2 or 1.3", s)
 }
 
-// TLSOpts returns the tls.Config mutators for these options.
-func (o *Options) TLSOpts() ([]func(*tls.Config), error) {
-	v, err := TLSVersion(o.MinTLSVersion)
+// tlsOpts returns the tls.Config mutators for these options.
+func (o *Options) tlsOpts() ([]func(*tls.Config), error) {
+	v, err := tlsVersion(o.MinTLSVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (o *Options) NewServer() (*Server, error) { return o.NewServerWithTLS() }
 // the options' own; one that sets GetCertificate replaces the certwatcher
 // on CertDir (the manager serves certificates it issues itself).
 func (o *Options) NewServerWithTLS(extra ...func(*tls.Config)) (*Server, error) {
-	tlsOpts, err := o.TLSOpts()
+	tlsOpts, err := o.tlsOpts()
 	if err != nil {
 		return nil, err
 	}

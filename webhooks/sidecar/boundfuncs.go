@@ -97,7 +97,7 @@ func funcMap(st *renderState) template.FuncMap {
 		return sprig.TxtFuncMap()["wrapWith"].(func(int, string, string) string)(l, sep, s), nil
 	}
 	f["join"] = func(sep string, v any) (string, error) {
-		n, ok := measure(v, MaxValueBytes)
+		n, ok := measure(v, maxValueBytes)
 		if !ok {
 			return "", valueLimitError("join's list")
 		}
@@ -111,7 +111,7 @@ func funcMap(st *renderState) template.FuncMap {
 		return sprig.TxtFuncMap()["join"].(func(string, any) string)(sep, v), nil
 	}
 	// Regular expressions and the pairwise list functions cost the product
-	// of their inputs in one call (see MaxCallWork). The non-must variants
+	// of their inputs in one call (see maxCallWork). The non-must variants
 	// panic on an error, as sprig's do.
 	f["mustRegexMatch"] = func(re, s string) (bool, error) { return boundRegexMatch(st, re, s) }
 	f["regexMatch"] = func(re, s string) bool { return must(boundRegexMatch(st, re, s)) }
@@ -162,17 +162,17 @@ func funcMap(st *renderState) template.FuncMap {
 	return f
 }
 
-// checkSize fails when a function's output would pass MaxValueBytes.
+// checkSize fails when a function's output would pass maxValueBytes.
 func checkSize(name string, n int64) error {
-	if n < 0 || n > MaxValueBytes {
+	if n < 0 || n > maxValueBytes {
 		return valueLimitError(name + "'s result")
 	}
 	return nil
 }
 
 // boundGeneric wraps fn: each call is a step, its arguments together and
-// each result must measure within MaxValueBytes. A limit panics with a
-// *LimitError, which text/template turns into "error calling NAME: ...".
+// each result must measure within maxValueBytes. A limit panics with a
+// *limitError, which text/template turns into "error calling NAME: ...".
 func boundGeneric(st *renderState, name string, fn any) any {
 	fv := reflect.ValueOf(fn)
 	ft := fv.Type()
@@ -182,7 +182,7 @@ func boundGeneric(st *renderState, name string, fn any) any {
 		}
 		n := 0
 		for _, a := range args {
-			if !measureInto(a.Interface(), 0, &n, MaxValueBytes) {
+			if !measureInto(a.Interface(), 0, &n, maxValueBytes) {
 				panic(valueLimitError(name + "'s arguments"))
 			}
 		}
@@ -193,7 +193,7 @@ func boundGeneric(st *renderState, name string, fn any) any {
 			out = fv.Call(args)
 		}
 		if len(out) > 0 && out[0].IsValid() && out[0].CanInterface() {
-			if _, ok := measure(out[0].Interface(), MaxValueBytes); !ok {
+			if _, ok := measure(out[0].Interface(), maxValueBytes); !ok {
 				panic(valueLimitError(name + "'s result"))
 			}
 		}
@@ -234,7 +234,7 @@ func boundUntilStep(start, stop, step int) ([]int, error) {
 			count++
 		}
 	}
-	if count > MaxValueBytes/16 {
+	if count > maxValueBytes/16 {
 		return nil, valueLimitError(fmt.Sprintf("a list of %d numbers", count))
 	}
 	v := make([]int, 0, count)
@@ -327,7 +327,7 @@ func must[T any](v T, err error) T {
 func boundSprint(f func(...any) string, args []any) (string, error) {
 	n := 0
 	for _, a := range args {
-		if !measureInto(a, 0, &n, MaxValueBytes) {
+		if !measureInto(a, 0, &n, maxValueBytes) {
 			return "", valueLimitError("print's arguments")
 		}
 	}
@@ -341,7 +341,7 @@ func boundSprint(f func(...any) string, args []any) (string, error) {
 func boundPrintf(format string, args ...any) string {
 	n := 0
 	for _, a := range args {
-		if !measureInto(a, 0, &n, MaxValueBytes) {
+		if !measureInto(a, 0, &n, maxValueBytes) {
 			panic(valueLimitError("printf's arguments"))
 		}
 	}
@@ -392,12 +392,12 @@ func boundPrintf(format string, args ...any) string {
 func boundQuote(args ...any) string {
 	n := 0
 	for _, a := range args {
-		if !measureInto(a, 0, &n, MaxValueBytes) {
+		if !measureInto(a, 0, &n, maxValueBytes) {
 			panic(valueLimitError("quote's arguments"))
 		}
 	}
 	s := quoteAll(args...)
-	if len(s) > MaxValueBytes {
+	if len(s) > maxValueBytes {
 		panic(valueLimitError("quote's result"))
 	}
 	return s

@@ -9,9 +9,9 @@ import (
 )
 
 // callWorkError is a function call whose cost, counted before it runs,
-// passes MaxCallWork.
+// passes maxCallWork.
 func callWorkError(what string, work int64) error {
-	return &LimitError{Limit: "MaxCallWork", Max: MaxCallWork, Unit: "work units",
+	return &limitError{Limit: "MaxCallWork", Max: maxCallWork, Unit: "work units",
 		What: fmt.Sprintf("%s (%d work units)", what, work)}
 }
 
@@ -29,12 +29,12 @@ type boundRegexp struct {
 }
 
 // compileRegex compiles pattern for a call of name on s and fails when
-// one search of s could pass MaxCallWork: RE2's searches are linear in
+// one search of s could pass maxCallWork: RE2's searches are linear in
 // the program's instructions times the input's bytes, and cannot be
 // interrupted.
 func compileRegex(name, pattern, s string) (*boundRegexp, error) {
-	if len(pattern) > MaxRegexBytes {
-		return nil, &LimitError{Limit: "MaxRegexBytes", Max: MaxRegexBytes, Unit: "bytes", What: name + "'s pattern"}
+	if len(pattern) > maxRegexBytes {
+		return nil, &limitError{Limit: "MaxRegexBytes", Max: maxRegexBytes, Unit: "bytes", What: name + "'s pattern"}
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
@@ -49,7 +49,7 @@ func compileRegex(name, pattern, s string) (*boundRegexp, error) {
 		return nil, err
 	}
 	r := &boundRegexp{name: name, re: re, tree: tree, insts: int64(len(prog.Inst))}
-	if work := r.insts * int64(len(s)+1); work > MaxCallWork {
+	if work := r.insts * int64(len(s)+1); work > maxCallWork {
 		return nil, callWorkError(fmt.Sprintf("%s of a %d-instruction pattern on %d bytes", name, r.insts, len(s)), work)
 	}
 	return r, nil
@@ -95,7 +95,7 @@ func (r *boundRegexp) searchFrom(s string, pos int, groups bool) ([]int, error) 
 }
 
 // allMatches is regexp's FindAll loop (at most n matches, all when n < 0),
-// one search at a time: each search is within MaxCallWork (compileRegex)
+// one search at a time: each search is within maxCallWork (compileRegex)
 // and the render's clock and context are read between them, since a
 // pattern whose higher-priority branch outlives its match rescans the rest
 // of s from every match (a*b|a on a long run of a's).
@@ -143,7 +143,7 @@ func (r *boundRegexp) allMatches(st *renderState, s string, n int, groups bool, 
 	return nil
 }
 
-// boundRegexMatch is sprig's mustRegexMatch within MaxCallWork.
+// boundRegexMatch is sprig's mustRegexMatch within maxCallWork.
 func boundRegexMatch(st *renderState, pattern, s string) (bool, error) {
 	if err := st.step(); err != nil {
 		return false, err
@@ -155,7 +155,7 @@ func boundRegexMatch(st *renderState, pattern, s string) (bool, error) {
 	return r.re.MatchString(s), nil
 }
 
-// boundRegexFind is sprig's mustRegexFind within MaxCallWork.
+// boundRegexFind is sprig's mustRegexFind within maxCallWork.
 func boundRegexFind(st *renderState, pattern, s string) (string, error) {
 	if err := st.step(); err != nil {
 		return "", err
@@ -180,7 +180,7 @@ func boundRegexFindAll(st *renderState, pattern, s string, n int) ([]string, err
 	size := 0
 	err = r.allMatches(st, s, n, false, func(m []int) error {
 		size += m[1] - m[0] + 16
-		if size > MaxValueBytes {
+		if size > maxValueBytes {
 			return valueLimitError("regexFindAll's result")
 		}
 		out = append(out, s[m[0]:m[1]])
@@ -215,7 +215,7 @@ func boundRegexSplit(st *renderState, pattern, s string, n int) ([]string, error
 		end = m[0]
 		if m[1] != 0 {
 			size += end - beg + 16
-			if size > MaxValueBytes {
+			if size > maxValueBytes {
 				return valueLimitError("regexSplit's result")
 			}
 			out = append(out, s[beg:end])
@@ -233,7 +233,7 @@ func boundRegexSplit(st *renderState, pattern, s string, n int) ([]string, error
 }
 
 // boundRegexReplace is sprig's regexReplaceAll(Literal), one search at a
-// time: the output grows match by match and stops past MaxValueBytes.
+// time: the output grows match by match and stops past maxValueBytes.
 func boundRegexReplace(st *renderState, pattern, s, repl string, literal bool) (string, error) {
 	if err := st.step(); err != nil {
 		return "", err
@@ -258,7 +258,7 @@ func boundRegexReplace(st *renderState, pattern, s, repl string, literal bool) (
 			out = r.re.ExpandString(out, repl, s, m)
 		}
 		last = m[1]
-		if len(out) > MaxValueBytes {
+		if len(out) > maxValueBytes {
 			return valueLimitError("regexReplaceAll's result")
 		}
 		return nil
@@ -267,7 +267,7 @@ func boundRegexReplace(st *renderState, pattern, s, repl string, literal bool) (
 		return "", err
 	}
 	out = append(out, s[last:]...)
-	if len(out) > MaxValueBytes {
+	if len(out) > maxValueBytes {
 		return "", valueLimitError("regexReplaceAll's result")
 	}
 	return string(out), nil
@@ -275,7 +275,7 @@ func boundRegexReplace(st *renderState, pattern, s, repl string, literal bool) (
 
 // checkPairs fails when comparing every element of list with every element
 // of against (sprig's uniq and without call reflect.DeepEqual on each
-// pair) could pass MaxCallWork. A comparison costs at most the smaller
+// pair) could pass maxCallWork. A comparison costs at most the smaller
 // value's size, so the work is the element count of one side times the
 // measured size of the other, in units of 16 bytes (a scalar element).
 func checkPairs(name string, list, against any) error {
@@ -284,10 +284,10 @@ func checkPairs(name string, list, against any) error {
 	if n == 0 || m == 0 {
 		return nil
 	}
-	sl, _ := measure(list, MaxValueBytes)
-	sa, _ := measure(against, MaxValueBytes)
+	sl, _ := measure(list, maxValueBytes)
+	sa, _ := measure(against, maxValueBytes)
 	work := min(int64(n)*int64(sa), int64(m)*int64(sl)) / 16
-	if work > MaxCallWork {
+	if work > maxCallWork {
 		return callWorkError(fmt.Sprintf("%s on %d × %d elements", name, n, m), work)
 	}
 	return nil

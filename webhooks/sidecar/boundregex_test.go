@@ -12,7 +12,7 @@ import (
 )
 
 // Functions whose CPU is the product of their inputs within one call are
-// denied before they run past MaxCallWork; normal calls render as sprig's.
+// denied before they run past maxCallWork; normal calls render as sprig's.
 // The bombs are the reviewer's: unbounded, the regex ones ran 9 s to over
 // 40 s and uniq minutes, in one uninterruptible call.
 func TestCallWork(t *testing.T) {
@@ -66,7 +66,7 @@ func TestCallWork(t *testing.T) {
 				}
 				return
 			}
-			var le *LimitError
+			var le *limitError
 			if !errors.As(err, &le) || le.Limit != tc.limit {
 				t.Fatalf("error %v, want a %s LimitError", err, tc.limit)
 			}
@@ -79,12 +79,12 @@ func TestCallWork(t *testing.T) {
 	}
 }
 
-// A FindAll whose every search is within MaxCallWork but rescans the rest
+// A FindAll whose every search is within maxCallWork but rescans the rest
 // of the input from every match (quadratic: about 5 s unbounded) stops at
-// MaxRenderTime (shortened here), since the clock is read between searches.
+// maxRenderTime (shortened here), since the clock is read between searches.
 func TestRegexAllMatchesStopAtDeadline(t *testing.T) {
 	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+	t.Cleanup(func() { renderTimeout = maxRenderTime })
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestRegexAllMatchesStopAtDeadline(t *testing.T) {
 	for _, fn := range []string{`regexFindAll "a*b|a" (repeat 20000 "a") -1 | len`, `regexSplit "a*b|a" (repeat 20000 "a") -1 | len`, `regexReplaceAll "a*b|a" (repeat 20000 "a") "x" | len`} {
 		cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ "+fn+" }}\"\n")
 		_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
-		var le *LimitError
+		var le *limitError
 		if !errors.As(err, &le) || le.Limit != "MaxRenderTime" {
 			t.Fatalf("%s: got %v", fn, err)
 		}
@@ -144,7 +144,7 @@ func TestRegexAllMatchesAsRegexp(t *testing.T) {
 	}
 }
 
-// One call at MaxCallWork, in the costliest shapes found: an NFA search
+// One call at maxCallWork, in the costliest shapes found: an NFA search
 // whose every step walks the whole program (the longest pattern, or the
 // most groups a replacement may expand), and uniq.
 func BenchmarkCallWork(b *testing.B) {
@@ -153,14 +153,14 @@ func BenchmarkCallWork(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := strings.Repeat("ab", int(MaxCallWork/r.insts)/2-1)
+		s := strings.Repeat("ab", int(maxCallWork/r.insts)/2-1)
 		if _, err := compileRegex("bench", p, s); err != nil {
 			b.Fatal(err)
 		}
 		b.Logf("%d instructions × %d bytes = %d work units", r.insts, len(s), r.insts*int64(len(s)+1))
 		return s
 	}
-	long := strings.Repeat("(a|b)?", MaxRegexBytes/6)
+	long := strings.Repeat("(a|b)?", maxRegexBytes/6)
 	groups := strings.Repeat("(a|b)?", maxRegexGroups)
 	for _, bc := range []struct {
 		name, pattern string
@@ -170,8 +170,8 @@ func BenchmarkCallWork(b *testing.B) {
 		{"regexSplit", long, func(p, s string) error { _, err := boundRegexSplit(nil, p, s, -1); return err }},
 		{"regexReplaceAllLiteral", long, func(p, s string) error { _, err := boundRegexReplace(nil, p, s, "x", true); return err }},
 		{"regexReplaceAll 64 groups", groups, func(p, s string) error { _, err := boundRegexReplace(nil, p, s, "${64}", false); return err }},
-		{"regexFind no match", strings.Repeat("(a|b)", MaxRegexBytes/5-1) + "c", func(p, s string) error { _, err := boundRegexFind(nil, p, s); return err }},
-		{"regexMatch no match", strings.Repeat("(a|b)", MaxRegexBytes/5-1) + "c", func(p, s string) error { _, err := boundRegexMatch(nil, p, s); return err }},
+		{"regexFind no match", strings.Repeat("(a|b)", maxRegexBytes/5-1) + "c", func(p, s string) error { _, err := boundRegexFind(nil, p, s); return err }},
+		{"regexMatch no match", strings.Repeat("(a|b)", maxRegexBytes/5-1) + "c", func(p, s string) error { _, err := boundRegexMatch(nil, p, s); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			s := atBudget(b, bc.pattern)
@@ -183,8 +183,8 @@ func BenchmarkCallWork(b *testing.B) {
 		})
 	}
 	b.Run("uniq", func(b *testing.B) {
-		// n × n × 24 measured bytes / 16 ≈ MaxCallWork.
-		l := make([]any, int(math.Sqrt(MaxCallWork*16/24)))
+		// n × n × 24 measured bytes / 16 ≈ maxCallWork.
+		l := make([]any, int(math.Sqrt(maxCallWork*16/24)))
 		for i := range l {
 			l[i] = i
 		}

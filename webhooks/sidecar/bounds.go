@@ -14,35 +14,35 @@ import (
 
 // Render limits. text/template has no context and no budget, so a template
 // is bounded four ways: what it writes passes through a writer that fails
-// past MaxRenderBytes; every range iteration, call of a defined template
-// and call of a sprig function is a step, capped at MaxRenderSteps, that
-// also checks the deadline (MaxRenderTime) and the request's context; every
-// value a function takes or returns is measured against MaxValueBytes (so
+// past maxRenderBytes; every range iteration, call of a defined template
+// and call of a sprig function is a step, capped at maxRenderSteps, that
+// also checks the deadline (maxRenderTime) and the request's context; every
+// value a function takes or returns is measured against maxValueBytes (so
 // until, repeat, a doubling cat loop or a list holding itself fail before
 // they grow); and functions that cost seconds of CPU by design (key and
 // certificate generation, password hashing) are not available; those whose
 // one call costs the product of their inputs (regular expressions, uniq,
-// without) are priced first against MaxCallWork. Templates
+// without) are priced first against maxCallWork. Templates
 // that call themselves are rejected at compile time (see instrument).
 const (
-	// MaxRenderBytes caps one template's output. A pod's annotations may
+	// maxRenderBytes caps one template's output. A pod's annotations may
 	// total 256 KiB (TotalAnnotationSizeLimitB in
 	// k8s.io/apimachinery/pkg/api/validation) and an object in etcd
 	// 1.5 MiB (etcd's --max-request-bytes default), so a larger partial pod
 	// can never be admitted.
-	MaxRenderBytes = 1 << 20
-	// MaxValueBytes caps the approximate size (string bytes, 8 per scalar,
+	maxRenderBytes = 1 << 20
+	// maxValueBytes caps the approximate size (string bytes, 8 per scalar,
 	// 16 plus twice its depth per element, 8 per struct field) of the
 	// arguments of a template function call and of its result. A value
 	// larger than any output can be could only feed an amplifier.
-	MaxValueBytes = 1 << 20
-	// MaxRenderSteps caps range iterations, template calls and function
+	maxValueBytes = 1 << 20
+	// maxRenderSteps caps range iterations, template calls and function
 	// calls in one render (a step costs about 0.1 to 0.5 µs).
-	MaxRenderSteps = 100_000
-	// MaxRenderTime caps one render's wall time; a normal render takes
+	maxRenderSteps = 100_000
+	// maxRenderTime caps one render's wall time; a normal render takes
 	// well under a millisecond.
-	MaxRenderTime = 500 * time.Millisecond
-	// MaxCallWork caps what one function call may cost before it starts,
+	maxRenderTime = 500 * time.Millisecond
+	// maxCallWork caps what one function call may cost before it starts,
 	// for the functions whose CPU grows with the product of their inputs
 	// and cannot be interrupted: a regular expression search (regexMatch,
 	// regexFind, regexFindAll, regexSplit, regexReplaceAll*) costs its
@@ -52,21 +52,21 @@ const (
 	// functions search one match at a time, each within this budget, and
 	// read the render clock between searches. At the cap one call takes
 	// at most about 11 ms (BenchmarkCallWork, 2-core AMD EPYC).
-	MaxCallWork = 1 << 20
-	// MaxRegexBytes caps a regular expression's length; no sidecar needs a
+	maxCallWork = 1 << 20
+	// maxRegexBytes caps a regular expression's length; no sidecar needs a
 	// longer one, and a long one only raises a search's cost.
-	MaxRegexBytes = 4096
+	maxRegexBytes = 4096
 )
 
-// renderTimeout is MaxRenderTime; tests of the other limits raise it so a
+// renderTimeout is maxRenderTime; tests of the other limits raise it so a
 // slow machine (the race detector) cannot hit the clock first.
-var renderTimeout = MaxRenderTime
+var renderTimeout = maxRenderTime
 
-// LimitError is a render stopped by one of the render limits. It names the
+// limitError is a render stopped by one of the render limits. It names the
 // limit (as the constant's name) and its value, so the denial says what to
 // change.
-type LimitError struct {
-	// Limit is the constant's name, e.g. "MaxRenderBytes".
+type limitError struct {
+	// Limit is the constant's name, e.g. "maxRenderBytes".
 	Limit string
 	// Max is the limit's value in its unit, Unit that unit.
 	Max  int64
@@ -75,16 +75,16 @@ type LimitError struct {
 	What string
 }
 
-func (e *LimitError) Error() string {
+func (e *limitError) Error() string {
 	return fmt.Sprintf("%s: over the render limit %s (%d %s)", e.What, e.Limit, e.Max, e.Unit)
 }
 
 func outputLimitError() error {
-	return &LimitError{Limit: "MaxRenderBytes", Max: MaxRenderBytes, Unit: "bytes", What: "rendered output"}
+	return &limitError{Limit: "MaxRenderBytes", Max: maxRenderBytes, Unit: "bytes", What: "rendered output"}
 }
 
 func valueLimitError(what string) error {
-	return &LimitError{Limit: "MaxValueBytes", Max: MaxValueBytes, Unit: "bytes", What: what}
+	return &limitError{Limit: "MaxValueBytes", Max: maxValueBytes, Unit: "bytes", What: what}
 }
 
 // renderState is the budget of one execution. Each pooled template clone
@@ -113,8 +113,8 @@ func (s *renderState) step() error {
 		return nil
 	}
 	s.steps++
-	if s.steps > MaxRenderSteps {
-		return &LimitError{Limit: "MaxRenderSteps", Max: MaxRenderSteps, Unit: "steps", What: "the render's steps (range iterations, template and function calls)"}
+	if s.steps > maxRenderSteps {
+		return &limitError{Limit: "MaxRenderSteps", Max: maxRenderSteps, Unit: "steps", What: "the render's steps (range iterations, template and function calls)"}
 	}
 	if s.steps&63 == 0 {
 		return s.checkTime()
@@ -129,27 +129,27 @@ func (s *renderState) checkTime() error {
 		}
 	}
 	if !s.deadline.IsZero() && time.Now().After(s.deadline) {
-		return &LimitError{Limit: "MaxRenderTime", Max: renderTimeout.Milliseconds(), Unit: "ms", What: "render time"}
+		return &limitError{Limit: "MaxRenderTime", Max: renderTimeout.Milliseconds(), Unit: "ms", What: "render time"}
 	}
 	return nil
 }
 
 // limitedWriter is the template's output: bytes go to buf until
-// MaxRenderBytes is passed, then Execute stops with that error.
+// maxRenderBytes is passed, then Execute stops with that error.
 type limitedWriter struct {
 	st  *renderState
 	buf *bytes.Buffer
 }
 
 func (w *limitedWriter) Write(p []byte) (int, error) {
-	if w.st.written+len(p) > MaxRenderBytes {
+	if w.st.written+len(p) > maxRenderBytes {
 		return 0, outputLimitError()
 	}
 	w.st.written += len(p)
 	return w.buf.Write(p)
 }
 
-// measure returns the approximate size of v (see MaxValueBytes), stopping as
+// measure returns the approximate size of v (see maxValueBytes), stopping as
 // soon as it passes limit (ok false). It visits every element, so a value
 // that holds itself (set $d "k" $d) or shares one list many times is
 // measured as large as it prints.
@@ -242,9 +242,9 @@ func measureValue(v reflect.Value, depth int, n *int, limit int) bool {
 	return *n <= limit
 }
 
-// checkValue fails when v is larger than MaxValueBytes.
+// checkValue fails when v is larger than maxValueBytes.
 func checkValue(what string, v any) error {
-	if _, ok := measure(v, MaxValueBytes); !ok {
+	if _, ok := measure(v, maxValueBytes); !ok {
 		return valueLimitError(what)
 	}
 	return nil
@@ -426,7 +426,7 @@ func endsBounded(p *parse.PipeNode) bool {
 }
 
 // printOut is outFunc: v as text/template would print it, after checking
-// its printed form cannot pass MaxRenderBytes by much.
+// its printed form cannot pass maxRenderBytes by much.
 func printOut(v any) (string, error) {
 	switch x := v.(type) {
 	case nil:
@@ -436,7 +436,7 @@ func printOut(v any) (string, error) {
 	case json.Number:
 		return string(x), nil
 	}
-	if _, ok := measure(v, MaxRenderBytes); !ok {
+	if _, ok := measure(v, maxRenderBytes); !ok {
 		return "", outputLimitError()
 	}
 	return fmt.Sprint(v), nil

@@ -13,7 +13,7 @@ import (
 
 // FuzzTemplateBounds compiles an arbitrary template and renders it for a pod
 // whose annotation "a" is an arbitrary string: whatever the two are, a
-// render ends with at most MaxRenderBytes of output or an error (never a
+// render ends with at most maxRenderBytes of output or an error (never a
 // panic), and one input allocates a bounded amount of memory. Seeds are the
 // bombs of TestBoundedFunctions plus testdata/fuzz/FuzzTemplateBounds.
 func FuzzTemplateBounds(f *testing.F) {
@@ -40,7 +40,7 @@ func FuzzTemplateBounds(f *testing.F) {
 			return
 		}
 		ct := &compiledTemplate{name: "t", tmpl: tm}
-		data := &TemplateData{
+		data := &templateData{
 			ObjectMeta: &metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"a": ann}},
 			Namespace:  "default",
 			Values:     map[string]any{},
@@ -50,10 +50,10 @@ func FuzzTemplateBounds(f *testing.F) {
 		var buf bytes.Buffer
 		err = ct.execute(context.Background(), &buf, data)
 		runtime.ReadMemStats(&after)
-		if buf.Len() > MaxRenderBytes {
+		if buf.Len() > maxRenderBytes {
 			t.Fatalf("rendered %d bytes", buf.Len())
 		}
-		var re *RenderError
+		var re *renderError
 		if err != nil && !errors.As(err, &re) {
 			t.Fatalf("error %T %v", err, err)
 		}

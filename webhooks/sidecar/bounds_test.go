@@ -26,7 +26,7 @@ func bombCR(body string) *v1alpha1.SidecarInjector {
 }
 
 // Each bounded function, called with an argument that would allocate far
-// beyond the limits, fails with a *LimitError naming the limit; with a
+// beyond the limits, fails with a *limitError naming the limit; with a
 // normal argument it renders what sprig renders.
 func TestBoundedFunctions(t *testing.T) {
 	longTimeout(t)
@@ -102,7 +102,7 @@ func TestBoundedFunctions(t *testing.T) {
 				}
 				return
 			}
-			var le *LimitError
+			var le *limitError
 			if !errors.As(err, &le) || le.Limit != tc.limit {
 				t.Fatalf("error %v, want a %s LimitError", err, tc.limit)
 			}
@@ -115,24 +115,24 @@ func TestBoundedFunctions(t *testing.T) {
 	}
 }
 
-// longTimeout lifts MaxRenderTime for a test of the other limits.
+// longTimeout lifts maxRenderTime for a test of the other limits.
 func longTimeout(t *testing.T) {
 	renderTimeout = time.Minute
-	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+	t.Cleanup(func() { renderTimeout = maxRenderTime })
 }
 
 // A render that makes no progress towards another limit ends at
-// MaxRenderTime (shortened here).
+// maxRenderTime (shortened here).
 func TestRenderTimeout(t *testing.T) {
 	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+	t.Cleanup(func() { renderTimeout = maxRenderTime })
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.templates["bomb"] = mustBomb(t, `{{ $l := until 50000 }}{{ range $l }}{{ range $l }}{{ end }}{{ end }}`)
 	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
-	var le *LimitError
+	var le *limitError
 	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
 		t.Fatalf("got %v", err)
 	}
@@ -140,19 +140,19 @@ func TestRenderTimeout(t *testing.T) {
 
 // A render whose time goes into its last few calls (one slow function
 // call, fewer than the 64 steps between clock reads) is still stopped at
-// MaxRenderTime (shortened here): the clock is read when it ends. Before,
-// a single regexMatch of 9 s rendered without error (now MaxCallWork
+// maxRenderTime (shortened here): the clock is read when it ends. Before,
+// a single regexMatch of 9 s rendered without error (now maxCallWork
 // bounds that; sortAlpha of 40,000 numbers takes tens of ms in one call).
 func TestRenderTimeoutAfterTheLastStep(t *testing.T) {
 	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = MaxRenderTime })
+	t.Cleanup(func() { renderTimeout = maxRenderTime })
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ sortAlpha (until 40000) | len }}\"\n")
 	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
-	var le *LimitError
+	var le *limitError
 	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
 		t.Fatalf("got %v", err)
 	}
@@ -218,7 +218,7 @@ func TestTemplateBombMemory(t *testing.T) {
 		runtime.ReadMemStats(&before)
 		_, err := Compile(bombCR(body))
 		runtime.ReadMemStats(&after)
-		var le *LimitError
+		var le *limitError
 		if !errors.As(err, &le) {
 			t.Fatalf("%s: %v", body, err)
 		}

@@ -37,8 +37,8 @@ type Params struct {
 // nativeSince is the first Kubernetes minor with SidecarContainers on by default (KEP-753).
 var nativeSince = utilversion.MajorMinor(1, 29)
 
-// NativeDefault resolves spec.nativeSidecars against the server version.
-func NativeDefault(mode v1alpha1.NativeSidecarMode, serverVersion string) bool {
+// nativeDefault resolves spec.nativeSidecars against the server version.
+func nativeDefault(mode v1alpha1.NativeSidecarMode, serverVersion string) bool {
 	switch mode {
 	case v1alpha1.NativeSidecarEnabled:
 		return true
@@ -153,7 +153,7 @@ func (c *renderCache) put(k []byte, v *preparedPart) {
 // names no template or repeats one, a selector is invalid (such as a
 // matchExpressions operator other than In, NotIn, Exists, DoesNotExist), or
 // values is not a JSON object. The trial render is bounded like every render
-// (MaxRenderBytes, MaxValueBytes, MaxRenderSteps, MaxRenderTime); a template
+// (maxRenderBytes, maxValueBytes, maxRenderSteps, maxRenderTime); a template
 // calling itself is rejected.
 func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	return CompileContext(context.Background(), cr)
@@ -240,8 +240,8 @@ func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config,
 	return c, nil
 }
 
-func trialData(c *Config, native bool) *TemplateData {
-	return &TemplateData{
+func trialData(c *Config, native bool) *templateData {
+	return &templateData{
 		ObjectMeta:     &metav1.ObjectMeta{Name: "example", Namespace: "default", Labels: map[string]string{"app": "example"}},
 		Spec:           &corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example"}}},
 		Namespace:      "default",
@@ -302,9 +302,9 @@ type Store struct {
 // Load returns the served config, or nil before the first successful Update.
 func (s *Store) Load() *Config { return s.cur.Load() }
 
-// Update compiles cr and, on success, serves it. On failure the previous
+// update compiles cr and, on success, serves it. On failure the previous
 // config stays and the compile error is returned (and kept for LastError).
-func (s *Store) Update(cr *v1alpha1.SidecarInjector) (*Config, error) {
+func (s *Store) update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	c, err := Compile(cr)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -320,8 +320,8 @@ func (s *Store) Update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	return c, nil
 }
 
-// LastError is the error of the last Update, nil when it succeeded.
-func (s *Store) LastError() error {
+// lastError is the error of the last update, nil when it succeeded.
+func (s *Store) lastError() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastErr
@@ -353,7 +353,7 @@ func DecodeSidecarInjector(b []byte) (*v1alpha1.SidecarInjector, error) {
 
 // readsSpec tells whether a template can reach the pod's .Spec: a field
 // chain starting at .Spec or $.Spec, the root dot or $ passed whole to a
-// function, or a {{template}} call. When no template can, Inject skips
+// function, or a {{template}} call. When no template can, inject skips
 // decoding the pod's spec (its containers can be megabytes). The analysis is
 // conservative: unknown node types count as reading it.
 func readsSpec(t *template.Template) bool {

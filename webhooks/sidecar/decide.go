@@ -12,32 +12,32 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// Code is the low-cardinality reason of a decision, used as a metric label.
-type Code string
+// code is the low-cardinality reason of a decision, used as a metric label.
+type code string
 
-// Decision codes, in the order Decide checks them.
+// decision codes, in the order decide checks them.
 const (
-	CodeAlreadyInjected Code = "AlreadyInjected"
-	// CodeInjectedByOther: another SidecarInjector's status annotation is on
+	codeAlreadyInjected code = "AlreadyInjected"
+	// codeInjectedByOther: another SidecarInjector's status annotation is on
 	// the pod. There is one status annotation per pod, so only the first
 	// injector to see a pod injects it; this one says so in a warning.
-	CodeInjectedByOther      Code = "InjectedByOther"
-	CodeSystemNamespace      Code = "SystemNamespace"
-	CodeOperatorNamespace    Code = "OperatorNamespace"
-	CodeNamespaceSelector    Code = "NamespaceSelector"
-	CodeObjectSelector       Code = "ObjectSelector"
-	CodeHostNetwork          Code = "HostNetwork"
-	CodeLabel                Code = "Label"
-	CodeAnnotation           Code = "Annotation"
-	CodeNeverInjectSelector  Code = "NeverInjectSelector"
-	CodeAlwaysInjectSelector Code = "AlwaysInjectSelector"
-	CodePolicy               Code = "Policy"
+	codeInjectedByOther      code = "InjectedByOther"
+	codeSystemNamespace      code = "SystemNamespace"
+	codeOperatorNamespace    code = "OperatorNamespace"
+	codeNamespaceSelector    code = "NamespaceSelector"
+	codeObjectSelector       code = "ObjectSelector"
+	codeHostNetwork          code = "HostNetwork"
+	codeLabel                code = "Label"
+	codeAnnotation           code = "Annotation"
+	codeNeverInjectSelector  code = "NeverInjectSelector"
+	codeAlwaysInjectSelector code = "AlwaysInjectSelector"
+	codePolicy               code = "Policy"
 )
 
-// Decision is whether a pod gets injected, and why.
-type Decision struct {
+// decision is whether a pod gets injected, and why.
+type decision struct {
 	Inject bool
-	Code   Code
+	Code   code
 	// Reason is a human-readable sentence naming the deciding rule.
 	Reason string
 	// Warnings are ignored inputs (e.g. an inject label with value "maybe").
@@ -72,8 +72,8 @@ func ParseBool(s string) (value, ok bool) {
 // the same since the label opt-out wins over every selector and the policy.
 var OptOutLabelValues = []string{"false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
 
-// DecideInput is what Decide needs to know about a pod.
-type DecideInput struct {
+// decideInput is what decide needs to know about a pod.
+type decideInput struct {
 	Pod *corev1.Pod
 	// Namespace of the pod (from the admission request; pod.Namespace may be empty).
 	Namespace string
@@ -85,7 +85,7 @@ type DecideInput struct {
 	Containers []string
 }
 
-// Decide tells whether cfg injects the pod. The order follows Istio's
+// decide tells whether cfg injects the pod. The order follows Istio's
 // injectRequired (pkg/kube/inject/inject.go): already injected (by this
 // injector, or by another one, which is reported as such; a status
 // annotation naming a container the pod lacks is stale and ignored with a
@@ -94,9 +94,9 @@ type DecideInput struct {
 // spec.injectHostNetwork), the inject label (wins over the annotation), the
 // inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
 // An inject value outside ParseBool's set is ignored with a warning.
-func Decide(cfg *Config, p Params, in DecideInput) Decision {
+func decide(cfg *Config, p Params, in decideInput) decision {
 	pod := in.Pod
-	d := Decision{}
+	d := decision{}
 	s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]
 	if ok {
 		if missing := staleStatus(s, in); len(missing) > 0 {
@@ -112,59 +112,59 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 			Injector string `json:"injector"`
 		}
 		if json.Unmarshal([]byte(s), &st) == nil && st.Injector != "" && st.Injector != cfg.Name {
-			return decided(d, false, CodeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
+			return decided(d, false, codeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
 		}
-		return decided(d, false, CodeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
+		return decided(d, false, codeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
 	}
 	if systemNamespaces[in.Namespace] {
-		return decided(d, false, CodeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
+		return decided(d, false, codeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
 	}
 	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace) {
-		return decided(d, false, CodeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or the injector and is never injected", in.Namespace))
+		return decided(d, false, codeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or the injector and is never injected", in.Namespace))
 	}
 	if in.NamespaceLabels != nil && cfg.namespaceSelector != nil && !cfg.namespaceSelector.Matches(labels.Set(in.NamespaceLabels)) {
-		return decided(d, false, CodeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))
+		return decided(d, false, codeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))
 	}
 	if cfg.objectSelector != nil && !cfg.objectSelector.Matches(labels.Set(pod.Labels)) {
-		return decided(d, false, CodeObjectSelector, fmt.Sprintf("pod labels do not match objectSelector %s", cfg.objectSelector))
+		return decided(d, false, codeObjectSelector, fmt.Sprintf("pod labels do not match objectSelector %s", cfg.objectSelector))
 	}
 	if pod.Spec.HostNetwork && !cfg.InjectHostNetwork {
-		return decided(d, false, CodeHostNetwork, "pod uses hostNetwork and spec.injectHostNetwork is false")
+		return decided(d, false, codeHostNetwork, "pod uses hostNetwork and spec.injectHostNetwork is false")
 	}
 	if v, ok := pod.Labels[v1alpha1.SidecarInjectKey]; ok {
 		if b, valid := ParseBool(v); valid {
-			return decided(d, b, CodeLabel, fmt.Sprintf("label %s=%q", v1alpha1.SidecarInjectKey, v))
+			return decided(d, b, codeLabel, fmt.Sprintf("label %s=%q", v1alpha1.SidecarInjectKey, v))
 		}
 		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored label %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
 	}
 	if v, ok := pod.Annotations[v1alpha1.SidecarInjectKey]; ok {
 		if b, valid := ParseBool(v); valid {
-			return decided(d, b, CodeAnnotation, fmt.Sprintf("annotation %s=%q", v1alpha1.SidecarInjectKey, v))
+			return decided(d, b, codeAnnotation, fmt.Sprintf("annotation %s=%q", v1alpha1.SidecarInjectKey, v))
 		}
 		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored annotation %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
 	}
 	set := labels.Set(pod.Labels)
 	for i, s := range cfg.neverInject {
 		if s.Matches(set) {
-			return decided(d, false, CodeNeverInjectSelector, fmt.Sprintf("pod labels match neverInjectSelector[%d] %s", cfg.neverIdx[i], s))
+			return decided(d, false, codeNeverInjectSelector, fmt.Sprintf("pod labels match neverInjectSelector[%d] %s", cfg.neverIdx[i], s))
 		}
 	}
 	for i, s := range cfg.alwaysInject {
 		if s.Matches(set) {
-			return decided(d, true, CodeAlwaysInjectSelector, fmt.Sprintf("pod labels match alwaysInjectSelector[%d] %s", cfg.alwaysIdx[i], s))
+			return decided(d, true, codeAlwaysInjectSelector, fmt.Sprintf("pod labels match alwaysInjectSelector[%d] %s", cfg.alwaysIdx[i], s))
 		}
 	}
 	if cfg.Policy == v1alpha1.PolicyDisabled {
-		return decided(d, false, CodePolicy, "pod says nothing and policy is Disabled")
+		return decided(d, false, codePolicy, "pod says nothing and policy is Disabled")
 	}
-	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
+	return decided(d, true, codePolicy, "pod says nothing and policy is Enabled")
 }
 
 // staleStatus returns the containers a status annotation lists that the pod
 // does not have (in either list), nil when it has them all or the annotation
 // lists none or does not parse (then the pod counts as injected, as before).
-func staleStatus(annotation string, in DecideInput) []string {
-	var st Status
+func staleStatus(annotation string, in decideInput) []string {
+	var st status
 	if json.Unmarshal([]byte(annotation), &st) != nil || len(st.InitContainers)+len(st.Containers) == 0 {
 		return nil
 	}
@@ -186,7 +186,7 @@ func staleStatus(annotation string, in DecideInput) []string {
 	return missing
 }
 
-func decided(d Decision, inject bool, c Code, reason string) Decision {
+func decided(d decision, inject bool, c code, reason string) decision {
 	d.Inject, d.Code, d.Reason = inject, c, reason
 	return d
 }

@@ -51,54 +51,54 @@ func TestDecide(t *testing.T) {
 		nsLabels map[string]string
 		pod      pod
 		inject   bool
-		code     Code
+		code     code
 		warn     string
 	}{
-		{name: "policy enabled", ns: "shop", inject: true, code: CodePolicy},
-		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: CodePolicy},
-		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: CodePolicy},
-		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: CodeAlreadyInjected},
+		{name: "policy enabled", ns: "shop", inject: true, code: codePolicy},
+		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: codePolicy},
+		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: codePolicy},
+		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: codeAlreadyInjected},
 		{name: "status with its containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
-			containers: []string{"init", "app", "proxy"}}, code: CodeAlreadyInjected},
+			containers: []string{"init", "app", "proxy"}}, code: codeAlreadyInjected},
 		{name: "status naming absent containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
-			containers: []string{"init", "app"}}, inject: true, code: CodePolicy, warn: "names containers the pod lacks (proxy): injecting again"},
+			containers: []string{"init", "app"}}, inject: true, code: codePolicy, warn: "names containers the pod lacks (proxy): injecting again"},
 		{name: "another injector's stale status", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"other","containers":["log"]}`},
-			containers: []string{"app"}}, inject: true, code: CodePolicy, warn: "(log)"},
+			containers: []string{"app"}}, inject: true, code: codePolicy, warn: "(log)"},
 		{name: "stale status, opted out", ns: "shop", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "false"}, annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"containers":["proxy"]}`}},
-			code: CodeLabel, warn: "names containers the pod lacks"},
-		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeSystemNamespace},
-		{name: "kube-public", ns: "kube-public", code: CodeSystemNamespace},
-		{name: "kube-node-lease", ns: "kube-node-lease", code: CodeSystemNamespace},
-		{name: "operator namespace", ns: "hookwright-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeOperatorNamespace},
-		{name: "injector server namespace", ns: "injector-ns", code: CodeOperatorNamespace},
-		{name: "namespace labels match", ns: "shop", nsLabels: map[string]string{"sidecar-injection": "enabled"}, inject: true, code: CodePolicy},
-		{name: "namespace labels do not match", ns: "shop", nsLabels: map[string]string{}, code: CodeNamespaceSelector},
+			code: codeLabel, warn: "names containers the pod lacks"},
+		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeSystemNamespace},
+		{name: "kube-public", ns: "kube-public", code: codeSystemNamespace},
+		{name: "kube-node-lease", ns: "kube-node-lease", code: codeSystemNamespace},
+		{name: "operator namespace", ns: "hookwright-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeOperatorNamespace},
+		{name: "injector server namespace", ns: "injector-ns", code: codeOperatorNamespace},
+		{name: "namespace labels match", ns: "shop", nsLabels: map[string]string{"sidecar-injection": "enabled"}, inject: true, code: codePolicy},
+		{name: "namespace labels do not match", ns: "shop", nsLabels: map[string]string{}, code: codeNamespaceSelector},
 		{name: "object selector", mutate: func(s *v1alpha1.SidecarInjectorSpec) {
 			s.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"mesh": "on"}}
-		}, ns: "shop", code: CodeObjectSelector},
-		{name: "hostNetwork skipped even when opted in", ns: "shop", pod: pod{hostNetwork: true, labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeHostNetwork},
-		{name: "hostNetwork allowed", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.InjectHostNetwork = true }, ns: "shop", pod: pod{hostNetwork: true}, inject: true, code: CodePolicy},
+		}, ns: "shop", code: codeObjectSelector},
+		{name: "hostNetwork skipped even when opted in", ns: "shop", pod: pod{hostNetwork: true, labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeHostNetwork},
+		{name: "hostNetwork allowed", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.InjectHostNetwork = true }, ns: "shop", pod: pod{hostNetwork: true}, inject: true, code: codePolicy},
 		{name: "label true", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "TRUE"}}, inject: true, code: CodeLabel},
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "TRUE"}}, inject: true, code: codeLabel},
 		{name: "label wins over annotation", ns: "shop",
-			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "off"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "yes"}}, code: CodeLabel},
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "off"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "yes"}}, code: codeLabel},
 		{name: "invalid label ignored, annotation decides", ns: "shop",
 			pod:  pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "maybe"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "N"}},
-			code: CodeAnnotation, warn: `ignored label sidecar.hookwright.io/inject="maybe"`},
+			code: codeAnnotation, warn: `ignored label sidecar.hookwright.io/inject="maybe"`},
 		{name: "invalid annotation ignored, policy decides", ns: "shop",
 			pod:    pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "enabled"}},
-			inject: true, code: CodePolicy, warn: `ignored annotation sidecar.hookwright.io/inject="enabled"`},
+			inject: true, code: codePolicy, warn: `ignored annotation sidecar.hookwright.io/inject="enabled"`},
 		{name: "annotation y", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "y"}}, inject: true, code: CodeAnnotation},
+			pod: pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "y"}}, inject: true, code: codeAnnotation},
 		{name: "explicit opt-in beats neverInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"tier": "batch", v1alpha1.SidecarInjectKey: "on"}}, inject: true, code: CodeLabel},
+			pod: pod{labels: map[string]string{"tier": "batch", v1alpha1.SidecarInjectKey: "on"}}, inject: true, code: codeLabel},
 		{name: "neverInjectSelector wins over alwaysInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"tier": "batch"}}, code: CodeNeverInjectSelector},
+			pod: pod{labels: map[string]string{"tier": "batch"}}, code: codeNeverInjectSelector},
 		{name: "alwaysInjectSelector beats disabled policy", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{labels: map[string]string{"mesh": "always"}}, inject: true, code: CodeAlwaysInjectSelector},
+			pod: pod{labels: map[string]string{"mesh": "always"}}, inject: true, code: codeAlwaysInjectSelector},
 		{name: "explicit opt-out beats alwaysInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"mesh": "always"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "false"}}, code: CodeAnnotation},
-		{name: "empty neverInjectSelector matches nothing", ns: "shop", pod: pod{labels: map[string]string{"x": "y"}}, inject: true, code: CodePolicy},
+			pod: pod{labels: map[string]string{"mesh": "always"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "false"}}, code: codeAnnotation},
+		{name: "empty neverInjectSelector matches nothing", ns: "shop", pod: pod{labels: map[string]string{"x": "y"}}, inject: true, code: codePolicy},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestDecide(t *testing.T) {
 			for _, c := range tc.pod.containers {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
 			}
-			d := Decide(cfg, testParams, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
+			d := decide(cfg, testParams, decideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
 			if d.Inject != tc.inject || d.Code != tc.code {
 				t.Fatalf("got inject=%v code=%s (%s), want inject=%v code=%s", d.Inject, d.Code, d.Reason, tc.inject, tc.code)
 			}
@@ -148,7 +148,7 @@ func TestNativeDefault(t *testing.T) {
 		{v1alpha1.NativeSidecarDisabled, "v1.33.0", false},
 	}
 	for _, c := range cases {
-		if got := NativeDefault(c.mode, c.version); got != c.want {
+		if got := nativeDefault(c.mode, c.version); got != c.want {
 			t.Errorf("NativeDefault(%q, %q) = %v", c.mode, c.version, got)
 		}
 	}

@@ -20,7 +20,7 @@ func TestHandlerDeclaredLengthAllocatesNothingLarge(t *testing.T) {
 	h := newTestHandler(t, sampleConfig(t))
 	req := httptest.NewRequest(http.MethodPost, "/inject", io.MultiReader(strings.NewReader("{"), errReader{}))
 	req.Header.Set("Content-Type", "application/json")
-	req.ContentLength = MaxBodyBytes
+	req.ContentLength = maxBodyBytes
 	rec := httptest.NewRecorder()
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -31,7 +31,7 @@ func TestHandlerDeclaredLengthAllocatesNothingLarge(t *testing.T) {
 		t.Fatalf("got %d %q, want 400", rec.Code, rec.Body)
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<10 {
-		t.Fatalf("one byte of a declared %d byte body allocated %d bytes", MaxBodyBytes, got)
+		t.Fatalf("one byte of a declared %d byte body allocated %d bytes", maxBodyBytes, got)
 	}
 }
 

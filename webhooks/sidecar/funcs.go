@@ -13,7 +13,7 @@ import (
 )
 
 // FuncMap returns the functions available to templates: sprig's TxtFuncMap
-// plus the helpers below, every one bounded (see MaxValueBytes). Removed:
+// plus the helpers below, every one bounded (see maxValueBytes). Removed:
 // sprig's env/expandenv (would leak the server's environment into pods),
 // getHostByName (DNS at admission time), and the functions that cost up to
 // seconds of CPU per call by design and would put fresh key material into a
@@ -44,12 +44,12 @@ import (
 // render's budget.
 func FuncMap() template.FuncMap { return funcMap(nil) }
 
-// Quote returns s as a double-quoted scalar that YAML 1.1/1.2 and JSON parse
+// quote returns s as a double-quoted scalar that YAML 1.1/1.2 and JSON parse
 // back to exactly s. Besides `"` and `\`, it escapes every rune YAML does not
 // allow raw in a stream (C0/C1 controls, DEL, U+FEFF, U+FFFE, U+FFFF) and the
 // YAML 1.1 line breaks U+0085, U+2028, U+2029, which would otherwise be folded.
 // Invalid UTF-8 bytes become U+FFFD, as encoding/json does.
-func Quote(s string) string {
+func quote(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 2)
 	b.WriteByte('"')
@@ -105,7 +105,7 @@ func quoteAll(args ...any) string {
 		default:
 			s = fmt.Sprint(v)
 		}
-		out = append(out, Quote(s))
+		out = append(out, quote(s))
 	}
 	return strings.Join(out, " ")
 }

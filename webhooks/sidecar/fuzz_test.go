@@ -16,8 +16,8 @@ import (
 const fuzzMarker = "zqmarkerqz"
 
 // fuzzData puts s in every pod-controlled string the sample templates read.
-func fuzzData(cfg *Config, s string, native bool) *TemplateData {
-	return &TemplateData{
+func fuzzData(cfg *Config, s string, native bool) *templateData {
+	return &templateData{
 		ObjectMeta: &metav1.ObjectMeta{
 			Name:         s,
 			GenerateName: s,
@@ -86,7 +86,7 @@ func FuzzSampleTemplates(f *testing.F) {
 			"metadata": fuzzData(cfg, s, false).ObjectMeta,
 			"spec":     map[string]any{"containers": []any{map[string]any{"name": "app", "image": "app"}}},
 		})
-		if _, err := Inject(cfg, testParams, Input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
+		if _, err := inject(cfg, testParams, input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
 			t.Fatalf("inject with %q: %v", s, err)
 		}
 	})
@@ -138,16 +138,16 @@ func sameShape(want, got any, s, path string) error {
 // engine uses, for every rune class it treats specially.
 func TestQuote(t *testing.T) {
 	for _, s := range []string{"", "a", `"`, `\`, "\n", "\x00", "\x7f", "\u0085", "\u2028", "\ufeff", "\ufffe", "\uffff", "😀", "é", "a: b\n- c"} {
-		j, err := yaml.YAMLToJSONStrict([]byte("v: " + Quote(s)))
+		j, err := yaml.YAMLToJSONStrict([]byte("v: " + quote(s)))
 		if err != nil {
-			t.Fatalf("Quote(%q) = %s: %v", s, Quote(s), err)
+			t.Fatalf("Quote(%q) = %s: %v", s, quote(s), err)
 		}
 		var m map[string]string
 		if err := json.Unmarshal(j, &m); err != nil || m["v"] != s {
-			t.Errorf("Quote(%q) = %s parsed back as %q (%v)", s, Quote(s), m["v"], err)
+			t.Errorf("Quote(%q) = %s parsed back as %q (%v)", s, quote(s), m["v"], err)
 		}
 		var js string
-		if err := json.Unmarshal([]byte(Quote(s)), &js); err != nil || js != s {
+		if err := json.Unmarshal([]byte(quote(s)), &js); err != nil || js != s {
 			t.Errorf("Quote(%q) is not the same JSON string: %q %v", s, js, err)
 		}
 	}

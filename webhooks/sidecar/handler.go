@@ -17,9 +17,9 @@ import (
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
-// MaxBodyBytes bounds an AdmissionReview body: 3 MiB, the API server's
+// maxBodyBytes bounds an AdmissionReview body: 3 MiB, the API server's
 // request size limit, so any legitimate pod fits (serving.DefaultMaxBody).
-const MaxBodyBytes = serving.DefaultMaxBody
+const maxBodyBytes = serving.DefaultMaxBody
 
 // Handler serves AdmissionReview v1 for pod CREATE (register it at /inject).
 //
@@ -40,19 +40,19 @@ type Handler struct {
 	// Injector names the SidecarInjector in metrics before a config is loaded.
 	Injector string
 	// Envelope bounds body size, read time and in-flight bytes; nil means
-	// serving.DefaultEnvelope().
+	// the process-wide Envelope with the default bounds (serving.Serve).
 	Envelope *serving.Envelope
 }
 
 // bodyReasons maps the skeleton's reasons to failure reasons; the handler's
 // own refusals carry theirs.
 var bodyReasons = map[string]string{
-	serving.ReasonMethod:      FailBadMethod,
-	serving.ReasonContentType: FailContentType,
-	serving.ReasonTooLarge:    FailTooLarge,
-	serving.ReasonTimeout:     FailTimeout,
-	serving.ReasonBusy:        FailBusy,
-	serving.ReasonRead:        FailBadReview,
+	serving.ReasonMethod:      failBadMethod,
+	serving.ReasonContentType: failContentType,
+	serving.ReasonTooLarge:    failTooLarge,
+	serving.ReasonTimeout:     failTimeout,
+	serving.ReasonBusy:        failBusy,
+	serving.ReasonRead:        failBadReview,
 }
 
 // ServeHTTP answers one AdmissionReview. Malformed requests get 405, 415,
@@ -86,38 +86,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) answer(r *http.Request, cfg *Config, body, dst []byte) ([]byte, error) {
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil {
-		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, "body is not a JSON AdmissionReview: "+err.Error())
+		return nil, serving.Refuse(http.StatusBadRequest, failBadReview, "body is not a JSON AdmissionReview: "+err.Error())
 	}
 	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" {
-		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, fmt.Sprintf("got apiVersion %q kind %q: want admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind))
+		return nil, serving.Refuse(http.StatusBadRequest, failBadReview, fmt.Sprintf("got apiVersion %q kind %q: want admission.k8s.io/v1 AdmissionReview", review.APIVersion, review.Kind))
 	}
 	if review.Request == nil {
-		return nil, serving.Refuse(http.StatusBadRequest, FailBadReview, "AdmissionReview has no request")
+		return nil, serving.Refuse(http.StatusBadRequest, failBadReview, "AdmissionReview has no request")
 	}
 	if cfg == nil {
-		return nil, serving.Refuse(http.StatusServiceUnavailable, FailNoConfig, ErrNoConfig.Error())
+		return nil, serving.Refuse(http.StatusServiceUnavailable, failNoConfig, ErrNoConfig.Error())
 	}
-	resp := h.ReviewContext(r.Context(), cfg, review.Request)
+	resp := h.reviewContext(r.Context(), cfg, review.Request)
 	// Encoded straight into the pooled buffer, without the trailing newline
 	// json.Encoder adds: the same bytes json.Marshal returns.
 	buf := bytes.NewBuffer(dst)
 	if err := json.NewEncoder(buf).Encode(admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
-		return nil, serving.Refuse(http.StatusBadRequest, FailInternal, "encoding response: "+err.Error())
+		return nil, serving.Refuse(http.StatusBadRequest, failInternal, "encoding response: "+err.Error())
 	}
 	out := buf.Bytes()
 	return out[:len(out)-1], nil
 }
 
-// Review answers one admission request with cfg. It never reads DryRun:
-// injection has no side effects, so dry-run requests get the same answer.
-func (h *Handler) Review(cfg *Config, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	return h.ReviewContext(context.Background(), cfg, req)
-}
-
-// ReviewContext is Review that stops rendering once ctx is done (the API
-// server closed the request after its webhook timeout) and denies with
-// reason Canceled; nobody reads that answer, it just frees the CPU.
-func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
+// reviewContext answers one admission request with cfg. It never reads
+// DryRun: injection has no side effects, so dry-run requests get the same
+// answer. It stops rendering once ctx is done (the API server closed the
+// request after its webhook timeout) and denies with reason Canceled;
+// nobody reads that answer, it just frees the CPU.
+func (h *Handler) reviewContext(ctx context.Context, cfg *Config, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
 	injector := cfg.Name
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	log := h.Log.WithValues("namespace", req.Namespace, "uid", req.UID)
@@ -132,12 +128,12 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		// A bug must not take the server down or surface as a 500.
 		if p := recover(); p != nil {
 			resp = &admissionv1.AdmissionResponse{UID: req.UID}
-			resp = deny(http.StatusInternalServerError, FailInternal, fmt.Sprintf("%s: internal error: %v", injector, p))
+			resp = deny(http.StatusInternalServerError, failInternal, fmt.Sprintf("%s: internal error: %v", injector, p))
 		}
 	}()
 	if req.Kind.Group != "" || req.Kind.Version != "v1" || req.Kind.Kind != "Pod" ||
 		req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
-		return deny(http.StatusBadRequest, FailWrongResource, fmt.Sprintf("%s: expected a v1 pods request, got kind %s resource %s subresource %q", injector, req.Kind.String(), req.Resource.String(), req.SubResource))
+		return deny(http.StatusBadRequest, failWrongResource, fmt.Sprintf("%s: expected a v1 pods request, got kind %s resource %s subresource %q", injector, req.Kind.String(), req.Resource.String(), req.SubResource))
 	}
 	if req.Operation != admissionv1.Create {
 		h.Metrics.skips.WithLabelValues(injector, "Operation").Inc()
@@ -145,14 +141,14 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		resp.Warnings = []string{fmt.Sprintf("%s: not injected: operation %s (only CREATE is handled)", injector, req.Operation)}
 		return resp
 	}
-	res, err := Inject(cfg, h.Params, Input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true, Context: ctx})
-	var rerr *RenderError
-	var derr *DecodeError
+	res, err := inject(cfg, h.Params, input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true, Context: ctx})
+	var rerr *renderError
+	var derr *decodeError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return deny(http.StatusGatewayTimeout, FailCanceled, fmt.Sprintf("%s: request abandoned: %v", injector, err))
+		return deny(http.StatusGatewayTimeout, failCanceled, fmt.Sprintf("%s: request abandoned: %v", injector, err))
 	case errors.As(err, &derr):
-		return deny(http.StatusBadRequest, FailDecode, fmt.Sprintf("%s: %v", injector, derr))
+		return deny(http.StatusBadRequest, failDecode, fmt.Sprintf("%s: %v", injector, derr))
 	case errors.As(err, &rerr):
 		msg := fmt.Sprintf("%s: sidecar injection failed: %v", injector, rerr)
 		if cfg.FailurePolicy != v1alpha1.FailurePolicyIgnore {
@@ -160,16 +156,16 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 			if rerr.ByPod {
 				code = http.StatusBadRequest // the pod's own annotation is wrong
 			}
-			return deny(code, FailRender, msg)
+			return deny(code, failRender, msg)
 		}
-		h.Metrics.failures.WithLabelValues(injector, FailRender).Inc()
+		h.Metrics.failures.WithLabelValues(injector, failRender).Inc()
 		h.Metrics.requests.WithLabelValues(injector, outcomeRenderAllow).Inc()
 		h.Metrics.warnings.WithLabelValues(injector).Inc()
 		log.Info("allowed pod without injection after render failure (failurePolicy Ignore)", "error", rerr.Error())
 		resp.Warnings = []string{msg + " (failurePolicy Ignore: admitted without sidecars)"}
 		return resp
 	case err != nil:
-		return deny(http.StatusInternalServerError, FailInternal, fmt.Sprintf("%s: %v", injector, err))
+		return deny(http.StatusInternalServerError, failInternal, fmt.Sprintf("%s: %v", injector, err))
 	}
 	for _, wmsg := range res.Warnings {
 		resp.Warnings = append(resp.Warnings, injector+": "+wmsg)
@@ -183,7 +179,7 @@ func (h *Handler) ReviewContext(ctx context.Context, cfg *Config, req *admission
 		h.Metrics.requests.WithLabelValues(injector, outcomeSkipped).Inc()
 		// Reinvocation and kube-injected pods come back already injected:
 		// that is expected, so it is logged at V(1) and not warned about.
-		if d.Code == CodeAlreadyInjected {
+		if d.Code == codeAlreadyInjected {
 			log.V(1).Info("pod not injected", "pod", res.PodName, "reason", d.Reason)
 		} else {
 			log.Info("pod not injected", "pod", res.PodName, "reason", d.Reason)
@@ -220,7 +216,7 @@ func (s *Store) ConfigzHandler(injector string) http.Handler {
 		if c := s.Load(); c != nil {
 			z.Loaded, z.Generation, z.Hash = true, c.Generation, c.Hash
 		}
-		if err := s.LastError(); err != nil {
+		if err := s.lastError(); err != nil {
 			z.LastError = err.Error()
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -38,7 +38,7 @@ func decodeReview(t *testing.T, rec *httptest.ResponseRecorder) *admissionv1.Adm
 func TestHandlerBadInput(t *testing.T) {
 	h := newTestHandler(t, sampleConfig(t))
 	good := reviewFor(t, []byte(nginxPod), "shop", false)
-	big := bytes.Repeat([]byte(" "), MaxBodyBytes+1)
+	big := bytes.Repeat([]byte(" "), maxBodyBytes+1)
 	cases := []struct {
 		name        string
 		method      string
@@ -78,7 +78,7 @@ func TestHandlerBadInput(t *testing.T) {
 	t.Run("content length over limit", func(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/inject", bytes.NewReader(good))
 		req.Header.Set("Content-Type", "application/json")
-		req.ContentLength = MaxBodyBytes + 1
+		req.ContentLength = maxBodyBytes + 1
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusRequestEntityTooLarge {
@@ -147,12 +147,12 @@ func TestHandlerNoConfig(t *testing.T) {
 func TestHandlerInjectAndMetrics(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy)))
+	before := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(codePolicy)))
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(nginxPod), "shop", false), "application/json"))
 	if !resp.Allowed || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch || len(resp.Patch) == 0 {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(codePolicy))); got != before+1 {
 		t.Errorf("injections counter %v, want %v", got, before+1)
 	}
 	if testutil.CollectAndCount(h.Metrics.duration) == 0 {
@@ -186,13 +186,13 @@ func patchesEquivalent(t *testing.T, doc, a, b []byte) bool {
 func TestHandlerSkipWarnings(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel)))
+	before := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(codeLabel)))
 	pod := `{"metadata":{"generateName":"web-","labels":{"sidecar.hookwright.io/inject":"no"}},"spec":{"containers":[{"name":"a","image":"a"}]}}`
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(pod), "shop", false), "application/json"))
 	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "not injected: label") {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(codeLabel))); got != before+1 {
 		t.Errorf("skips counter %v", got)
 	}
 	// An ignored value is warned about, and injection goes on by policy.
@@ -248,7 +248,7 @@ func TestConfigz(t *testing.T) {
 	}
 	cr := sampleCR(t)
 	cr.Generation = 7
-	if _, err := s.Update(cr); err != nil {
+	if _, err := s.update(cr); err != nil {
 		t.Fatal(err)
 	}
 	rec = httptest.NewRecorder()
@@ -266,7 +266,7 @@ func TestStoreKeepsLastGoodConfig(t *testing.T) {
 	}
 	cr := sampleCR(t)
 	cr.Generation = 1
-	if _, err := s.Update(cr); err != nil {
+	if _, err := s.update(cr); err != nil {
 		t.Fatal(err)
 	}
 	bad := []func(*v1alpha1.SidecarInjector){
@@ -287,18 +287,18 @@ func TestStoreKeepsLastGoodConfig(t *testing.T) {
 		c := sampleCR(t)
 		c.Generation = int64(10 + i)
 		mut(c)
-		if _, err := s.Update(c); err == nil {
+		if _, err := s.update(c); err == nil {
 			t.Errorf("bad config %d compiled", i)
 		}
 		if g := s.Load().Generation; g != 1 {
 			t.Fatalf("bad config %d replaced the good one (serving %d)", i, g)
 		}
-		if s.LastError() == nil {
+		if s.lastError() == nil {
 			t.Errorf("bad config %d: no LastError", i)
 		}
 	}
 	cr.Generation = 2
-	if _, err := s.Update(cr); err != nil || s.Load().Generation != 2 || s.LastError() != nil {
+	if _, err := s.update(cr); err != nil || s.Load().Generation != 2 || s.lastError() != nil {
 		t.Fatalf("good update: %v", err)
 	}
 	if len(swapped) != 2 {
@@ -334,13 +334,13 @@ func TestTemplatesAnnotationBounded(t *testing.T) {
 		t.Errorf("warnings %q", resp.Warnings)
 	}
 	// Order of first occurrence is kept.
-	res, err := Inject(cfg, testParams, Input{Raw: podWith(" logging , proxy,logging,,proxy "), Namespace: "shop"})
+	res, err := inject(cfg, testParams, input{Raw: podWith(" logging , proxy,logging,,proxy "), Namespace: "shop"})
 	if err != nil || !slices.Equal(res.Templates, []string{"logging", "proxy"}) {
 		t.Fatalf("templates %v, err %v", res.Templates, err)
 	}
 
 	var many []string
-	for i := range MaxTemplateNames + 1 {
+	for i := range maxTemplateNames + 1 {
 		many = append(many, fmt.Sprintf("t%d", i))
 	}
 	bad := []struct{ value, want string }{
@@ -381,8 +381,8 @@ func TestReviewCanceled(t *testing.T) {
 	if err := json.Unmarshal(reviewFor(t, []byte(`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"a","image":"a"}]}}`), "shop", false), &review); err != nil {
 		t.Fatal(err)
 	}
-	resp := h.ReviewContext(ctx, h.Store.Load(), review.Request)
-	if resp.Allowed || resp.Result == nil || resp.Result.Reason != FailCanceled || len(resp.Patch) != 0 {
+	resp := h.reviewContext(ctx, h.Store.Load(), review.Request)
+	if resp.Allowed || resp.Result == nil || resp.Result.Reason != failCanceled || len(resp.Patch) != 0 {
 		t.Fatalf("%+v", resp)
 	}
 }
@@ -398,7 +398,7 @@ func TestInjectedByOtherInjector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Inject(first, testParams, Input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
+	res, err := inject(first, testParams, input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
 	if err != nil || !res.Injected {
 		t.Fatal(res, err)
 	}

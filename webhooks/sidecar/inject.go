@@ -4,7 +4,7 @@
 // metrics, the hot-reloaded config store and the kube-inject file processing.
 //
 // Semantics follow Istio's injector (istio/istio pkg/kube/inject); see
-// Decide and Inject for where they differ.
+// decide and inject for where they differ.
 //
 // Limitation: one pod is injected by one SidecarInjector. The status
 // annotation, the inject key and the templates annotation are shared by all
@@ -34,13 +34,13 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// CodeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
-const CodeNoTemplates Code = "NoTemplates"
+// codeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
+const codeNoTemplates code = "NoTemplates"
 
-// Status is the JSON of the sidecar.hookwright.io/status annotation: what an
+// status is the JSON of the sidecar.hookwright.io/status annotation: what an
 // injection added, so that a later pass (webhook after kube-inject, API server
 // reinvocation) leaves the pod alone.
-type Status struct {
+type status struct {
 	Injector         string   `json:"injector"`
 	Templates        []string `json:"templates"`
 	InitContainers   []string `json:"initContainers"`
@@ -51,8 +51,8 @@ type Status struct {
 	ConfigHash       string   `json:"configHash"`
 }
 
-// Input is one pod to inject.
-type Input struct {
+// input is one pod to inject.
+type input struct {
 	// Raw is the pod as valid JSON (the admission request's object, which
 	// the AdmissionReview decode has validated). Parts the engine does not
 	// change are located, not re-validated.
@@ -61,24 +61,24 @@ type Input struct {
 	Namespace string
 	// NamespaceLabels, when non-nil, are checked against spec.namespaceSelector.
 	NamespaceLabels map[string]string
-	// WantPatch asks for Result.Patch, WantJSON for Result.JSON.
+	// WantPatch asks for result.Patch, WantJSON for result.JSON.
 	WantPatch, WantJSON bool
 	// Context, when set, is checked before each template is rendered: the
 	// webhook stops work the API server has given up on (its timeout).
 	Context context.Context
 }
 
-// MaxTemplateNames caps the distinct names in the templates annotation; it
+// maxTemplateNames caps the distinct names in the templates annotation; it
 // equals the API's limit on spec.templates, so a longer list cannot be valid.
-const MaxTemplateNames = 32
+const maxTemplateNames = 32
 
-// ParseTemplateNames parses a sidecar.hookwright.io/templates value: names
+// parseTemplateNames parses a sidecar.hookwright.io/templates value: names
 // separated by commas, blanks trimmed, empty entries skipped, duplicates
 // dropped (first occurrence keeps its place; dups counts them). Each name
 // must be a DNS-1123 label (what spec.templates[].name allows), and at most
-// MaxTemplateNames distinct names are accepted. The scan stops at the first
+// maxTemplateNames distinct names are accepted. The scan stops at the first
 // error, so a huge value costs one pass at most.
-func ParseTemplateNames(v string) (names []string, dups int, err error) {
+func parseTemplateNames(v string) (names []string, dups int, err error) {
 	for n := range strings.SplitSeq(v, ",") {
 		if n = strings.TrimSpace(n); n == "" {
 			continue
@@ -90,40 +90,40 @@ func ParseTemplateNames(v string) (names []string, dups int, err error) {
 		if len(validation.IsDNS1123Label(n)) > 0 {
 			return nil, 0, fmt.Errorf("annotation %s: invalid template name %q: want lowercase letters, digits and '-', at most 63 characters", v1alpha1.SidecarTemplatesKey, short(n, 63))
 		}
-		if len(names) == MaxTemplateNames {
-			return nil, 0, fmt.Errorf("annotation %s: more than %d distinct template names", v1alpha1.SidecarTemplatesKey, MaxTemplateNames)
+		if len(names) == maxTemplateNames {
+			return nil, 0, fmt.Errorf("annotation %s: more than %d distinct template names", v1alpha1.SidecarTemplatesKey, maxTemplateNames)
 		}
 		names = append(names, n)
 	}
 	return names, dups, nil
 }
 
-// Result of Inject. JSON and Patch are nil when the pod is not injected.
-type Result struct {
-	Decision Decision
+// result of inject. JSON and Patch are nil when the pod is not injected.
+type result struct {
+	Decision decision
 	// PodName is the pod's name, or its generateName followed by "*".
 	PodName string
 	// Injected is true when templates were applied.
 	Injected  bool
 	Native    bool
 	Templates []string
-	Status    *Status
-	// JSON is the injected pod (with Input.WantJSON). Top-level, metadata and spec keys are
+	Status    *status
+	// JSON is the injected pod (with input.WantJSON). Top-level, metadata and spec keys are
 	// sorted; the pod's own containers, volumes and other spec fields are
 	// copied byte for byte from the input.
 	JSON []byte
 	// Patch is the RFC 6902 JSON patch from the input (managedFields
-	// stripped) to JSON, marshalled; only with Input.WantPatch.
+	// stripped) to JSON, marshalled; only with input.WantPatch.
 	Patch []byte
 	// Warnings are ignored inputs, to return as admission warnings.
 	Warnings []string
 }
 
-// DecodeError is a pod that does not decode.
-type DecodeError struct{ Err error }
+// decodeError is a pod that does not decode.
+type decodeError struct{ Err error }
 
-func (e *DecodeError) Error() string { return "cannot decode pod: " + e.Err.Error() }
-func (e *DecodeError) Unwrap() error { return e.Err }
+func (e *decodeError) Error() string { return "cannot decode pod: " + e.Err.Error() }
+func (e *decodeError) Unwrap() error { return e.Err }
 
 var (
 	specSchema      = mustSchema(strategicpatch.NewPatchMetaFromStruct(corev1.PodSpec{}))
@@ -138,7 +138,7 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 	return s
 }
 
-// Inject decides for the pod and, when it is to be injected, renders the
+// inject decides for the pod and, when it is to be injected, renders the
 // selected templates (sidecar.hookwright.io/templates, else
 // spec.defaultTemplates) in order and merges each onto the pod:
 //
@@ -162,25 +162,25 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //   - any other spec field is strategic-merged with the template winning,
 //     as Istio does (k8s.io/apimachinery/pkg/util/strategicpatch).
 //
-// The templates annotation is read by ParseTemplateNames; a bad list is a
-// *RenderError like an unknown name, so failurePolicy applies.
+// The templates annotation is read by parseTemplateNames; a bad list is a
+// *renderError like an unknown name, so failurePolicy applies.
 //
 // Nothing the pod already has is removed or reordered. The status annotation
 // records what was added. Only the parts of the pod that are read or changed
 // are decoded: a pod's own containers are copied as raw JSON, so cost grows
-// with the pod's size only through scanning. Errors are *DecodeError or
-// *RenderError.
-func Inject(cfg *Config, p Params, in Input) (*Result, error) {
+// with the pod's size only through scanning. Errors are *decodeError or
+// *renderError.
+func inject(cfg *Config, p Params, in input) (*result, error) {
 	d, err := parsePod(in.Raw, cfg.needsSpec)
 	if err != nil {
-		return nil, &DecodeError{Err: err}
+		return nil, &decodeError{Err: err}
 	}
 	pod := d.pod
 	ns := in.Namespace
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	res := &Result{PodName: pod.Name}
+	res := &result{PodName: pod.Name}
 	if res.PodName == "" && pod.GenerateName != "" {
 		res.PodName = pod.GenerateName + "*"
 	}
@@ -191,13 +191,13 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 			return nil, err
 		}
 	}
-	res.Decision = Decide(cfg, p, DecideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels, Containers: containers})
+	res.Decision = decide(cfg, p, decideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels, Containers: containers})
 	res.Warnings = res.Decision.Warnings
 	if !res.Decision.Inject {
 		return res, nil
 	}
 
-	res.Native = NativeDefault(cfg.NativeSidecars, p.ServerVersion)
+	res.Native = nativeDefault(cfg.NativeSidecars, p.ServerVersion)
 	if v, ok := pod.Annotations[v1alpha1.SidecarNativeKey]; ok {
 		if b, valid := ParseBool(v); valid {
 			res.Native = b
@@ -209,28 +209,28 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	v, byPod := pod.Annotations[v1alpha1.SidecarTemplatesKey]
 	if byPod {
 		var dups int
-		if names, dups, err = ParseTemplateNames(v); err != nil {
-			return nil, &RenderError{Err: err, ByPod: true}
+		if names, dups, err = parseTemplateNames(v); err != nil {
+			return nil, &renderError{Err: err, ByPod: true}
 		}
 		if dups > 0 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("ignored %d duplicate name(s) in annotation %s", dups, v1alpha1.SidecarTemplatesKey))
 		}
 	}
 	if len(names) == 0 {
-		res.Decision = Decision{Code: CodeNoTemplates, Reason: "no template selected: annotation " + v1alpha1.SidecarTemplatesKey + " is empty and spec.defaultTemplates is empty", Warnings: res.Warnings}
+		res.Decision = decision{Code: codeNoTemplates, Reason: "no template selected: annotation " + v1alpha1.SidecarTemplatesKey + " is empty and spec.defaultTemplates is empty", Warnings: res.Warnings}
 		return res, nil
 	}
 	tmpls := make([]*compiledTemplate, len(names))
 	for i, n := range names {
 		t, ok := cfg.templates[n]
 		if !ok {
-			return nil, &RenderError{Template: n, ByPod: byPod, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
+			return nil, &renderError{Template: n, ByPod: byPod, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
 		}
 		tmpls[i] = t
 	}
 	res.Templates = names
 
-	data := &TemplateData{
+	data := &templateData{
 		ObjectMeta:     &pod.ObjectMeta,
 		Spec:           &pod.Spec,
 		Namespace:      ns,
@@ -253,16 +253,16 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 			continue
 		}
 		if err := m.add(j); err != nil {
-			return nil, &RenderError{Template: t.name, Err: err}
+			return nil, &renderError{Template: t.name, Err: err}
 		}
 	}
-	st := &Status{Injector: cfg.Name, Templates: names, NativeSidecars: res.Native, ConfigHash: cfg.Hash}
+	st := &status{Injector: cfg.Name, Templates: names, NativeSidecars: res.Native, ConfigHash: cfg.Hash}
 	if err := m.apply(d, st); err != nil {
-		var de *DecodeError
+		var de *decodeError
 		if errors.As(err, &de) {
 			return nil, err
 		}
-		return nil, &RenderError{Template: strings.Join(names, ","), Err: err}
+		return nil, &renderError{Template: strings.Join(names, ","), Err: err}
 	}
 	res.Warnings = append(res.Warnings, m.warnings...)
 	sj, _ := json.Marshal(st)
@@ -432,7 +432,7 @@ func findInjected(acc []*injected, name string) *injected {
 	return nil
 }
 
-func (m *merger) apply(d *podDoc, st *Status) error {
+func (m *merger) apply(d *podDoc, st *status) error {
 	if err := d.mergeRest(m.rest); err != nil {
 		return err
 	}

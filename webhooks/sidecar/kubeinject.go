@@ -116,10 +116,10 @@ func misplaced(own, tmpl map[string]any) []string {
 	return out
 }
 
-// InjectObject injects every pod and pod template in obj in place. It reports
+// injectObject injects every pod and pod template in obj in place. It reports
 // whether anything changed; warn receives skips and ignored values, each
 // prefixed with the object reference.
-func InjectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace string, warn func(string)) (bool, error) {
+func injectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace string, warn func(string)) (bool, error) {
 	changed := false
 	for _, s := range FindPods(obj, defaultNamespace) {
 		for _, m := range s.Misplaced {
@@ -129,7 +129,7 @@ func InjectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace st
 		if err != nil {
 			return changed, err
 		}
-		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
+		res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
 		if err != nil {
 			return changed, fmt.Errorf("%s: %w", s.Ref, err)
 		}
@@ -160,7 +160,7 @@ func InjectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace st
 	return changed, nil
 }
 
-// InjectStream runs InjectObject over a multi-document YAML stream or a JSON
+// InjectStream runs injectObject over a multi-document YAML stream or a JSON
 // stream (detected from the first non-space byte) and writes the result in
 // the same format. Documents that do not change are written back byte for
 // byte, so a second pass over the output reproduces it exactly.
@@ -211,7 +211,7 @@ func injectYAMLDoc(cfg *Config, p Params, doc []byte, ns string, warn func(strin
 	if err != nil {
 		return nil, err
 	}
-	changed, err := InjectObject(cfg, p, obj, ns, warn)
+	changed, err := injectObject(cfg, p, obj, ns, warn)
 	if err != nil || !changed {
 		return doc, err
 	}
@@ -253,7 +253,7 @@ func injectJSONStream(cfg *Config, p Params, r io.Reader, w io.Writer, ns string
 			if err != nil {
 				return fmt.Errorf("JSON document %d: %w", n, err)
 			}
-			changed, err := InjectObject(cfg, p, obj, ns, warn)
+			changed, err := injectObject(cfg, p, obj, ns, warn)
 			if err != nil {
 				return fmt.Errorf("JSON document %d: %w", n, err)
 			}
@@ -291,8 +291,8 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 		}
 		labels := nsLabels(s.Namespace)
 		for _, cfg := range cfgs {
-			res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels})
-			var rerr *RenderError
+			res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels})
+			var rerr *renderError
 			switch {
 			case errors.As(err, &rerr):
 				fmt.Fprintf(&b, "  %s: would try to inject, but rendering fails: %v (failurePolicy %s: pod would be %s)\n",

@@ -6,7 +6,7 @@ import (
 	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
-// Metrics are the injector's Prometheus series. Reason labels take Code
+// Metrics are the injector's Prometheus series. Reason labels take code
 // values or the handler's failure reasons, so cardinality stays bounded;
 // injector is the SidecarInjector's name.
 type Metrics struct {
@@ -65,33 +65,33 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Failure reasons of the handler.
 const (
-	FailBadMethod     = "BadMethod"
-	FailContentType   = "ContentType"
-	FailTooLarge      = "TooLarge"
-	FailTimeout       = "BodyTimeout" // body not received within the request timeout
-	FailBusy          = "Busy"        // in-flight body budget full
-	FailBadReview     = "BadAdmissionReview"
-	FailWrongResource = "WrongResource"
-	FailDecode        = "PodDecode"
-	FailRender        = "Render"
-	FailNoConfig      = "NoConfig"
-	FailInternal      = "Internal"
-	// FailCanceled: the request context ended (API server timeout) mid-render.
-	FailCanceled       = "Canceled"
+	failBadMethod     = "BadMethod"
+	failContentType   = "ContentType"
+	failTooLarge      = "TooLarge"
+	failTimeout       = "BodyTimeout" // body not received within the request timeout
+	failBusy          = "Busy"        // in-flight body budget full
+	failBadReview     = "BadAdmissionReview"
+	failWrongResource = "WrongResource"
+	failDecode        = "PodDecode"
+	failRender        = "Render"
+	failNoConfig      = "NoConfig"
+	failInternal      = "Internal"
+	// failCanceled: the request context ended (API server timeout) mid-render.
+	failCanceled       = "Canceled"
 	outcomeInjected    = "Injected"
 	outcomeSkipped     = "Skipped"
 	outcomeFailed      = "Failed"
 	outcomeRenderAllow = "RenderFailedAllowed"
 )
 
-// RecordConfig sets the served-generation gauge; Store.Watch calls it after
+// recordConfig sets the served-generation gauge; Store.Watch calls it after
 // every swap.
-func (m *Metrics) RecordConfig(c *Config) {
+func (m *Metrics) recordConfig(c *Config) {
 	m.configGeneration.WithLabelValues(c.Name).Set(float64(c.Generation))
 }
 
-// RecordConfigError counts a SidecarInjector version that did not compile.
-func (m *Metrics) RecordConfigError(injector string) {
+// recordConfigError counts a SidecarInjector version that did not compile.
+func (m *Metrics) recordConfigError(injector string) {
 	m.configErrors.WithLabelValues(injector).Inc()
 }
 

@@ -56,7 +56,7 @@ type rawList struct {
 	replaced map[int]json.RawMessage
 }
 
-// parsePod splits raw into the parts Decide and the templates read: typed
+// parsePod splits raw into the parts decide and the templates read: typed
 // metadata, spec.hostNetwork, and the whole typed spec only when a template
 // reads .Spec. managedFields are dropped (as Istio does before diffing).
 func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
@@ -201,7 +201,7 @@ func (d *podDoc) list(key string) (*rawList, error) {
 			l.orig, l.names, err = jsonscan.NamedArray(r)
 		}
 		if err != nil {
-			return nil, &DecodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
+			return nil, &decodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
 		}
 		if l.names == nil {
 			l.names = []string{}
@@ -258,7 +258,7 @@ func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []str
 	}
 	pm, err := decodeMap(l.orig[i])
 	if err != nil {
-		return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
+		return nil, &decodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
 	}
 	base := make(map[string]any, len(tm)+1)
 	for k, v := range tm {
@@ -356,7 +356,7 @@ func (d *podDoc) mergeRest(patches []map[string]any) error {
 				dec := json.NewDecoder(bytes.NewReader(r))
 				dec.UseNumber()
 				if err := dec.Decode(&v); err != nil {
-					return &DecodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
+					return &decodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
 				}
 				partial[k] = v
 			}

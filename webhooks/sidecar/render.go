@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TemplateData is the dot of every template.
-type TemplateData struct {
+// templateData is the dot of every template.
+type templateData struct {
 	// ObjectMeta and Spec are the pod's (managedFields cleared).
 	ObjectMeta *metav1.ObjectMeta
 	Spec       *corev1.PodSpec
@@ -33,9 +33,9 @@ type TemplateData struct {
 	NativeSidecars bool
 }
 
-// RenderError is a template that failed to execute or rendered something
+// renderError is a template that failed to execute or rendered something
 // that is not a partial pod.
-type RenderError struct {
+type renderError struct {
 	// Template is the template's name, empty when the error is about the
 	// selection of templates rather than one of them.
 	Template string
@@ -46,14 +46,14 @@ type RenderError struct {
 	ByPod bool
 }
 
-func (e *RenderError) Error() string {
+func (e *renderError) Error() string {
 	if e.Template == "" {
 		// Not about one template (e.g. a malformed templates annotation).
 		return e.Err.Error()
 	}
 	return fmt.Sprintf("template %q: %v", e.Template, e.Err)
 }
-func (e *RenderError) Unwrap() error { return e.Err }
+func (e *renderError) Unwrap() error { return e.Err }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -81,14 +81,14 @@ type preparedEntry struct {
 }
 
 // renderOne executes t and returns the prepared partial pod, nil when the
-// template rendered nothing. The execution is bounded (see MaxRenderBytes
+// template rendered nothing. The execution is bounded (see maxRenderBytes
 // and the limits beside it) and stops once ctx (nil: never) is done; a
-// limit yields a *RenderError wrapping a *LimitError. The result is
+// limit yields a *renderError wrapping a *limitError. The result is
 // validated: top-level keys are only metadata and spec, metadata only
 // labels and annotations with string values, spec decodes as a PodSpec,
 // list elements have names, and duplicate keys are rejected
 // (YAMLToJSONStrict) so a value cannot shadow a key written by the template.
-func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *TemplateData) (*preparedPart, error) {
+func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *templateData) (*preparedPart, error) {
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer bufPool.Put(buf)
@@ -100,26 +100,26 @@ func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *Templ
 	}
 	j, err := yaml.YAMLToJSONStrict(buf.Bytes())
 	if err != nil {
-		return nil, &RenderError{Template: t.name, Err: fmt.Errorf("rendered invalid YAML: %w", err)}
+		return nil, &renderError{Template: t.name, Err: fmt.Errorf("rendered invalid YAML: %w", err)}
 	}
 	var p *preparedPart
 	if !bytes.Equal(j, []byte("null")) {
 		if err := checkPartialPod(j); err != nil {
-			return nil, &RenderError{Template: t.name, Err: err}
+			return nil, &renderError{Template: t.name, Err: err}
 		}
 		if p, err = prepare(j); err != nil {
-			return nil, &RenderError{Template: t.name, Err: err}
+			return nil, &renderError{Template: t.name, Err: err}
 		}
 	}
 	t.cache.put(buf.Bytes(), p)
 	return p, nil
 }
 
-// execute runs t into buf within the render limits; errors are *RenderError.
-func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *TemplateData) error {
+// execute runs t into buf within the render limits; errors are *renderError.
+func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *templateData) error {
 	u, err := t.unit()
 	if err != nil {
-		return &RenderError{Template: t.name, Err: err}
+		return &renderError{Template: t.name, Err: err}
 	}
 	u.st.reset(ctx, time.Now())
 	u.w.buf = buf
@@ -133,7 +133,7 @@ func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data 
 	u.st.ctx = nil // the pool must not keep a request alive
 	t.units.Put(u)
 	if err != nil {
-		return &RenderError{Template: t.name, Err: err}
+		return &renderError{Template: t.name, Err: err}
 	}
 	return nil
 }

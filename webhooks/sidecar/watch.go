@@ -32,13 +32,13 @@ func (s *Store) Watch(ctx context.Context, c cache.Cache, name string, m *Metric
 		if cur := s.Load(); cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID {
 			return // status-only update or resync
 		}
-		c, err := s.Update(cr)
+		c, err := s.update(cr)
 		if err != nil {
-			m.RecordConfigError(name)
+			m.recordConfigError(name)
 			log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)
 			return
 		}
-		m.RecordConfig(c)
+		m.recordConfig(c)
 		log.Info("serving SidecarInjector", "generation", c.Generation, "hash", c.Hash)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

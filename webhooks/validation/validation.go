@@ -84,7 +84,7 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 		if _, err := sidecar.CompileContext(ctx, si); err != nil {
 			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
 		}
-		warnings = SidecarInjectorWarnings(si)
+		warnings = sidecarInjectorWarnings(si)
 	case "NodeOversell":
 		no := &v1alpha1.NodeOversell{}
 		if err := json.Unmarshal(req.Object.Raw, no); err != nil {
@@ -100,7 +100,7 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 		if err != nil {
 			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
 		}
-		warnings = NodeOversellWarnings(no, p)
+		warnings = nodeOversellWarnings(no, p)
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}

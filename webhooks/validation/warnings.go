@@ -17,13 +17,13 @@ import (
 // admission/v1).
 const maxWarningRunes = 256
 
-// NodeOversellWarnings returns the admission warnings for a NodeOversell
+// nodeOversellWarnings returns the admission warnings for a NodeOversell
 // that compiles: a memory ratio above 1 (memory is not compressible: pods
 // scheduled onto inflated memory are OOM-killed or evicted, see
 // kubernetes/kubernetes#78580), failurePolicy Fail (kept by an object
 // stored before the CRD forbade it) and a selector that matches every node,
 // control-plane nodes included. p is no's compiled policy.
-func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []string {
+func nodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []string {
 	var w []string
 	if r := p.Ratios[oversell.Memory]; r.IsSet() && !r.IsOne() {
 		w = append(w, fmt.Sprintf("spec.ratios.memory %s is above 1: memory is not compressible, so nodes can run out of it "+
@@ -41,7 +41,7 @@ func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []strin
 	return w
 }
 
-// SidecarInjectorWarnings returns the admission warnings for a
+// sidecarInjectorWarnings returns the admission warnings for a
 // SidecarInjector that compiles: failurePolicy Fail (the default) without a
 // namespaceSelector, where an injector outage blocks pod creation in every
 // namespace not excluded by the operator, and every template action that
@@ -49,7 +49,7 @@ func NodeOversellWarnings(no *v1alpha1.NodeOversell, p *oversell.Policy) []strin
 // through the annotation, label and podName helpers) without quote,
 // toJSON or toYAML, where a pod author can write YAML structure into the
 // injected spec.
-func SidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
+func sidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
 	var w []string
 	if si.WithDefaults().Spec.FailurePolicy == v1alpha1.FailurePolicyFail && si.Spec.NamespaceSelector == nil {
 		w = append(w, "failurePolicy Fail with no spec.namespaceSelector: while the injector is unavailable, "+
@@ -61,12 +61,12 @@ func SidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
 		if err != nil {
 			continue // reported by Compile
 		}
-		w = append(w, UnquotedPodValues(tm)...)
+		w = append(w, unquotedPodValues(tm)...)
 	}
 	return w
 }
 
-// UnquotedPodValues returns one warning per action of tm (and of the
+// unquotedPodValues returns one warning per action of tm (and of the
 // templates it defines) that prints a pod-controlled value unescaped, as
 // "template NAME:LINE:COL: ...". A value is pod-controlled when it is read
 // from .ObjectMeta or .Spec of the root (or of $), from a variable or dot
@@ -75,7 +75,7 @@ func SidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
 // functions that return a number, a boolean or an encoding (len, eq, b64enc,
 // sha256sum...) do too. {{template}} calls are checked where the named
 // template is defined, with its dot taken as the root.
-func UnquotedPodValues(tm *template.Template) []string {
+func unquotedPodValues(tm *template.Template) []string {
 	var out []string
 	ts := tm.Templates()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name() < ts[j].Name() })

@@ -58,7 +58,7 @@ func TestUnquotedPodValues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := UnquotedPodValues(tm)
+			got := unquotedPodValues(tm)
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d warnings %q, want %d %q", len(got), got, len(tc.want), tc.want)
 			}
@@ -87,7 +87,7 @@ func sampleFromConfig(t *testing.T) *v1alpha1.SidecarInjector {
 // The shipped sample must be warning-free: every pod value in it is quoted.
 func TestSampleTemplatesDoNotWarn(t *testing.T) {
 	si := sampleFromConfig(t)
-	if w := SidecarInjectorWarnings(si); len(w) != 0 {
+	if w := sidecarInjectorWarnings(si); len(w) != 0 {
 		t.Fatalf("sample warns: %q", w)
 	}
 }
@@ -107,7 +107,7 @@ func TestSidecarInjectorWarnings(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			si := &v1alpha1.SidecarInjector{Spec: v1alpha1.SidecarInjectorSpec{FailurePolicy: tc.fp, NamespaceSelector: tc.sel}}
-			w := SidecarInjectorWarnings(si)
+			w := sidecarInjectorWarnings(si)
 			if len(w) != tc.want || tc.want == 1 && !strings.Contains(w[0], "failurePolicy Fail") {
 				t.Fatalf("warnings %q, want %d", w, tc.want)
 			}
@@ -142,7 +142,7 @@ func TestNodeOversellWarnings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := NodeOversellWarnings(no, p)
+			w := nodeOversellWarnings(no, p)
 			if len(w) != tc.n {
 				t.Fatalf("warnings %q, want %q", w, tc.want)
 			}

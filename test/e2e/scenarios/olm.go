@@ -97,7 +97,7 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 	if err := c.Client.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return err
 	}
-	took, err := pollUntil(ctx, "configuration recreated by the OLM-installed operator", 2*time.Minute, func(ctx context.Context) (bool, error) {
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, 2*time.Minute, "configuration recreated by the OLM-installed operator", func(ctx context.Context) (bool, error) {
 		err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &admissionregistrationv1.MutatingWebhookConfiguration{})
 		return err == nil, client.IgnoreNotFound(err)
 	})

@@ -51,35 +51,30 @@ func poolCPU(ctx context.Context, e *Env) (alloc, capacity map[string]resource.Q
 // want (and, if raw is set, carries / lacks the raw annotation) and returns
 // how long it took.
 func waitPoolCPU(ctx context.Context, e *Env, want string, annotated *bool, timeout time.Duration) (time.Duration, error) {
-	start := time.Now()
 	q := resource.MustParse(want)
 	var last string
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
+	took, err := cluster.Poll(ctx, 10*time.Millisecond, timeout, "pool nodes' allocatable cpu "+want, func(ctx context.Context) (bool, error) {
 		alloc, _, nodes, err := poolCPU(ctx, e)
-		if err == nil {
-			ok := true
-			var parts []string
-			for _, n := range PoolNodes {
-				a := alloc[n]
-				_, has := nodes[n].Annotations[rawAnnotation]
-				parts = append(parts, fmt.Sprintf("%s=%s", n, a.String()))
-				if a.Cmp(q) != 0 || (annotated != nil && has != *annotated) {
-					ok = false
-				}
-			}
-			last = strings.Join(parts, " ")
-			if ok {
-				return time.Since(start), nil
+		if err != nil {
+			return false, nil
+		}
+		ok := true
+		var parts []string
+		for _, n := range PoolNodes {
+			a := alloc[n]
+			_, has := nodes[n].Annotations[rawAnnotation]
+			parts = append(parts, fmt.Sprintf("%s=%s", n, a.String()))
+			if a.Cmp(q) != 0 || (annotated != nil && has != *annotated) {
+				ok = false
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("pool nodes' allocatable cpu not %s within %s (last: %s)", want, timeout, last)
-		case <-time.After(10 * time.Millisecond):
-		}
+		last = strings.Join(parts, " ")
+		return ok, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pool nodes' allocatable cpu not %s within %s (last: %s)", want, timeout, last)
 	}
+	return took, nil
 }
 
 // scheduled counts the workload's pods bound to each node and the pods
@@ -268,8 +263,8 @@ func watchHeartbeats(ctx context.Context, e *Env, r *Result, start map[string]*c
 		want[n] = fingerprint(node)
 	}
 	var samples int
-	deadline := time.Now().Add(HeartbeatWatch)
-	for time.Now().Before(deadline) {
+	watchStart := time.Now()
+	if err := cluster.During(ctx, HeartbeatWatch, 500*time.Millisecond, func(ctx context.Context) error {
 		_, _, nodes, err := poolCPU(ctx, e)
 		if err != nil {
 			return err
@@ -277,7 +272,7 @@ func watchHeartbeats(ctx context.Context, e *Env, r *Result, start map[string]*c
 		samples++
 		for n, node := range nodes {
 			if got := fingerprint(node); got != want[n] {
-				return fmt.Errorf("drift on %s after %s: %s, was %s", n, HeartbeatWatch-time.Until(deadline), got, want[n])
+				return fmt.Errorf("drift on %s after %s: %s, was %s", n, time.Since(watchStart), got, want[n])
 			}
 			for _, cond := range node.Status.Conditions {
 				if cond.Type == corev1.NodeReady {
@@ -285,11 +280,9 @@ func watchHeartbeats(ctx context.Context, e *Env, r *Result, start map[string]*c
 				}
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	var counts []string
 	for _, n := range PoolNodes {

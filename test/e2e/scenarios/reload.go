@@ -84,19 +84,20 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	var tries int
-	for {
+	var img string
+	var imgErr error
+	_, err := cluster.Poll(ctx, 10*time.Millisecond, 60*time.Second, "proxy image "+newProxyImage, func(ctx context.Context) (bool, error) {
 		tries++
-		img, err := proxyImage(ctx, e, fmt.Sprintf("reload-%d", tries))
-		if err != nil {
-			return err
+		if img, imgErr = proxyImage(ctx, e, fmt.Sprintf("reload-%d", tries)); imgErr != nil {
+			return false, cluster.Permanent(imgErr)
 		}
-		if img == newProxyImage {
-			break
-		}
-		if time.Since(start) > 60*time.Second {
-			return fmt.Errorf("proxy image still %s 60 s after the change", img)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return img == newProxyImage, nil
+	})
+	if imgErr != nil {
+		return imgErr
+	}
+	if err != nil {
+		return fmt.Errorf("proxy image still %s 60 s after the change", img)
 	}
 	took := time.Since(start)
 	r.timing("proxy tag 1.4.2 → 1.4.3: next pod carries the new tag", took, time.Second)
@@ -129,7 +130,7 @@ func HotReload(ctx context.Context, e *Env, r *Result) error {
 	if err := patchRatios(ctx, e, no.Name, "2.5", ""); err != nil {
 		return err
 	}
-	took, err := waitPoolCPU(ctx, e, "10", ptr.To(true), 60*time.Second)
+	took, err = waitPoolCPU(ctx, e, "10", ptr.To(true), 60*time.Second)
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,10 @@ import (
 )
 
 const (
-	// CSRInjectorName is scenario 6's SidecarInjector in mode CSR.
-	CSRInjectorName = "csr-injector"
-	// CSRNamespace is the namespace it selects.
-	CSRNamespace = "lab-csr"
+	// csrInjectorName is scenario 6's SidecarInjector in mode CSR.
+	csrInjectorName = "csr-injector"
+	// csrNamespace is the namespace it selects.
+	csrNamespace = "lab-csr"
 	// operatorSigner is the operator's own signerName (--csr-signer-name).
 	operatorSigner = "hookwright.io/webhook-serving"
 	// rotationLoad is the dry-run pod creates per second during scenario 6.
@@ -76,30 +76,30 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	sel := map[string]string{"hookwright-demo/certificate": "csr"}
-	if _, err := e.Cluster.CreateNamespace(ctx, CSRNamespace, sel); err != nil {
+	if _, err := e.Cluster.CreateNamespace(ctx, csrNamespace, sel); err != nil {
 		return err
 	}
-	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: CSRInjectorName}, Spec: *sample.Spec.DeepCopy()}
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: csrInjectorName}, Spec: *sample.Spec.DeepCopy()}
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCSR, CSR: &v1alpha1.CSRCertificate{SignerName: operatorSigner, Approve: true}}
 	start := time.Now()
 	if err := c.Create(ctx, si); err != nil {
 		return err
 	}
-	if err := cluster.WaitFor(ctx, 2*time.Minute, "SidecarInjector "+CSRInjectorName+" Ready", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "SidecarInjector "+csrInjectorName+" Ready", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(si), si)
 		return err == nil && apimeta.IsStatusConditionTrue(si.Status.Conditions, v1alpha1.ConditionReady), err
 	}); err != nil {
 		return err
 	}
-	if _, err := pollUntil(ctx, "dry-run pod in "+CSRNamespace+" injected", 30*time.Second, func(ctx context.Context) (bool, error) {
-		p, err := dryRunIn(ctx, e, CSRNamespace, "csr-1")
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, "dry-run pod in "+csrNamespace+" injected", func(ctx context.Context) (bool, error) {
+		p, err := dryRunIn(ctx, e, csrNamespace, "csr-1")
 		return err == nil && injectedOnce(p) == nil, nil
 	}); err != nil {
 		return err
 	}
 	r.timing("SidecarInjector in mode CSR created → Ready, pods injected", time.Since(start), 0)
-	r.check("SidecarInjector %s (mode CSR, signer %s, approve: true) injects pods in %s beside the SelfSigned sample", CSRInjectorName, operatorSigner, CSRNamespace)
+	r.check("SidecarInjector %s (mode CSR, signer %s, approve: true) injects pods in %s beside the SelfSigned sample", csrInjectorName, operatorSigner, csrNamespace)
 
 	caKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.CASecretName}
 	caSec := &corev1.Secret{}
@@ -112,7 +112,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	}
 
 	// The load: 50 creates per second, alternating between the two.
-	loads := []*admissionLoad{{ns: LabNamespace}, {ns: CSRNamespace}}
+	loads := []*admissionLoad{{ns: LabNamespace}, {ns: csrNamespace}}
 	loadCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -153,7 +153,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	r.check("kubectl -n %s annotate secret %s %s=%s (what `hookwright rotate-ca` writes)", OperatorNamespace, desired.CASecretName, v1alpha1.AnnotationRotateCA, token)
 
 	var next *x509.Certificate
-	took, err := pollUntil(ctx, "next CA staged", time.Minute, func(ctx context.Context) (bool, error) {
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA staged", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
@@ -164,7 +164,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → next CA staged in the CA Secret", took, 0)
-	if _, err := pollUntil(ctx, "next CA in every caBundle and the ClusterTrustBundle", time.Minute, func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA in every caBundle and the ClusterTrustBundle", func(ctx context.Context) (bool, error) {
 		configs, err := ownedConfigs(ctx, e)
 		if err != nil || len(configs) == 0 {
 			return false, err
@@ -181,7 +181,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → next CA in every caBundle (SelfSigned and CSR) and the ClusterTrustBundle", time.Since(asked), 0)
-	if _, err := pollUntil(ctx, "next CA promoted", time.Minute, func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA promoted", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
@@ -192,7 +192,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("rotate-ca → next CA promoted (signs from now on)", time.Since(asked), 0)
 	servingKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.ServingSecretName(desired.SidecarCR(sample))}
-	if _, err := pollUntil(ctx, "SelfSigned serving certificate from the new CA", time.Minute, func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "SelfSigned serving certificate from the new CA", func(ctx context.Context) (bool, error) {
 		sec := &corev1.Secret{}
 		if err := c.Get(ctx, servingKey, sec); err != nil {
 			return false, err
@@ -203,7 +203,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → SelfSigned serving certificate re-issued from the new CA", time.Since(asked), 0)
-	if _, err := pollUntil(ctx, "the sample's server pods serve the new certificate", 4*time.Minute, func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, 4*time.Minute, "the sample's server pods serve the new certificate", func(ctx context.Context) (bool, error) {
 		return podsServe(ctx, c, desired.SidecarCR(sample).Base(), next)
 	}); err != nil {
 		return err

@@ -17,34 +17,10 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// pollUntil calls cond every 5 ms until it holds and returns how long that
-// took; it gives up after timeout.
-func pollUntil(ctx context.Context, what string, timeout time.Duration, cond func(context.Context) (bool, error)) (time.Duration, error) {
-	start := time.Now()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok {
-			return time.Since(start), nil
-		}
-		if err != nil {
-			last = err
-		}
-		if time.Since(start) > timeout {
-			return 0, fmt.Errorf("%s: not within %s (last error: %v)", what, timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // injectionWorks waits until a dry-run pod in the lab namespace is injected
 // (the API server's webhook informer may lag a re-created configuration).
 func injectionWorks(ctx context.Context, e *Env, name string) (time.Duration, error) {
-	return pollUntil(ctx, "dry-run pod injected", 30*time.Second, func(ctx context.Context) (bool, error) {
+	return cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, "dry-run pod injected", func(ctx context.Context) (bool, error) {
 		p, err := dryRunPod(ctx, e, name)
 		if err != nil {
 			return false, err
@@ -77,7 +53,7 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 	if err := c.Patch(ctx, mwc, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
 		return err
 	}
-	took, err := pollUntil(ctx, "caBundle repaired", 30*time.Second, func(ctx context.Context) (bool, error) {
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, "caBundle repaired", func(ctx context.Context) (bool, error) {
 		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
 			return false, err
@@ -96,7 +72,7 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 	if err := c.Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		return err
 	}
-	took, err = pollUntil(ctx, "configuration recreated", 30*time.Second, func(ctx context.Context) (bool, error) {
+	took, err = cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, "configuration recreated", func(ctx context.Context) (bool, error) {
 		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		err := c.Get(ctx, client.ObjectKey{Name: name}, m)
 		if apierrors.IsNotFound(err) {
@@ -153,7 +129,7 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 			return err
 		}
 	}
-	took, err = pollUntil(ctx, "new CA in every caBundle", 60*time.Second, carries(true))
+	took, err = cluster.Poll(ctx, 5*time.Millisecond, 60*time.Second, "new CA in every caBundle", carries(true))
 	if err != nil {
 		return err
 	}
@@ -167,7 +143,7 @@ func SelfHealing(ctx context.Context, e *Env, r *Result) error {
 			return err
 		}
 	}
-	took, err = pollUntil(ctx, "staged CA removed from every caBundle", 60*time.Second, carries(false))
+	took, err = cluster.Poll(ctx, 5*time.Millisecond, 60*time.Second, "staged CA removed from every caBundle", carries(false))
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,53 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
+
+// RepoRoot walks up from the working directory to the hookwright go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/hookwright/hookwright\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("hookwright repository root not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// LoadSample decodes config/samples/<file> strictly into obj, so tests use
+// the very samples users apply.
+func LoadSample(file string, obj any) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "config", "samples", file))
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, obj); err != nil {
+		return fmt.Errorf("sample %s: %w", file, err)
+	}
+	return nil
+}
 
 var (
 	buildOnce sync.Once
@@ -48,16 +87,6 @@ func RemoveHookwrightBinary() {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // MustHookwrightBinary is HookwrightBinary for tests: it fails t on error.
 func MustHookwrightBinary(t testing.TB) string {
 	t.Helper()
@@ -66,14 +95,4 @@ func MustHookwrightBinary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bin
-}
-
-// MustFreePort is FreePort for tests: it fails t on error.
-func MustFreePort(t testing.TB) int {
-	t.Helper()
-	p, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -1,4 +1,4 @@
-package controllers
+package health
 
 import (
 	"strings"
@@ -51,7 +51,7 @@ func TestForeignEndpoints(t *testing.T) {
 		{"forged slice", []discoveryv1.EndpointSlice{slice("someone", ep("ours-a", "pa"))}, []string{`managed by "someone"`}},
 		{"not a pod", []discoveryv1.EndpointSlice{slice(endpointSliceController, discoveryv1.Endpoint{Addresses: []string{"192.0.2.7"}})}, []string{"endpoint 192.0.2.7 in EndpointSlice srv/svc-x (not a pod)"}},
 	} {
-		got := foreignEndpoints(tc.eps, pods, ours)
+		got := ForeignEndpoints(tc.eps, pods, ours)
 		if len(got) != len(tc.wants) {
 			t.Errorf("%s: %v, want %d entries", tc.name, got, len(tc.wants))
 			continue

@@ -1,4 +1,4 @@
-package controllers
+package health
 
 import (
 	"strings"
@@ -80,9 +80,9 @@ func TestServerPodsState(t *testing.T) {
 		// want are substrings of the message.
 		want []string
 	}{
-		{name: "no pods", ok: true, reason: ReasonPodsHealthy, want: []string{"0 server pods"}},
-		{name: "running and creating", pods: []corev1.Pod{runningPod("a"), waitingPod("b", "ContainerCreating", "")}, ok: true, reason: ReasonPodsHealthy, want: []string{"2 server pods"}},
-		{name: "completed container is no failure", pods: []corev1.Pod{completed}, ok: true, reason: ReasonPodsHealthy},
+		{name: "no pods", ok: true, reason: reasonPodsHealthy, want: []string{"0 server pods"}},
+		{name: "running and creating", pods: []corev1.Pod{runningPod("a"), waitingPod("b", "ContainerCreating", "")}, ok: true, reason: reasonPodsHealthy, want: []string{"2 server pods"}},
+		{name: "completed container is no failure", pods: []corev1.Pod{completed}, ok: true, reason: reasonPodsHealthy},
 		{
 			name: "runAsNonRoot and a non-numeric image user", pods: []corev1.Pod{runningPod("a"), waitingPod("hookwright-sidecar-a-5d9c", "CreateContainerConfigError", nonNumeric)},
 			reason: "CreateContainerConfigError",
@@ -101,7 +101,7 @@ func TestServerPodsState(t *testing.T) {
 			reason: "CrashLoopBackOff", want: []string{"back-off 20s restarting failed container", `last exit code 2 (Error): unknown role "sidecar"`},
 		},
 		{name: "terminated non-zero", pods: []corev1.Pod{justExited}, reason: "OOMKilled", want: []string{"exit code 137"}},
-		{name: "terminating pods are skipped", pods: []corev1.Pod{terminating, runningPod("new")}, ok: true, reason: ReasonPodsHealthy},
+		{name: "terminating pods are skipped", pods: []corev1.Pod{terminating, runningPod("new")}, ok: true, reason: reasonPodsHealthy},
 		{name: "rejected by the kubelet's admission", pods: []corev1.Pod{evicted}, reason: "OutOfcpu", want: []string{"pod hookwright-oversell-b-ev: OutOfcpu: Pod was rejected"}},
 		{name: "unschedulable", pods: []corev1.Pod{unschedulable}, reason: "Unschedulable", want: []string{"1 Insufficient cpu"}},
 		{name: "init container", pods: []corev1.Pod{initFailing}, reason: "ErrImageNeverPull", want: []string{"container init: ErrImageNeverPull"}},
@@ -125,16 +125,16 @@ func TestServerPodsState(t *testing.T) {
 			reason: "FailedMount", want: []string{`pod mounting: FailedMount: MountVolume.SetUp failed for volume "serving-cert" : secret "byo-serving" not found`},
 		},
 		{
-			name: "a starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
+			name: "a Starting pod without Warning Events is fine", pods: []corev1.Pod{mounting},
 			events: []corev1.Event{podEvent(mounting.UID, corev1.EventTypeNormal, "Pulled", "ok", 1)},
-			ok:     true, reason: ReasonPodsHealthy,
+			ok:     true, reason: reasonPodsHealthy,
 		},
 		{
 			name: "Events of a running pod are not read", pods: []corev1.Pod{runningWithUID},
 			events: []corev1.Event{podEvent(runningWithUID.UID, corev1.EventTypeWarning, "Unhealthy", "Readiness probe failed", 1)},
-			ok:     true, reason: ReasonPodsHealthy,
+			ok:     true, reason: reasonPodsHealthy,
 		},
-		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: ReasonPodFailing, want: []string{"Some reason!: x"}},
+		{name: "reason that is no condition reason", pods: []corev1.Pod{oddReason}, reason: reasonPodFailing, want: []string{"Some reason!: x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, reason, msg := ServerPodsState(tc.pods, tc.dep, tc.events)
@@ -160,18 +160,18 @@ func TestServerPodsStateBoundsTheMessage(t *testing.T) {
 	}
 }
 
-// A status update that changes nothing PodProblems reads (a probe's
+// A status update that changes nothing podProblems reads (a probe's
 // readiness flip in a running pod is read by ServerAvailable through the
 // Deployment) does not reconcile.
 func TestPodHealthKey(t *testing.T) {
 	a, b := runningPod("a"), runningPod("a")
 	b.Status.ContainerStatuses[0].Ready = false
-	if podHealthKey(&a) != podHealthKey(&b) {
+	if PodKey(&a) != PodKey(&b) {
 		t.Error("readiness alone changed the key")
 	}
 	c := waitingPod("a", "CrashLoopBackOff", "back-off 10s")
 	d := waitingPod("a", "CrashLoopBackOff", "back-off 20s")
-	if podHealthKey(&c) == podHealthKey(&d) {
+	if PodKey(&c) == PodKey(&d) {
 		t.Error("a new back-off message did not change the key")
 	}
 }
@@ -186,7 +186,7 @@ func podEvent(uid types.UID, typ, reason, msg string, at int64) corev1.Event {
 
 // Pods still creating containers are polled (their Events are not
 // watched); a pending pod with a status reason, or one not yet scheduled,
-// is not "starting".
+// is not "Starting".
 func TestStarting(t *testing.T) {
 	creating := waitingPod("a", "ContainerCreating", "")
 	creating.Spec.NodeName = "n"
@@ -205,8 +205,8 @@ func TestStarting(t *testing.T) {
 		{"failing with a reason", pulling, false},
 		{"running", runningPod("r"), false},
 	} {
-		if got := starting(&tc.pod); got != tc.want {
-			t.Errorf("%s: starting = %v, want %v", tc.name, got, tc.want)
+		if got := Starting(&tc.pod); got != tc.want {
+			t.Errorf("%s: Starting = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

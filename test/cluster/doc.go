@@ -1,0 +1,58 @@
+// Package cluster starts a real local Kubernetes control plane for tests and
+// the demo: etcd and kube-apiserver (through controller-runtime's envtest),
+// optionally kube-controller-manager, kube-scheduler, kwok with simulated
+// nodes and real nodes (kubelet, containerd, runc, CNI, kube-proxy), all
+// built from source by hack/tools.sh into bin/.
+//
+// The API server sends its "cluster" egress (webhook calls, service proxy,
+// kubelet connections) through an HTTP CONNECT proxy on a unix socket
+// (EgressSelectorConfiguration, KEP-1281), which maps a Service's
+// ClusterIP:port to a local process or, with a real node, dials the
+// ClusterIP from inside the node's namespace (kube-proxy picks the pod) and
+// pod and node IPs from the host. TLS stays end to end, so a webhook's
+// caBundle and its serving certificate's SANs are checked for real. Pods on
+// a real node reach the API server through the kubernetes Service with
+// in-cluster config.
+//
+// Each file answers one question:
+//
+//   - cluster.go: how does the control plane start and stop (Options, New,
+//     Stop, Leaks, StopChecked)?
+//   - components.go: how are kube-controller-manager and kube-scheduler
+//     started and awaited?
+//   - clients.go: how does a test act on the cluster: as whom (Impersonate,
+//     KubeletConfig), in which namespace (CreateNamespace), hearing which
+//     warnings (Warnings)?
+//   - egress.go: how does the API server's egress leave it (the CONNECT
+//     proxy and its EgressSelectorConfiguration)?
+//   - routes.go: where does that egress go (ExposeLocal and RouteService to
+//     a local server, ClusterIPs, pod and node IPs of real nodes, ErrNoRoute
+//     for anything else)?
+//   - incluster.go: how does a pod on a real node reach the API server (the
+//     kubernetes Service's endpoint)?
+//   - pki.go: which certificates do the API server and the kubelets use?
+//   - kwok.go: how are simulated nodes made (NodeSpec, AddNode, NodeReady)?
+//   - heartbeat.go: how is a kubelet's status loop played without a kubelet
+//     (Heartbeater)?
+//   - node.go: how does a real node start and stop (RealNodeSpec,
+//     StartRealNode, RealNode.Stop)?
+//   - node_kubelet.go: how are its kubelet and kube-proxy configured and run?
+//   - node_containerd.go: how are its containerd, CNI and images set up?
+//   - node_net.go: where does its network live, and why can no pod or
+//     Service address leave the machine?
+//   - node_cleanup.go: what can a node leave on the machine, and how is it
+//     removed and found (cgroups, mounts, host files, packet filter rules,
+//     kernel settings)?
+//   - process.go: how does the harness run a child process (StartProcess,
+//     Settle, its log, a free port)?
+//   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
+//     Permanent)? Every wait and repeated check in test/... uses these.
+//   - repo.go: what does the harness take from the repository (RepoRoot,
+//     the hookwright binary, config/samples)?
+//   - certs.go, toywebhook.go, atomicdir.go: fixtures: a test CA and its
+//     serving certificates, a minimal mutating webhook, and a directory
+//     written the kubelet's way (atomic ..data swap).
+//
+// It must not import controllers or webhooks: the harness runs them only
+// as the pods a cluster would run.
+package cluster

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Condition is what a poll asks: true once the awaited state holds. An
+// error is remembered and polling goes on, unless it is Permanent.
+type Condition func(context.Context) (bool, error)
+
+// WaitFor polls cond every 100 ms until it returns true, its error is
+// permanent (wrapped in Permanent), ctx ends or timeout passes. The error
+// names what was awaited and the last condition error.
+func WaitFor(ctx context.Context, timeout time.Duration, what string, cond Condition) error {
+	_, err := Poll(ctx, 100*time.Millisecond, timeout, what, cond)
+	return err
+}
+
+// Poll is WaitFor at another interval (a measured wait polls every few
+// milliseconds, so the figure is not rounded up to the interval), and it
+// returns how long cond took to hold. The first call is at once.
+func Poll(ctx context.Context, interval, timeout time.Duration, what string, cond Condition) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			var perm *permanentError
+			if errors.As(err, &perm) {
+				return time.Since(start), fmt.Errorf("%s: %w", what, perm.err)
+			}
+			last = err
+		}
+		if ok {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return time.Since(start), fmt.Errorf("timed out after %s waiting for %s; last error: %w", timeout, what, last)
+			}
+			return time.Since(start), fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		case <-tick.C:
+		}
+	}
+}
+
+// During calls check every interval for d (the first call at once) and
+// returns its first error: for what must keep holding, not become true.
+// It returns ctx's error if ctx ends first.
+func During(ctx context.Context, d, interval time.Duration, check func(context.Context) error) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := check(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+	return nil
+}
+
+// Every calls fn at once and then interval after each call returns, until
+// ctx ends: the loop of a load generator or a sampler running beside a
+// test. It returns when ctx ends.
+func Every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	for ctx.Err() == nil {
+		fn(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
+	}
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+
+// Permanent marks a Condition's error as final: the poll stops with it.
+func Permanent(err error) error { return &permanentError{err: err} }
