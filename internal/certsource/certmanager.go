@@ -6,14 +6,12 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -107,73 +105,4 @@ func (m *certManager) installed() (bool, error) {
 		return false, nil
 	}
 	return false, err
-}
-
-// certManagerState is CertificateReady and the caBundle in mode
-// CertManager, from the live Certificate and its Secret (either nil when
-// missing). The caBundle is the Secret's ca.crt whenever its tls.crt
-// verifies for "<svc>.<ns>.svc" against it at now, as the API server will
-// check it, even while cert-manager reports a failed renewal (the current
-// certificate still serves); Ready also needs cert-manager's Ready=True.
-// NotAfter and RenewAt come from the Certificate's status.
-func certManagerState(cr desired.CR, s desired.Settings, crt *cmapi.Certificate, secret *corev1.Secret, now time.Time) State {
-	ns, name := desired.ServerNamespace(cr, s), cr.Base()
-	if crt == nil {
-		return State{Reason: ReasonCertificatePending, Message: fmt.Sprintf("cert-manager Certificate %s/%s not created yet", ns, name)}
-	}
-	var ready *cmapi.CertificateCondition
-	for i := range crt.Status.Conditions {
-		if crt.Status.Conditions[i].Type == cmapi.CertificateConditionReady {
-			ready = &crt.Status.Conditions[i]
-		}
-	}
-	st := State{Publish: publishUnlessInjected}
-	if crt.Status.NotAfter != nil {
-		st.NotAfter = crt.Status.NotAfter.Time
-	}
-	if crt.Status.RenewalTime != nil {
-		st.RenewAt = crt.Status.RenewalTime.Time
-	}
-	secretName := crt.Spec.SecretName
-	var verr error
-	switch {
-	case secret == nil:
-		verr = fmt.Errorf("Secret %s/%s not found", ns, secretName)
-	case len(secret.Data[desired.SecretKeyCA]) == 0:
-		verr = fmt.Errorf("Secret %s/%s has no ca.crt (the issuer must provide one for the caBundle)", ns, secretName)
-	default:
-		kp, err := certs.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
-		if err != nil {
-			verr = fmt.Errorf("Secret %s/%s: %w", ns, secretName, err)
-			break
-		}
-		host := certs.ServingDNSNames(name, ns, "")[0]
-		if err := certs.VerifyServing(kp.Cert, secret.Data[desired.SecretKeyCA], host, now); err != nil {
-			verr = fmt.Errorf("Secret %s/%s: tls.crt does not verify for %s against ca.crt: %w", ns, secretName, host, err)
-			break
-		}
-		st.CABundle = secret.Data[desired.SecretKeyCA]
-		if st.NotAfter.IsZero() {
-			st.NotAfter = kp.Cert.NotAfter
-		}
-	}
-	switch {
-	case ready == nil:
-		st.Reason, st.Message = ReasonCertificatePending, fmt.Sprintf("waiting for cert-manager to issue Certificate %s/%s", ns, name)
-	case ready.Status != cmmeta.ConditionTrue:
-		st.Reason, st.Message = reasonCertificateNotReady, fmt.Sprintf("cert-manager Certificate %s/%s is not Ready (%s): %s", ns, name, ready.Reason, ready.Message)
-	case verr != nil:
-		st.Reason, st.Message = reasonSecretInvalid, fmt.Sprintf("cert-manager Certificate %s/%s is Ready but %v", ns, name, verr)
-		if secret == nil {
-			st.Reason = ReasonCertificatePending
-		}
-	default:
-		st.Ready, st.Reason = true, ReasonValid
-		st.Message = fmt.Sprintf("cert-manager Certificate %s/%s (%s %s) ready, valid until %s",
-			ns, name, crt.Spec.IssuerRef.Kind, crt.Spec.IssuerRef.Name, fmtTime(st.NotAfter))
-		if !st.RenewAt.IsZero() {
-			st.Message += ", renewal at " + fmtTime(st.RenewAt)
-		}
-	}
-	return st
 }

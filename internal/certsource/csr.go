@@ -181,19 +181,6 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 	return State{}, fmt.Errorf("mode CSR: no steady state after %d steps", csrMaxSteps)
 }
 
-// servingAsIs is the desired serving Secret equal to what was served (its
-// certificate, key, ca.crt and mode CSR annotations).
-func servingAsIs(cr desired.CR, s desired.Settings, live *corev1.Secret) *corev1.Secret {
-	sec := desired.ServingSecret(cr, s, live.Data[corev1.TLSCertKey], live.Data[corev1.TLSPrivateKeyKey], live.Data[desired.SecretKeyCA])
-	sec.Annotations = map[string]string{}
-	for _, k := range []string{annotationCSRHash, annotationCSR, annotationCSRDrainingCAs, annotationCSRDrainingUntil, annotationRenewedFor} {
-		if v, ok := live.Annotations[k]; ok {
-			sec.Annotations[k] = v
-		}
-	}
-	return sec
-}
-
 type csrObserved struct {
 	serving, pending      *corev1.Secret
 	csrs                  map[string]*certificatesv1.CertificateSigningRequest

@@ -66,21 +66,6 @@ func InstallationOwners(ctx context.Context, r client.Reader) ([]metav1.OwnerRef
 	return out, nil
 }
 
-// MissingOwners returns the owners (by UID) that refs lacks.
-func MissingOwners(refs, owners []metav1.OwnerReference) []metav1.OwnerReference {
-	var out []metav1.OwnerReference
-	for _, o := range owners {
-		found := false
-		for _, r := range refs {
-			found = found || r.UID == o.UID
-		}
-		if !found {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // AddOwners patches obj (as read) to carry owners too, if it lacks any:
 // installations from before the owners were set get them.
 func AddOwners(ctx context.Context, c client.Client, obj client.Object, owners []metav1.OwnerReference) error {

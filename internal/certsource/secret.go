@@ -2,14 +2,10 @@ package certsource
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -33,35 +29,4 @@ func (u *userSecret) Certificate(ctx context.Context, cr desired.CR, _ Apply) (S
 	// periodically as well, in case a watch event was missed.
 	st.RequeueAfter = userSecretResync
 	return st, nil
-}
-
-// userSecretState checks a user-provided serving Secret (mode Secret):
-// tls.crt, tls.key and ca.crt must be present, the key must match, and the
-// certificate must verify for "<svc>.<ns>.svc" against ca.crt at now, as the
-// API server will check it.
-func userSecretState(cr desired.CR, s desired.Settings, secret *corev1.Secret, now time.Time) State {
-	ns := desired.ServerNamespace(cr, s)
-	if secret == nil {
-		return State{Reason: ReasonSecretMissing, Message: fmt.Sprintf("Secret %s/%s not found", ns, cr.Certificate.SecretName)}
-	}
-	bad := func(err error) State {
-		return State{Reason: reasonSecretInvalid, Message: fmt.Sprintf("Secret %s/%s: %v", ns, secret.Name, err)}
-	}
-	bundle := secret.Data[desired.SecretKeyCA]
-	if len(bundle) == 0 {
-		return bad(errors.New("no ca.crt"))
-	}
-	kp, err := certs.ParseKeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
-	if err != nil {
-		return bad(err)
-	}
-	host := certs.ServingDNSNames(cr.Base(), ns, "")[0]
-	if err := certs.VerifyServing(kp.Cert, bundle, host, now); err != nil {
-		return bad(fmt.Errorf("tls.crt does not verify for %s against ca.crt: %w", host, err))
-	}
-	return State{
-		CABundle: bundle, Publish: publishWithOverlap, NotAfter: kp.Cert.NotAfter, RenewAt: certs.RenewalTime(kp.Cert, 0),
-		Ready: true, Reason: ReasonValid,
-		Message: fmt.Sprintf("user-provided serving certificate %s/%s valid until %s", ns, secret.Name, fmtTime(kp.Cert.NotAfter)),
-	}
 }

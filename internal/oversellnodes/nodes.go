@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,31 +73,6 @@ func (n *Nodes) now() time.Time {
 		return n.Now()
 	}
 	return time.Now()
-}
-
-// setCondition sets a condition of no at its generation.
-func setCondition(no *v1alpha1.NodeOversell, typ string, ok bool, reason, msg string) {
-	st := metav1.ConditionFalse
-	if ok {
-		st = metav1.ConditionTrue
-	}
-	apimeta.SetStatusCondition(&no.Status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: no.Generation})
-}
-
-func summarize(items []string, n int) string {
-	if len(items) <= n {
-		return strings.Join(items, ", ")
-	}
-	return strings.Join(items[:n], ", ") + fmt.Sprintf(" and %d more", len(items)-n)
-}
-
-// nodeSelector converts spec.nodeSelector; absent means every node, as the
-// API documents (metav1.LabelSelectorAsSelector(nil) would mean none).
-func nodeSelector(no *v1alpha1.NodeOversell) (labels.Selector, error) {
-	if no.Spec.NodeSelector == nil {
-		return labels.Everything(), nil
-	}
-	return metav1.LabelSelectorAsSelector(no.Spec.NodeSelector)
 }
 
 // listNodes lists the nodes from the cache, slimmed to labels,
