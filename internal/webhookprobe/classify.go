@@ -31,7 +31,8 @@ func Classify(webhookName, msg string) string {
 		return v1alpha1.WebhookProbeReasonTimeout
 	case containsAny(m, "x509:", "tls:", "certificate", "handshake"):
 		return v1alpha1.WebhookProbeReasonTLSError
-	case containsAny(m, "connection refused", "no endpoints", "no route to host", "not found", "connection reset", "eof", "unreachable"):
+	case containsAny(m, "connection refused", "no endpoints", "no route to host", "not found", "connection reset", "eof", "unreachable",
+		"dial tcp", "while dialing", "bad gateway"):
 		return v1alpha1.WebhookProbeReasonUnreachable
 	}
 	// Called but the answer was unusable (bad JSON, wrong UID, a patch

@@ -87,6 +87,8 @@ func TestClassify(t *testing.T) {
 		{`Internal error occurred: failed calling webhook "injector.sidecar.hookwright.io": failed to call webhook: Post "https://x.y.svc:443/inject?timeout=10s": net/http: TLS handshake timeout`, v1alpha1.WebhookProbeReasonTimeout},
 		{`Internal error occurred: failed calling webhook "injector.sidecar.hookwright.io": failed to call webhook: Post "https://x.y.svc:443/inject?timeout=10s": dial tcp 10.0.0.7:443: connect: connection refused`, v1alpha1.WebhookProbeReasonUnreachable},
 		{`Internal error occurred: failed calling webhook "injector.sidecar.hookwright.io": failed to call webhook: Post "https://x.y.svc:443/inject?timeout=10s": no endpoints available for service "x"`, v1alpha1.WebhookProbeReasonUnreachable},
+		// The API server's egress selector (HTTP CONNECT) refused the dial.
+		{`Internal error occurred: failed calling webhook "injector.sidecar.hookwright.io": failed to call webhook: Post "https://x.y.svc:443/inject?timeout=10s": proxy error from 127.0.0.1:4000 while dialing 10.96.0.12:443, code 502: 502 Bad Gateway`, v1alpha1.WebhookProbeReasonUnreachable},
 		{`Internal error occurred: failed calling webhook "injector.sidecar.hookwright.io": failed to call webhook: the server responded with an unexpected body`, v1alpha1.WebhookProbeReasonWrongAnswer},
 		{`admission webhook "injector.sidecar.hookwright.io" denied the request: template failed`, v1alpha1.WebhookProbeReasonWrongAnswer},
 		{`pods "probe" is forbidden: User "system:serviceaccount:x:y" cannot create resource "pods"`, v1alpha1.WebhookProbeReasonProbeFailed},
