@@ -5,13 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -71,6 +75,8 @@ type prober struct {
 	policy webhookprobe.Policy
 	now    func() time.Time
 	queue  workqueue.TypedDelayingInterface[string]
+	// client makes the probe requests (nil: the reconciler's).
+	client client.Client
 
 	mu      sync.Mutex
 	entries map[string]*probeEntry
@@ -179,11 +185,16 @@ func (p *prober) work(ctx context.Context) bool {
 	run, kind, name := e.run, e.kind, e.name
 	p.mu.Unlock()
 
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	sink := &warningSink{}
+	pctx, cancel := context.WithTimeout(context.WithValue(ctx, warningsKey{}, sink), probeTimeout)
 	start := time.Now()
 	out := run(pctx)
 	took := time.Since(start)
 	cancel()
+	if w := sink.texts(); !out.OK && len(w) > 0 {
+		// e.g. the injector's "not injected: no template selected".
+		out.Message += "; the API server warned: " + strings.Join(w, "; ")
+	}
 	if ctx.Err() != nil {
 		return true
 	}
@@ -216,6 +227,45 @@ func (p *prober) work(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// warningSink collects the warnings (HTTP Warning headers, code 299) of
+// one probe's requests; webhooks send theirs through the API server
+// (AdmissionResponse.warnings).
+type warningSink struct {
+	mu sync.Mutex
+	w  []string
+}
+
+type warningsKey struct{}
+
+func (s *warningSink) texts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.w)
+}
+
+// probeWarnings is the probe client's rest.WarningHandlerWithContext.
+type probeWarnings struct{}
+
+func (probeWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, text string) {
+	s, ok := ctx.Value(warningsKey{}).(*warningSink)
+	if !ok || code != 299 {
+		return
+	}
+	s.mu.Lock()
+	if len(s.w) < 5 {
+		s.w = append(s.w, text)
+	}
+	s.mu.Unlock()
+}
+
+// newProbeClient is the manager's client (reads from its cache) with the
+// probe's warning handler.
+func newProbeClient(mgr ctrl.Manager) (client.Client, error) {
+	cfg := rest.CopyConfig(mgr.GetConfig())
+	cfg.WarningHandler, cfg.WarningHandlerWithContext = nil, probeWarnings{}
+	return client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
 }
 
 // probing kinds have a live check (sidecar.go, oversell.go).
@@ -257,7 +307,11 @@ func (r *Reconciler) phaseProbe(ctx context.Context, p *pass) (time.Duration, bo
 		return 0, false, nil
 	}
 	wh := p.d.Webhook.DeepCopy()
-	r.shared.prober.Observe(kindName, name, probeFingerprint(p, wh), k.Probe(r.Client, p.op.Object.DeepCopyObject().(v1alpha1.Object), wh, r.Settings.Settings))
+	c := r.shared.prober.client
+	if c == nil {
+		c = r.Client
+	}
+	r.shared.prober.Observe(kindName, name, probeFingerprint(p, wh), k.Probe(c, p.op.Object.DeepCopyObject().(v1alpha1.Object), wh, r.Settings.Settings))
 	out, last := r.shared.prober.Result(kindName, name)
 	switch {
 	case out == nil:

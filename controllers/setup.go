@@ -71,6 +71,9 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		return err
 	}
 	sh.prober = newProber(webhookprobe.DefaultPolicy)
+	if sh.prober.client, err = newProbeClient(mgr); err != nil {
+		return err
+	}
 	if err := mgr.Add(sh.prober); err != nil {
 		return err
 	}

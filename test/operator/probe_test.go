@@ -149,16 +149,14 @@ func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) string {
 func TestWebhookReachable(t *testing.T) {
 	ctx := ctxT(t, 12*time.Minute)
 	c := env.Client
-	si := &v1alpha1.SidecarInjector{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe-si"},
-		Spec: v1alpha1.SidecarInjectorSpec{
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"probe-test": "on"}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}},
-			}},
-			Server: v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
-		},
-	}
+	// The sample's templates, selecting the probe namespace and pods with
+	// tier web or api.
+	si := sampleInjector(t, "probe-si")
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"probe-test": "on"}}
+	si.Spec.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}},
+	}}
+	si.Spec.Server.Replicas = ptr.To[int32](1)
 	plainNode(t, ctx, "probe-node-0", map[string]string{"pool": "probe"})
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe-node-0"}}) })
 	no := &v1alpha1.NodeOversell{
