@@ -101,8 +101,8 @@ func (c *offsetClock) Offset() time.Duration { return time.Duration(c.d.Load()) 
 type writeCounter struct {
 	n       atomic.Int64
 	dryRuns atomic.Int64
-	mu   sync.Mutex
-	last []string
+	mu      sync.Mutex
+	last    []string
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {

@@ -158,7 +158,9 @@ func TestWebhookReachable(t *testing.T) {
 	}}
 	si.Spec.Server.Replicas = ptr.To[int32](1)
 	plainNode(t, ctx, "probe-node-0", map[string]string{"pool": "probe"})
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe-node-0"}}) })
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe-node-0"}})
+	})
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe-no"},
 		Spec: v1alpha1.NodeOversellSpec{
