@@ -346,10 +346,16 @@ func (r *Reconciler) setProbeCondition(op desired.CR, st metav1.ConditionStatus,
 
 // probeFingerprint changes with everything a probe's outcome may depend
 // on: the CR's spec (generation), the webhook configuration as published
-// (caBundle, service, selectors) and the serving certificate.
+// (caBundle, service, selectors), the serving certificate and the server's
+// available replicas (ServerAvailable's message), so a server that just
+// became available is probed soon, not at the failing backoff's pace.
 func probeFingerprint(p *pass, wh *admissionregistrationv1.MutatingWebhookConfiguration) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%d\x00%s\x00", p.op.Object.GetGeneration(), p.cert.NotAfter.UTC().Format(time.RFC3339Nano))
+	avail := ""
+	if c := apimeta.FindStatusCondition(p.op.Conditions(), v1alpha1.ConditionServerAvailable); c != nil {
+		avail = string(c.Status) + c.Message
+	}
+	fmt.Fprintf(h, "%d\x00%s\x00%s\x00", p.op.Object.GetGeneration(), p.cert.NotAfter.UTC().Format(time.RFC3339Nano), avail)
 	for _, w := range wh.Webhooks {
 		fmt.Fprintf(h, "%s\x00%x\x00%v\x00%v\x00%v\x00", w.Name, w.ClientConfig.CABundle, w.ClientConfig.Service, w.NamespaceSelector, w.ObjectSelector)
 	}
