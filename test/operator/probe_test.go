@@ -110,7 +110,7 @@ func waitReachable(t *testing.T, ctx context.Context, obj v1alpha1.Object, st me
 
 // fakeWebhook serves TLS with certPEM/keyPEM on 127.0.0.1 and admits every
 // AdmissionReview unchanged: a server that answers but does not inject.
-func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) string {
+func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) (addr string, stop func()) {
 	t.Helper()
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
@@ -137,7 +137,7 @@ func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) string {
 	}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().String()
+	return ln.Addr().String(), func() { _ = srv.Close() }
 }
 
 // The live check of each webhook: WebhookReachable becomes True for a
@@ -197,27 +197,39 @@ func TestWebhookReachable(t *testing.T) {
 		t.Fatalf("probe namespace %s: labels %v, owners %v", pns.Name, pns.Labels, pns.OwnerReferences)
 	}
 
-	// The real servers, with the operator's certificates and RBAC.
-	start := func(kind desired.Kind, name, args0 string) (owned, *localServer) {
-		base := kind.BaseName(name)
-		o := ownedKeys(base, operatorNS)
+	// The real servers, with the operator's certificates and RBAC. The API
+	// server keeps its connections to a webhook open, so a break or a
+	// repair replaces the server process (as a new pod would), not only
+	// the route.
+	keys := func(kind desired.Kind, name string) owned {
+		o := ownedKeys(kind.BaseName(name), operatorNS)
 		for _, obj := range []client.Object{o.Secret, o.Deploy, o.Svc} {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 				t.Fatal(err)
 			}
 		}
-		kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
-		srv := startLocalServer(t, args0+"-probe", o.Deploy.Spec.Template.Spec.Containers[0].Args,
-			o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
 		t.Cleanup(func() { env.UnrouteService(o.Svc) })
-		return o, srv
+		return o
 	}
-	siO, siSrv := start(desired.SidecarKind, si.Name, "injector")
-	noO, noSrv := start(desired.OversellKind, no.Name, "oversell")
+	siO, noO := keys(desired.SidecarKind, si.Name), keys(desired.OversellKind, no.Name)
 	route := func(o owned, addr string) {
 		t.Helper()
 		if err := env.RouteService(o.Svc, addr); err != nil {
 			t.Fatal(err)
+		}
+	}
+	serve := func(o owned, name string) *localServer {
+		t.Helper()
+		kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, o.SA.Name)
+		srv := startLocalServer(t, name, o.Deploy.Spec.Template.Spec.Containers[0].Args,
+			o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+		route(o, srv.Addr())
+		return srv
+	}
+	stopServer := func(srv *localServer) {
+		t.Helper()
+		if err := srv.proc.Stop(5 * time.Second); err != nil {
+			t.Logf("stop %s: %v", srv.Addr(), err)
 		}
 	}
 	repaired := func(what string, obj v1alpha1.Object) {
@@ -235,8 +247,8 @@ func TestWebhookReachable(t *testing.T) {
 			t.Errorf("message %q does not give the last success", cond.Message)
 		}
 	}
-	route(siO, siSrv.Addr())
-	route(noO, noSrv.Addr())
+	siSrv := serve(siO, "injector-probe")
+	noSrv := serve(noO, "oversell-probe")
 	repaired("SidecarInjector server routed", si)
 	repaired("NodeOversell server routed", no)
 
@@ -253,21 +265,28 @@ func TestWebhookReachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	route(siO, fakeWebhook(t, fc, fk))
+	fake, stopFake := fakeWebhook(t, fc, fk)
+	route(siO, fake)
+	stopServer(siSrv)
 	broken("server certificate from a foreign CA", si, v1alpha1.WebhookProbeReasonTLSError)
-	route(siO, siSrv.Addr())
+	stopFake()
+	siSrv = serve(siO, "injector-probe-2")
 	repaired("real server back", si)
 
 	// No route to the Service (as if no endpoint were ready).
 	env.UnrouteService(siO.Svc)
+	stopServer(siSrv)
 	broken("Service unrouted", si, v1alpha1.WebhookProbeReasonUnreachable, v1alpha1.WebhookProbeReasonTimeout)
-	route(siO, siSrv.Addr())
+	siSrv = serve(siO, "injector-probe-3")
 	repaired("route restored", si)
 
 	// A server that answers with the right certificate but injects nothing.
-	route(siO, fakeWebhook(t, siO.Secret.Data[corev1.TLSCertKey], siO.Secret.Data[corev1.TLSPrivateKeyKey]))
+	fake, stopFake = fakeWebhook(t, siO.Secret.Data[corev1.TLSCertKey], siO.Secret.Data[corev1.TLSPrivateKeyKey])
+	route(siO, fake)
+	stopServer(siSrv)
 	broken("server that does not inject", si, v1alpha1.WebhookProbeReasonWrongAnswer)
-	route(siO, siSrv.Addr())
+	stopFake()
+	serve(siO, "injector-probe-4")
 	repaired("real server back", si)
 
 	// The NodeOversell's steady state: at most one probe a minute.
@@ -285,9 +304,10 @@ func TestWebhookReachable(t *testing.T) {
 	// The oversell webhook fails open (Ignore): unrouted, the write comes
 	// back as sent.
 	env.UnrouteService(noO.Svc)
+	stopServer(noSrv)
 	broken("NodeOversell Service unrouted", no, v1alpha1.WebhookProbeReasonNotCalled)
-	route(noO, noSrv.Addr())
-	repaired("NodeOversell route restored", no)
+	serve(noO, "oversell-probe-2")
+	repaired("NodeOversell server back", no)
 
 	for _, k := range []string{desired.SidecarKind.Name, desired.OversellKind.Name} {
 		sum, count := probeLatency(t, k)

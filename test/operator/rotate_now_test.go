@@ -52,7 +52,9 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	// The sample's sidecar templates, so both servers inject.
 	sample := sampleInjector(t, "sample")
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
-		si.Spec.Templates, si.Spec.DefaultTemplates = sample.Spec.Templates, sample.Spec.DefaultTemplates
+		spec := *sample.Spec.DeepCopy()
+		spec.NamespaceSelector, spec.Server, spec.Certificate = si.Spec.NamespaceSelector, si.Spec.Server, si.Spec.Certificate
+		si.Spec = spec
 	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
 		if err := env.Client.Create(ctx, si); err != nil {
