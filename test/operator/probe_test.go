@@ -2,17 +2,11 @@ package operator
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -108,36 +102,16 @@ func waitReachable(t *testing.T, ctx context.Context, obj v1alpha1.Object, st me
 	return *last
 }
 
-// fakeWebhook serves TLS with certPEM/keyPEM on 127.0.0.1 and admits every
-// AdmissionReview unchanged: a server that answers but does not inject.
+// fakeWebhook is a TLS webhook (cluster.ToyWebhook: it labels what it
+// admits, injects nothing) with certPEM/keyPEM on 127.0.0.1.
 func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) (addr string, stop func()) {
 	t.Helper()
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	w, err := cluster.StartToyWebhookPEM(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var rev admissionv1.AdmissionReview
-			body, _ := io.ReadAll(r.Body)
-			if err := json.Unmarshal(body, &rev); err != nil || rev.Request == nil {
-				http.Error(w, "bad review", http.StatusBadRequest)
-				return
-			}
-			rev.Response = &admissionv1.AdmissionResponse{UID: rev.Request.UID, Allowed: true}
-			rev.Request = nil
-			_ = json.NewEncoder(w).Encode(&rev)
-		}),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().String(), func() { _ = srv.Close() }
+	t.Cleanup(func() { _ = w.Close() })
+	return w.Addr, func() { _ = w.Close() }
 }
 
 // The live check of each webhook: WebhookReachable becomes True for a
