@@ -22,7 +22,7 @@ type Policy struct {
 	BackoffBase, BackoffMax time.Duration
 }
 
-// DefaultPolicy: one probe per CR per minute in steady state, failing or
+// DefaultPolicy is one probe per CR per minute in steady state, failing or
 // not; a change is probed 5 s after the previous probe at the soonest.
 var DefaultPolicy = Policy{Period: time.Minute, MinGap: 5 * time.Second, BackoffBase: 5 * time.Second, BackoffMax: time.Minute}
 
