@@ -27,7 +27,9 @@ func TestProbeFingerprint(t *testing.T) {
 	}
 	base := mk(func(*v1alpha1.SidecarInjector, *pass, *admissionregistrationv1.MutatingWebhookConfiguration) {})
 	for name, edit := range map[string]func(*v1alpha1.SidecarInjector, *pass, *admissionregistrationv1.MutatingWebhookConfiguration){
-		"generation": func(si *v1alpha1.SidecarInjector, _ *pass, _ *admissionregistrationv1.MutatingWebhookConfiguration) { si.Generation = 4 },
+		"generation": func(si *v1alpha1.SidecarInjector, _ *pass, _ *admissionregistrationv1.MutatingWebhookConfiguration) {
+			si.Generation = 4
+		},
 		"caBundle": func(_ *v1alpha1.SidecarInjector, _ *pass, wh *admissionregistrationv1.MutatingWebhookConfiguration) {
 			wh.Webhooks[0].ClientConfig.CABundle = []byte("ca2")
 		},
