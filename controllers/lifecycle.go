@@ -184,6 +184,10 @@ func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return r.allRequests(ctx)
 		})))
 	}
+	if r.shared != nil && r.shared.prober != nil {
+		// A probe outcome that changes WebhookReachable.
+		b = b.WatchesRawSource(source.Channel(r.shared.prober.channel(r.kind), &handler.EnqueueRequestForObject{}))
+	}
 	if r.shared != nil && r.shared.userSecrets != nil {
 		b = b.WatchesRawSource(r.userSecretSource(r.shared.userSecrets))
 	}
@@ -285,6 +289,7 @@ func (r *reconciler) phases() []phase {
 		{name: "objects", run: r.phaseObjects},
 		{name: "webhook", cond: v1alpha1.ConditionWebhookConfigured, run: r.phaseWebhook},
 		{name: "status", run: r.phaseStatus},
+		{name: "probe", cond: v1alpha1.ConditionWebhookReachable, run: r.phaseProbe}, // probe.go
 	}
 	if a, ok := r.kind.(afterApplying); ok {
 		ps = append(ps, phase{name: "after-apply", run: func(ctx context.Context, p *pass) (time.Duration, bool, error) {
@@ -443,6 +448,9 @@ func (r *reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, b
 // applier's memory of its objects, its upgrade hold.
 func (r *reconciler) forget(ctx context.Context, name string) {
 	forgetMetrics(r.kind.Kind().Name, name)
+	if r.shared != nil && r.shared.prober != nil {
+		r.shared.prober.Forget(r.kind.Kind().Name, name)
+	}
 	r.applier.Forget(r.kind.Kind().Name, name)
 	if _, ok := r.kind.(finalizing); ok {
 		releaseUpgrade(ctx, r.shared, restoreHold(name))

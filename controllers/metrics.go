@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -29,8 +31,34 @@ var (
 	}, []string{"kind", "object"})
 )
 
+// The live check of each webhook (probe.go).
+var (
+	probeTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hookwright_webhook_probe_total",
+		Help: "Probes of each webhook through the API server, by result: Reachable or the failing step (a WebhookReachable reason).",
+	}, []string{"kind", "name", "result"})
+	probeLastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hookwright_webhook_probe_last_success_timestamp_seconds",
+		Help: "Start of the last probe that proved the API server calls the webhook and it answers right, in Unix seconds.",
+	}, []string{"kind", "name"})
+	probeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "hookwright_webhook_probe_duration_seconds",
+		Help:    "Duration of each probe request (the API server's admission round trip), in seconds.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"kind"})
+)
+
+// recordProbe counts one probe of CR kind/name that started at start.
+func recordProbe(kind, name string, out probeOutcome, took time.Duration, start time.Time) {
+	probeTotal.WithLabelValues(kind, name, out.Reason).Inc()
+	probeDuration.WithLabelValues(kind).Observe(took.Seconds())
+	if out.OK {
+		probeLastSuccess.WithLabelValues(kind, name).Set(float64(start.UnixNano()) / 1e9)
+	}
+}
+
 func init() {
-	metrics.Registry.MustRegister(servingNotAfter, bundleNotAfter, driftRepairs, repairConflicts)
+	metrics.Registry.MustRegister(servingNotAfter, bundleNotAfter, driftRepairs, repairConflicts, probeTotal, probeLastSuccess, probeDuration)
 }
 
 // recordCertificate publishes the certificate figures of one CR.
@@ -49,6 +77,8 @@ func recordCertificate(kind, name, namespace, secret string, cs certsource.State
 
 // forgetMetrics drops the series of a deleted CR.
 func forgetMetrics(kind, name string) {
+	probeTotal.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
+	probeLastSuccess.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	servingNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	bundleNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
+	"github.com/hookwright/hookwright/internal/webhookprobe"
 )
 
 // shared is what the reconcilers of one manager have in common.
@@ -31,6 +32,8 @@ type shared struct {
 	// upgrade holds OLM upgrades during a CA rotation or a node restore
 	// (nil: not set up, does nothing).
 	upgrade *upgradeGate
+	// prober runs the live check of every CR's webhook (nil: none).
+	prober *prober
 }
 
 // Setup registers both reconcilers with mgr. The manager's cache must be
@@ -65,6 +68,13 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	}
 	sh.upgrade = newUpgradeGate(oc, s.Namespace, mgr.GetLogger())
 	if err := mgr.Add(sh.upgrade); err != nil {
+		return err
+	}
+	sh.prober = newProber(webhookprobe.DefaultPolicy)
+	if sh.prober.client, err = newProbeClient(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Add(sh.prober); err != nil {
 		return err
 	}
 	nodes := &oversellnodes.Nodes{
@@ -117,6 +127,8 @@ func ownedTypes() []client.Object {
 		&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{},
 		&appsv1.Deployment{}, &policyv1.PodDisruptionBudget{}, &corev1.Service{}, &corev1.Secret{},
 		&admissionregistrationv1.MutatingWebhookConfiguration{},
+		// A SidecarInjector's probe namespace (probe.go).
+		&corev1.Namespace{},
 	}
 }
 

@@ -27,3 +27,26 @@ const ConditionOvercommitted = "Overcommitted"
 // failure, False with the kubelet's (or scheduler's, or ReplicaSet
 // controller's) reason otherwise, e.g. CreateContainerConfigError.
 const ConditionServerPodsHealthy = "ServerPodsHealthy"
+
+// ConditionWebhookReachable is True when the operator's last live check
+// proved that the API server calls the webhook and the webhook answers as
+// it should: a server-side dry-run pod create in the CR's probe namespace
+// comes back injected (SidecarInjector), a dry-run nodes/status patch of a
+// selected node comes back amplified (NodeOversell). False names the
+// failing step in the reason (WebhookProbeReason*) and the last success in
+// the message; Unknown while there is nothing to probe yet.
+const ConditionWebhookReachable = "WebhookReachable"
+
+// Reasons of ConditionWebhookReachable.
+const (
+	WebhookProbeReasonReachable     = "Reachable"
+	WebhookProbeReasonTLSError      = "TLSError"
+	WebhookProbeReasonTimeout       = "Timeout"
+	WebhookProbeReasonUnreachable   = "Unreachable"
+	WebhookProbeReasonWrongAnswer   = "WrongAnswer"
+	WebhookProbeReasonNotCalled     = "NotCalled"
+	WebhookProbeReasonProbeFailed   = "ProbeFailed"
+	WebhookProbeReasonNotConfigured = "NotConfigured"
+	WebhookProbeReasonNoTarget      = "NoProbeTarget"
+	WebhookProbeReasonPending       = "ProbePending"
+)

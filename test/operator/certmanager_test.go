@@ -235,6 +235,8 @@ func TestCertManagerMode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The live check has seen the server routed: no status write pending.
+	waitReachable(t, ctx, si, metav1.ConditionTrue, nil, 3*time.Minute)
 	quiet(t, 3*time.Second)
 	if err := env.Client.Get(ctx, client.ObjectKey{Name: base}, mwc); err != nil {
 		t.Fatal(err)

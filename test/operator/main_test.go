@@ -96,15 +96,22 @@ func (c *offsetClock) Set(d time.Duration)   { c.d.Store(int64(d)) }
 func (c *offsetClock) Offset() time.Duration { return time.Duration(c.d.Load()) }
 
 // writeCounter counts the operator's write requests (every verb but GET,
-// which covers list and watch) seen by its rest.Config transport.
+// which covers list and watch) seen by its rest.Config transport; dry-run
+// requests (the webhook probes) store nothing and are counted apart.
 type writeCounter struct {
-	n    atomic.Int64
-	mu   sync.Mutex
-	last []string
+	n       atomic.Int64
+	dryRuns atomic.Int64
+	mu      sync.Mutex
+	last    []string
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.URL.Query().Get("dryRun") != "" {
+			// The webhook probes (dryRun=All): nothing is stored.
+			w.dryRuns.Add(1)
+			return rt.RoundTrip(req)
+		}
 		if req.Method != http.MethodGet {
 			w.n.Add(1)
 			w.mu.Lock()

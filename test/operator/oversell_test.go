@@ -159,6 +159,8 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The live check has seen the server routed: no status write pending.
+	waitReachable(t, ctx, no, metav1.ConditionTrue, nil, 3*time.Minute)
 	quiet(t, 20*time.Second)
 
 	// Lowering the ratio below what the node's pods request is reported.

@@ -10,8 +10,12 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/internal/certsource"
@@ -30,10 +34,15 @@ func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) strin
 		t.Fatal(err)
 	}
 	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml", "rbac/leader_election_role.yaml",
-		"rbac/leader_election_role_binding.yaml", "server-namespace/role.yaml"} {
+		"rbac/leader_election_role_binding.yaml", "server-namespace/role.yaml", "rbac/probe_policy.yaml"} {
 		b, err := os.ReadFile(filepath.Join(root, "config", f))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, "probe_policy.yaml") {
+			// The policy names the ServiceAccount and itself as config/default
+			// does ("hookwright-" prefix).
+			b = []byte(strings.ReplaceAll(string(b), "hookwright-", prefix))
 		}
 		for _, doc := range strings.Split(string(b), "\n---") {
 			u := &unstructured.Unstructured{}
@@ -131,7 +140,6 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"delete", "rbac.authorization.k8s.io", "clusterroles", "", "cluster-admin"},
 		{"delete", "rbac.authorization.k8s.io", "clusterrolebindings", "", "cluster-admin"},
 		{"create", "rbac.authorization.k8s.io", "rolebindings", opNS, ""},
-		{"create", "", "pods", opNS, ""},
 		{"patch", "", "nodes", "", "kwok-node-0"},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "someone-elses.example.com"},
 		{"list", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
@@ -187,5 +195,44 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	}
 	if can(q{"get", "", "secrets", "kube-system", ""}) || can(q{"create", "apps", "deployments", "default", ""}) {
 		t.Error("binding server-namespace-role in one namespace granted more than that namespace")
+	}
+
+	// The webhook probes' pods create, which RBAC grants everywhere, is
+	// confined to dry runs by config/rbac/probe_policy.yaml, and namespace
+	// writes to the probe namespaces: asked of the API server as the
+	// ServiceAccount.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	as, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "rbac-probe", Namespace: opNS},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+	}
+	err = cluster.WaitFor(ctx, 30*time.Second, "the probe policy refusing a real pod create", func(ctx context.Context) (bool, error) {
+		err := as.Create(ctx, pod())
+		if err == nil {
+			_ = env.Client.Delete(ctx, pod())
+			return false, nil
+		}
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "only as server-side dry runs"), nil
+	})
+	if err != nil {
+		t.Errorf("a real pod create by the operator's ServiceAccount is not refused by the probe policy: %v", err)
+	}
+	if err := as.Create(ctx, pod(), client.DryRunAll); err != nil {
+		t.Errorf("a dry-run pod create by the operator's ServiceAccount: %v", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbactest-not-a-probe"}}
+	if err := as.Create(ctx, ns, client.DryRunAll); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's ServiceAccount may create namespace %s: %v", ns.Name, err)
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: prefix + "probe-x"}}
+	if err := as.Create(ctx, ns, client.DryRunAll); err != nil {
+		t.Errorf("the operator's ServiceAccount may not create its probe namespace %s: %v", ns.Name, err)
 	}
 }

@@ -1,9 +1,12 @@
 package operator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +15,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +28,10 @@ import (
 )
 
 // `hookwright rotate-ca` rotates the installation CA at once with a
-// SelfSigned and a CSR-mode CR side by side. Every 20 ms, for both CRs,
+// SelfSigned and a CSR-mode CR side by side, each with its real server,
+// under pod-create load (server-side dry runs at 50 per second): no
+// admission fails or goes uninjected and WebhookReachable stays True for
+// both throughout. Every 20 ms, for both CRs,
 // the certificate in the serving Secret must verify against the caBundle
 // of its configuration as the API server reads it (what a TLS client given
 // that caBundle checks); the rotation ends with both certificates from the
@@ -36,11 +43,19 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	self := &v1alpha1.SidecarInjector{
 		ObjectMeta: metav1.ObjectMeta{Name: "rotnow-self"},
 		Spec: v1alpha1.SidecarInjectorSpec{
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rotate-now-test": "never"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rotate-now-test": "self"}},
 			Server:            v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
 		},
 	}
 	csr := csrInjector("rotnow-csr", v1alpha1.DefaultCSRSignerName, true)
+	csr.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotate-now-test": "csr"}}
+	// The sample's sidecar templates, so both servers inject.
+	sample := sampleInjector(t, "sample")
+	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
+		spec := *sample.Spec.DeepCopy()
+		spec.NamespaceSelector, spec.Server, spec.Certificate = si.Spec.NamespaceSelector, si.Spec.Server, si.Spec.Certificate
+		si.Spec = spec
+	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
 		if err := env.Client.Create(ctx, si); err != nil {
 			t.Fatal(err)
@@ -62,13 +77,122 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The invariant, sampled while the rotation runs.
+	// Both injectors' real servers, following their serving Secrets as a
+	// kubelet would; an application namespace selected by each.
 	bases := []string{desired.SidecarKind.BaseName(self.Name), desired.SidecarKind.BaseName(csr.Name)}
-	var samples, broken atomic.Int64
-	var mu sync.Mutex
-	var firstBroken []string
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	var mu sync.Mutex
+	appNS := []string{"rotnow-self-apps", "rotnow-csr-apps"}
+	for i, base := range bases {
+		o := ownedKeys(base, operatorNS)
+		for _, obj := range []client.Object{o.Secret, o.Deploy, o.Svc} {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
+		srv := startLocalServer(t, "injector-"+base, o.Deploy.Spec.Template.Spec.Containers[0].Args,
+			o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+		if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.UnrouteService(o.Svc) })
+		wg.Add(1)
+		go func() { defer wg.Done(); followSecret(loopCtx, o.Secret, srv) }()
+		if _, err := env.CreateNamespace(ctx, appNS[i], map[string]string{"rotate-now-test": []string{"self", "csr"}[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crs := []*v1alpha1.SidecarInjector{self, csr}
+	for _, si := range crs {
+		waitReachable(t, ctx, si, metav1.ConditionTrue, []string{v1alpha1.WebhookProbeReasonReachable}, 3*time.Minute)
+	}
+
+	// Load: server-side dry-run pod creates at 50 per second, alternating
+	// between the two injectors' namespaces; every one must be admitted
+	// and injected.
+	var attempted, failed, notInjected atomic.Int64
+	var errMu sync.Mutex
+	var firstErrs []string
+	loadStart := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		sem := make(chan struct{}, 16)
+		var inflight sync.WaitGroup
+		defer inflight.Wait()
+		for i := 0; ; i++ {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-tick.C:
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-loopCtx.Done():
+				return
+			}
+			inflight.Add(1)
+			go func() {
+				defer func() { <-sem; inflight.Done() }()
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: appNS[i%2]},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}}},
+				}
+				err := env.Client.Create(loopCtx, p, client.DryRunAll)
+				if loopCtx.Err() != nil {
+					return
+				}
+				attempted.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					errMu.Lock()
+					if len(firstErrs) < 5 {
+						firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
+					}
+					errMu.Unlock()
+				case !injected(p):
+					notInjected.Add(1)
+				}
+			}()
+		}
+	}()
+	// WebhookReachable of both CRs, sampled every 200 ms.
+	var reachSamples, notReachable atomic.Int64
+	var firstUnreachable []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for loopCtx.Err() == nil {
+			for _, si := range crs {
+				cur := &v1alpha1.SidecarInjector{}
+				if env.Client.Get(loopCtx, client.ObjectKeyFromObject(si), cur) != nil {
+					continue
+				}
+				reachSamples.Add(1)
+				if c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != metav1.ConditionTrue {
+					notReachable.Add(1)
+					mu.Lock()
+					if len(firstUnreachable) < 5 {
+						firstUnreachable = append(firstUnreachable, fmt.Sprintf("%s: %+v", si.Name, c))
+					}
+					mu.Unlock()
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	time.Sleep(2 * time.Second) // a baseline of admissions before rotating
+	probesBefore := []float64{total(probeCounts(t, desired.SidecarKind.Name, self.Name)), total(probeCounts(t, desired.SidecarKind.Name, csr.Name))}
+
+	// The invariant, sampled while the rotation runs.
+	var samples, broken atomic.Int64
+	var firstBroken []string
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -140,8 +264,13 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		mark(&dropped, !certs.BundleContains([]byte(ctb.Spec.TrustBundle), oldCA))
 		return selfDone > 0 && csrDone > 0 && dropped > 0, nil
 	})
+	if err == nil {
+		time.Sleep(3 * time.Second) // admissions after the old CA left
+	}
+	rotation := time.Since(start)
 	stop()
 	wg.Wait()
+	load := time.Since(loadStart)
 	if err != nil {
 		t.Fatalf("%v (staged %s, promoted %s, SelfSigned re-issued %s, CSR re-issued %s, old CA dropped %s)", err, staged, promoted, selfDone, csrDone, dropped)
 	}
@@ -153,6 +282,22 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	t.Logf("%d samples of served certificate vs published caBundle, %d not verifying", samples.Load(), broken.Load())
 	if broken.Load() > 0 {
 		t.Fatalf("served certificates not trusted by their caBundle: %v", firstBroken)
+	}
+	t.Logf("load for %s (rotation %s of it): %d admissions attempted (%.1f/s), %d failed, %d not injected; WebhookReachable sampled %d times, not True %d",
+		load.Round(time.Millisecond), rotation.Round(time.Millisecond), attempted.Load(), float64(attempted.Load())/load.Seconds(), failed.Load(), notInjected.Load(),
+		reachSamples.Load(), notReachable.Load())
+	for i, si := range crs {
+		n := total(probeCounts(t, desired.SidecarKind.Name, si.Name)) - probesBefore[i]
+		t.Logf("%s: %.0f probes in the %s of the rotation (each CA step changes the published caBundle or certificate: probed again, 5 s apart at least)", si.Name, n, rotation.Round(time.Millisecond))
+	}
+	if failed.Load() > 0 || notInjected.Load() > 0 {
+		t.Fatalf("%d admissions failed, %d not injected during the rotation: %v", failed.Load(), notInjected.Load(), firstErrs)
+	}
+	if attempted.Load() == 0 {
+		t.Fatal("no admission attempted")
+	}
+	if notReachable.Load() > 0 {
+		t.Fatalf("WebhookReachable not True in %d samples: %v", notReachable.Load(), firstUnreachable)
 	}
 	if caSec.Annotations[certsource.AnnotationRotateCAHandled] != caSec.Annotations[v1alpha1.AnnotationRotateCA] {
 		t.Fatalf("rotate-now token not marked handled: %v", caSec.Annotations)
@@ -197,5 +342,25 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	}
 	if string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]) {
 		t.Fatal("renewed more than once for one request")
+	}
+}
+
+// followSecret copies sec's certificate and key into srv's --cert-dir
+// whenever they change, as the kubelet updates a mounted Secret
+// (certwatcher reloads them), until ctx ends.
+func followSecret(ctx context.Context, sec *corev1.Secret, srv *localServer) {
+	last := sec.Data[corev1.TLSCertKey]
+	for ctx.Err() == nil {
+		cur := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sec), cur); err == nil && !bytes.Equal(cur.Data[corev1.TLSCertKey], last) {
+			for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
+				tmp := filepath.Join(srv.certDir, "."+f+".tmp")
+				if err := os.WriteFile(tmp, cur.Data[f], 0o600); err == nil {
+					_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
+				}
+			}
+			last = cur.Data[corev1.TLSCertKey]
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -246,6 +246,9 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The live check has seen the server routed (probes back off while
+	// it was not): its outcome is settled, so no status write is pending.
+	waitReachable(t, ctx, si, metav1.ConditionTrue, nil, 3*time.Minute)
 	quiet(t, time.Minute)
 
 	// Deleting the CR garbage-collects everything it owns.
