@@ -101,6 +101,23 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	r.timing("SidecarInjector in mode CSR created → Ready, pods injected", time.Since(start), 0)
 	r.check("SidecarInjector %s (mode CSR, signer %s, approve: true) injects pods in %s beside the SelfSigned sample", csrInjectorName, operatorSigner, csrNamespace)
 
+	took, err := cluster.Poll(ctx, 50*time.Millisecond, 3*time.Minute, "WebhookReachable True on both injectors", func(ctx context.Context) (bool, error) {
+		for _, name := range []string{SampleInjectorName, csrInjectorName} {
+			o := &v1alpha1.SidecarInjector{}
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, o); err != nil {
+				return false, err
+			}
+			if !apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha1.ConditionWebhookReachable) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	r.check("WebhookReachable True on both injectors (the operator's dry-run probe through the API server; %s after the CSR injector was Ready)", took.Round(time.Millisecond))
+
 	caKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.CASecretName}
 	caSec := &corev1.Secret{}
 	if err := c.Get(ctx, caKey, caSec); err != nil {
@@ -142,6 +159,26 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 			}()
 		}
 	}()
+	// WebhookReachable of both injectors, sampled every 200 ms throughout.
+	var samples, unreachable atomic.Int64
+	var lastBad atomic.Value
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cluster.Every(loadCtx, 200*time.Millisecond, func(ctx context.Context) {
+			for _, name := range []string{SampleInjectorName, csrInjectorName} {
+				o := &v1alpha1.SidecarInjector{}
+				if err := c.Get(ctx, client.ObjectKey{Name: name}, o); err != nil {
+					continue
+				}
+				samples.Add(1)
+				if cond := apimeta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionWebhookReachable); cond == nil || cond.Status != metav1.ConditionTrue {
+					unreachable.Add(1)
+					lastBad.Store(fmt.Sprintf("%s: %+v", name, cond))
+				}
+			}
+		})
+	}()
 	time.Sleep(2 * time.Second) // a baseline before rotating
 
 	token := time.Now().UTC().Format(time.RFC3339)
@@ -153,7 +190,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	r.check("kubectl -n %s annotate secret %s %s=%s (what `hookwright rotate-ca` writes)", OperatorNamespace, desired.CASecretName, v1alpha1.AnnotationRotateCA, token)
 
 	var next *x509.Certificate
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA staged", func(ctx context.Context) (bool, error) {
+	took, err = cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA staged", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
@@ -221,6 +258,10 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	if failed > 0 {
 		return fmt.Errorf("%d admissions failed or were not injected during the CA rotation", failed)
 	}
+	if n := unreachable.Load(); n > 0 {
+		return fmt.Errorf("WebhookReachable not True in %d of %d samples during the rotation (last %v)", n, samples.Load(), lastBad.Load())
+	}
+	r.check("WebhookReachable True in all %d samples of both injectors (every 200 ms)", samples.Load())
 	r.check("old CA %q stays trusted until the drain grace ends (5 min by default; not waited for here)", oldCA.Subject.CommonName)
 	return nil
 }
