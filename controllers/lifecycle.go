@@ -35,6 +35,7 @@ import (
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // The operator writes the objects each CR owns, reads Secrets and nodes, and
@@ -308,7 +309,7 @@ func (r *reconciler) run(ctx context.Context, p *pass) (ctrl.Result, error) {
 		if err != nil {
 			return r.fail(ctx, p.op, ph, err)
 		}
-		p.requeue = minPositive(p.requeue, after)
+		p.requeue = requeue.Sooner(p.requeue, after)
 		if stop {
 			return ctrl.Result{RequeueAfter: p.requeue}, nil
 		}
@@ -439,7 +440,7 @@ func (r *reconciler) phaseStatus(ctx context.Context, p *pass) (time.Duration, b
 	if err := r.checkEndpoints(ctx, p.op, p.d.Service, p.d.Deployment); err != nil {
 		return 0, false, err
 	}
-	poll := minPositive(r.configLoaded(ctx, p.op), podPoll)
+	poll := requeue.Sooner(r.configLoaded(ctx, p.op), podPoll)
 	r.setReady(p.op)
 	return poll, false, nil
 }
@@ -600,14 +601,4 @@ func (r *reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []clien
 		}
 	}
 	return nil
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/health"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
+	"github.com/hookwright/hookwright/internal/requeue"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
@@ -94,7 +95,7 @@ func (k oversellKind) AfterApply(ctx context.Context, cr v1alpha1.Object) (time.
 		return after, err
 	}
 	again, err := k.nodes.Reamplify(ctx, no)
-	return minPositive(after, again), err
+	return requeue.Sooner(after, again), err
 }
 
 // Watch re-reconciles every NodeOversell when a node's labels or oversell

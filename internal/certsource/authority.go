@@ -22,6 +22,7 @@ import (
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // CAReconciler is the installation CA controller: the only writer of the
@@ -88,7 +89,7 @@ func (c *CAReconciler) advance(ctx context.Context) (outcome, error) {
 	}
 	if !g.DrainingUntil.IsZero() {
 		// A retired CA a draining certificate chains to may be dropped then.
-		out.RequeueAfter = minPositive(out.RequeueAfter, max(g.DrainingUntil.Sub(now), time.Second))
+		out.RequeueAfter = requeue.Sooner(out.RequeueAfter, max(g.DrainingUntil.Sub(now), time.Second))
 	}
 	var owners []metav1.OwnerReference
 	if c.Env.APIReader != nil {

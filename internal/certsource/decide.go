@@ -15,6 +15,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // The pure decisions of the certificate modes: what a mode's state and
@@ -81,7 +82,7 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 		}
 		d.secret.Annotations[annotationDrainingCerts], d.secret.Annotations[annotationDrainingUntil] = string(drain), fmtTime(until)
 		// The retired CA can be dropped once the grace period ends.
-		d.RequeueAfter = minPositive(d.RequeueAfter, max(until.Sub(now), time.Second))
+		d.RequeueAfter = requeue.Sooner(d.RequeueAfter, max(until.Sub(now), time.Second))
 	}
 	d.issueReason = out.IssueReason
 	d.NotAfter, d.RenewAt = cert.NotAfter, certs.RenewalTime(cert, cs.Policy.ServingRenewFraction)
@@ -93,17 +94,6 @@ func decideSelfSigned(cr desired.CR, s desired.Settings, cs Settings, out outcom
 	d.Message = prefix + fmt.Sprintf("serving certificate %s/%s for %v valid until %s, renewal at %s",
 		ns, name, out.Serving.DNSNames, fmtTime(d.NotAfter), fmtTime(d.RenewAt))
 	return d
-}
-
-// minPositive is the smaller of a and b, ignoring values ≤ 0.
-func minPositive(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
 }
 
 // userSecretState checks a user-provided serving Secret (mode Secret):

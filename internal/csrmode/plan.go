@@ -31,6 +31,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // Reasons of the CertificateReady condition in mode CSR.
@@ -212,7 +213,7 @@ func compute(in Input) Plan {
 	// published while it is served whatever the ClusterTrustBundles say.
 	p.CABundle = certs.BuildBundle(append(append(trustCAs, parse(in.Serving.CA)...), parse(draining)...), certs.BundleOptions{Now: in.Now, Max: -1, CAOnly: true})
 	if !in.DrainingUntil.IsZero() && in.Now.Before(in.DrainingUntil) {
-		p.RequeueAfter = minPositive(p.RequeueAfter, in.DrainingUntil.Sub(in.Now))
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, in.DrainingUntil.Sub(in.Now))
 	}
 
 	current, renewReason, renewMsg := currentState(in, hash, trustCAs)
@@ -232,7 +233,7 @@ func compute(in Input) Plan {
 	if renewReason == "" {
 		p.Reason, p.Message = ReasonIssued, fmt.Sprintf("certificate from CSR %s (signer %s) valid until %s, renewal at %s",
 			in.Serving.CSR, in.Spec.SignerName, fmtTime(current.NotAfter), fmtTime(certs.RenewalTime(current, in.RenewFraction)))
-		p.RequeueAfter = minPositive(p.RequeueAfter, max(certs.RenewalTime(current, in.RenewFraction).Sub(in.Now), time.Second))
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, max(certs.RenewalTime(current, in.RenewFraction).Sub(in.Now), time.Second))
 		return p
 	}
 	prefix := ""
@@ -289,7 +290,7 @@ func compute(in Input) Plan {
 			p.Warning = p.Message
 			return p
 		}
-		p.RequeueAfter = minPositive(p.RequeueAfter, wait-waited)
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, wait-waited)
 		p.Reason, p.Message = reasonWaitingForSigner, prefix+fmt.Sprintf("CSR %s approved, waiting for signer %s", pending.Name, in.Spec.SignerName)
 		return p
 	}
@@ -312,13 +313,13 @@ func compute(in Input) Plan {
 			p.Reason = reasonUntrusted
 			p.Message = prefix + fmt.Sprintf("the certificate of CSR %s (issuer %q) does not verify against the ClusterTrustBundles of signer %s", pending.Name, chain[0].Issuer.CommonName, in.Spec.SignerName)
 		}
-		p.RequeueAfter = minPositive(p.RequeueAfter, 10*time.Second)
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, 10*time.Second)
 		return p
 	}
 	if in.PublishedExists && !containsAny(in.Published, anchors) {
 		p.Reason = reasonWaitingForBundle
 		p.Message = prefix + fmt.Sprintf("the certificate of CSR %s is issued; waiting for its CA in the caBundle before serving it", pending.Name)
-		p.RequeueAfter = minPositive(p.RequeueAfter, poll)
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, poll)
 		return p
 	}
 	p.Serve = &Serving{Cert: pending.Certificate, Key: in.PendingKey, CA: certs.EncodeCertsPEM(anchors), Hash: hash, CSR: pending.Name}
@@ -329,7 +330,7 @@ func compute(in Input) Plan {
 		}
 		p.DrainingCAs = certs.BuildBundle(append(parse(in.Serving.CA), parse(draining)...), certs.BundleOptions{Now: in.Now, Max: -1, CAOnly: true})
 		p.DrainingUntil = in.Now.Add(grace)
-		p.RequeueAfter = minPositive(p.RequeueAfter, grace)
+		p.RequeueAfter = requeue.Sooner(p.RequeueAfter, grace)
 	}
 	p.CABundle = certs.BuildBundle(append(append(trustCAs, anchors...), append(parse(in.Serving.CA), parse(draining)...)...), certs.BundleOptions{Now: in.Now, Max: -1, CAOnly: true})
 	p.Ready = true
@@ -460,16 +461,6 @@ func parse(b []byte) []*x509.Certificate {
 		return nil
 	}
 	return cs
-}
-
-func minPositive(a, b time.Duration) time.Duration {
-	if a <= 0 {
-		return b
-	}
-	if b <= 0 {
-		return a
-	}
-	return min(a, b)
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
