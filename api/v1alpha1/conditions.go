@@ -50,3 +50,25 @@ const (
 	WebhookProbeReasonNoTarget      = "NoProbeTarget"
 	WebhookProbeReasonPending       = "ProbePending"
 )
+
+// Conditions of a NodeOversell's usage-aware ratio and of its holds.
+const (
+	// ConditionUsageMetrics (spec.usage only) is True when every selected
+	// node had fresh, plausible metrics at the last evaluation; False
+	// names the nodes on spec.usage.fallbackRatio and why (reason
+	// MetricsUnavailable, StaleMetrics or OutOfRange).
+	ConditionUsageMetrics = "UsageMetrics"
+	// ConditionRatioHeld is True while some node's ratio is held above its
+	// target because its running pods request more than the target would
+	// give (a lowered ratio, a narrowed selector, a deletion, a usage or
+	// pressure cut): the message names the nodes and the excess. Such
+	// nodes carry the NoSchedule taint OversellTaintKey=ratio-cut.
+	ConditionRatioHeld = "RatioHeld"
+	// ConditionPressure (spec.usage.pressureThreshold only) is True while
+	// some node backs off under pressure, naming them.
+	ConditionPressure = "Pressure"
+	// ConditionNodeTaints is False (reason NotPermitted) when the operator
+	// could not set or remove its taint because it lacks patch on nodes
+	// (bind config/node-taints); True otherwise, while it needs taints.
+	ConditionNodeTaints = "NodeTaints"
+)

@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // The defaults of the API, once. The +kubebuilder:default markers on the
 // fields put them in the CRD schema, where the API server applies them on
 // every write and read (structural defaulting); Default applies the same
@@ -58,6 +64,43 @@ func (no *NodeOversell) Default() {
 	defaultInt32(&s.TimeoutSeconds, DefaultOversellTimeoutSeconds)
 	s.Server.setDefaults()
 	s.Certificate.setDefaults()
+	if s.Usage != nil {
+		s.Usage.setDefaults()
+	}
+}
+
+// Defaults of spec.usage (see OversellUsage for why).
+const (
+	DefaultTargetCPUPercent    int32 = 60
+	DefaultTargetMemoryPercent int32 = 80
+	DefaultUsageInterval             = 30 * time.Second
+	DefaultMinChangeInterval         = 2 * time.Minute
+	DefaultMaxStep                   = "0.5"
+	DefaultDeadBand                  = "0.1"
+	DefaultFallbackRatio             = "1"
+	DefaultStaleAfter                = 3 * time.Minute
+	DefaultPressureHold              = 2 * time.Minute
+)
+
+func (u *OversellUsage) setDefaults() {
+	if u.TargetUtilization == nil {
+		u.TargetUtilization = &TargetUtilization{}
+	}
+	defaultInt32(&u.TargetUtilization.CPU, DefaultTargetCPUPercent)
+	defaultInt32(&u.TargetUtilization.Memory, DefaultTargetMemoryPercent)
+	defaultDuration(&u.Interval, DefaultUsageInterval)
+	defaultDuration(&u.MinChangeInterval, DefaultMinChangeInterval)
+	setDefault(&u.MaxStep, DefaultMaxStep)
+	setDefault(&u.DeadBand, DefaultDeadBand)
+	setDefault(&u.FallbackRatio, DefaultFallbackRatio)
+	defaultDuration(&u.StaleAfter, DefaultStaleAfter)
+	defaultDuration(&u.PressureHold, DefaultPressureHold)
+}
+
+func defaultDuration(f **metav1.Duration, d time.Duration) {
+	if *f == nil {
+		*f = &metav1.Duration{Duration: d}
+	}
 }
 
 // WithDefaults returns a deep copy of no with Default applied.

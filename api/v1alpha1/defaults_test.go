@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
@@ -100,6 +102,14 @@ func TestDefaultsMatchMarkers(t *testing.T) {
 		}
 		for name, spec := range map[string]NodeOversellSpec{
 			"empty": {}, "issuerRef": {Certificate: CertificateSpec{IssuerRef: ref()}}, "full": full,
+			"usage":       {Usage: &OversellUsage{}},
+			"usageTarget": {Usage: &OversellUsage{TargetUtilization: &TargetUtilization{CPU: ptr.To[int32](50)}}},
+			"usageFull": {Usage: &OversellUsage{
+				TargetUtilization: &TargetUtilization{CPU: ptr.To[int32](50), Memory: ptr.To[int32](70)},
+				Interval:          &metav1.Duration{Duration: 5 * time.Second}, MinChangeInterval: &metav1.Duration{},
+				MaxStep: "1", DeadBand: "0", FallbackRatio: "2", StaleAfter: &metav1.Duration{Duration: time.Minute},
+				PressureThreshold: &PressureThreshold{CPU: ptr.To[int32](90)}, PressureHold: &metav1.Duration{Duration: time.Second},
+			}},
 		} {
 			in := &NodeOversell{Spec: spec}
 			want := serverDefault(t, s, in)

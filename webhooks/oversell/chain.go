@@ -1,5 +1,7 @@
 package oversell
 
+import "github.com/hookwright/hookwright/api/v1alpha1"
+
 // Overlapping NodeOversells.
 //
 // Every NodeOversell has its own server and its own
@@ -34,8 +36,25 @@ const reasonOtherWinner Reason = "other-nodeoversell"
 // the write through unchanged); otherwise p is the policy to apply, nil when
 // none selects the node (restore it). An empty owner is a server acting for
 // every NodeOversell (one server behind one webhook): it always acts.
+// RouteNode also routes the nodes an operator still manages.
 func (s *Snapshot) Route(nodeLabels map[string]string, owner string) (p *Policy, act bool) {
-	p = s.policyFor(nodeLabels)
+	return s.RouteNode(NodeState{Labels: nodeLabels}, owner)
+}
+
+// RouteNode is Route for a node with its annotations. A node no
+// NodeOversell selects, labelled v1alpha1.OversellNodeLabel=<name> and
+// carrying a target (v1alpha1.OversellTargetKey) for that name, is still
+// that NodeOversell's (Snapshot.Holders), being deleted or not: the
+// operator has not released it, because its running pods need the ratio
+// (a narrowed selector, a changed label, a deletion). The operator
+// releases a node by removing both in the patch that restores it.
+func (s *Snapshot) RouteNode(n NodeState, owner string) (p *Policy, act bool) {
+	p = s.policyFor(n.Labels)
+	if p == nil {
+		if by := n.Labels[v1alpha1.OversellNodeLabel]; by != "" && targetBy(n.Annotations) == by {
+			p = s.Holders[by]
+		}
+	}
 	if p != nil && owner != "" && p.Name != owner {
 		return p, false
 	}

@@ -158,9 +158,13 @@ var annotationKeys = [3]string{
 }
 
 // resourceJSON is the shape of the raw-allocatable and ratios annotations.
+// The ratios annotation also records the exclusive CPUs subtracted before
+// amplifying cpu (AmplifyExclusive), so the published value can be
+// recomputed from the annotations alone.
 type resourceJSON struct {
-	CPU    string `json:"cpu,omitempty"`
-	Memory string `json:"memory,omitempty"`
+	CPU          string `json:"cpu,omitempty"`
+	Memory       string `json:"memory,omitempty"`
+	ExclusiveCPU string `json:"exclusiveCPU,omitempty"`
 }
 
 func (r *resourceJSON) get(res Resource) string {
@@ -185,6 +189,8 @@ type stored struct {
 	rawOK   [numResources]bool // parsed and plausible for the capacity
 	parsed  [numResources]bool // parsed
 	ratio   [numResources]Ratio
+	// exclusive is the recorded exclusive cpu (zero when none).
+	exclusive resource.Quantity
 }
 
 func hasEngineAnnotations(ann map[string]string) bool {
@@ -223,6 +229,9 @@ func readStored(ann map[string]string) stored {
 			if x, err := ParseRatio(ratios.get(r)); err == nil {
 				s.ratio[r] = x
 			}
+		}
+		if q, err := parseQuantity(ratios.ExclusiveCPU); err == nil && ratios.ExclusiveCPU != "" {
+			s.exclusive = q
 		}
 	}
 	return s
@@ -395,16 +404,23 @@ func Decide(in Input) Decision {
 	}
 
 	var rawJSON, ratioJSON resourceJSON
+	// The operator's decision for this node (target.go): read from the
+	// admitted object, since the operator writes it in the same patch; it
+	// can only lower the node within the policy's bounds.
+	tgt := readTarget(obj.Annotations, in.Policy.Name)
 	for r := Resource(0); r < numResources; r++ {
 		if !d.Present[r] {
 			continue
 		}
-		ratio := in.Policy.Ratios[r]
-		d.Effective[r] = Amplify(r, d.Raw[r], caps[r], ratio)
+		ratio := in.Policy.ratioFor(r, tgt)
+		d.Effective[r] = AmplifyExclusive(r, d.Raw[r], caps[r], ratio, tgt.exclusive)
 		d.Ratio[r] = ratio
 		rawJSON.set(r, d.Raw[r].String())
 		if ratio.IsSet() {
 			ratioJSON.set(r, ratio.String())
+		}
+		if r == CPU && tgt.hasExcl && tgt.exclusive.Sign() > 0 {
+			ratioJSON.ExclusiveCPU = tgt.exclusive.String()
 		}
 	}
 	d.Apply = true
@@ -428,7 +444,7 @@ func staleReport(st stored, capacity *resource.Quantity, r Resource, incoming re
 	if !st.parsed[r] || !st.ratio[r].IsSet() || st.ratio[r].IsOne() || incoming.Cmp(st.raw[r]) <= 0 {
 		return false
 	}
-	published := Amplify(r, st.raw[r], capacity, st.ratio[r])
+	published := AmplifyExclusive(r, st.raw[r], capacity, st.ratio[r], st.exclusive)
 	return published.Cmp(incoming) == 0 && published.Cmp(st.raw[r]) != 0
 }
 

@@ -203,7 +203,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		}()
 		obj := req.Object.state()
 		var policy *Policy
-		policy, act = snap.Route(obj.Labels, h.owner)
+		policy, act = snap.RouteNode(obj, h.owner)
 		writer = classifyWriter(name, req.UserInfo.Username, req.UserInfo.Groups, snap.trustedFunc(policy))
 		if !act {
 			return nil

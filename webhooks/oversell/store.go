@@ -30,7 +30,12 @@ type Policy struct {
 	Created    time.Time
 	Selector   labels.Selector
 	// Ratios per Resource; an unset Ratio leaves that resource at raw.
-	Ratios  [numResources]Ratio
+	Ratios [numResources]Ratio
+	// Ceiling per Resource is the highest ratio a node target may reach
+	// (target.go): the larger of Ratios and status.ratioCeiling, which
+	// the operator keeps at the ratios in use while a lowered ratio is
+	// held for running pods. Unset where both are.
+	Ceiling [numResources]Ratio
 	Trusted []string
 }
 
@@ -52,9 +57,17 @@ type Snapshot struct {
 	Policies []*Policy
 	Ignored  []Ignored
 	// Deleting names NodeOversells with a deletionTimestamp, sorted: they
-	// no longer amplify anything, so that the operator's finalizer can
-	// restore their nodes without this server amplifying them again.
+	// no longer amplify anything by their selector, so that the
+	// operator's finalizer can restore their nodes without this server
+	// amplifying them again.
 	Deleting []string
+	// Holders are the compiled policies of every NodeOversell, deleting
+	// ones included, by name: a node labelled
+	// v1alpha1.OversellNodeLabel=<name> with a target for it, which no
+	// selector selects any more, is still served by that one (RouteNode)
+	// until the operator releases it, so a cut held for running pods
+	// stays held.
+	Holders map[string]*Policy
 	// ExtraTrusted are reporters trusted for every node (--trusted-reporter).
 	ExtraTrusted []string
 	// Hash identifies the served set of (name, generation) pairs.
@@ -110,6 +123,16 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 	if !p.Ratios[CPU].IsSet() && !p.Ratios[Memory].IsSet() {
 		return nil, errors.New("spec.ratios: at least one of cpu or memory is required")
 	}
+	p.Ceiling = p.Ratios
+	if c := no.Status.RatioCeiling; c != nil {
+		// Written by the operator; a value that does not parse is no
+		// ceiling (spec.ratios alone bounds the node).
+		for r, s := range [numResources]v1alpha1.Ratio{CPU: c.CPU, Memory: c.Memory} {
+			if x, err := ParseRatio(string(s)); err == nil && x.micro > p.Ceiling[r].micro {
+				p.Ceiling[r] = x
+			}
+		}
+	}
 	if no.Spec.NodeSelector == nil {
 		// The API documents an absent selector as "every node";
 		// LabelSelectorAsSelector(nil) would mean none.
@@ -128,13 +151,16 @@ func CompilePolicy(no *v1alpha1.NodeOversell) (*Policy, error) {
 // ignored instead of failing the whole set; objects being deleted are
 // listed in Deleting and never become policies.
 func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced bool) *Snapshot {
-	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted}
+	s := &Snapshot{Synced: synced, ExtraTrusted: extraTrusted, Holders: map[string]*Policy{}}
 	for _, o := range objs {
+		p, err := CompilePolicy(o)
+		if err == nil {
+			s.Holders[o.Name] = p
+		}
 		if o.DeletionTimestamp != nil {
 			s.Deleting = append(s.Deleting, o.Name)
 			continue
 		}
-		p, err := CompilePolicy(o)
 		if err != nil {
 			s.Ignored = append(s.Ignored, Ignored{Name: o.Name, Generation: o.Generation, Reason: err.Error()})
 			continue
