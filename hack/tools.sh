@@ -41,6 +41,11 @@ spec() {
 		local p=github.com/containernetworking/plugins/plugins
 		echo "cni|$BIN/cni/|CGO_ENABLED=0||-s -w|$p/main/bridge $p/ipam/host-local $p/main/loopback $p/meta/portmap" ;;
 	kwok) echo "kwok|$BIN/kwok|||-s -w|sigs.k8s.io/kwok/cmd/kwok" ;;
+	# metrics.k8s.io for the usage-aware NodeOversell (test/cluster
+	# Options.MetricsServer); its version is client-go's version stamp.
+	metrics-server)
+		local p=k8s.io/client-go/pkg/version
+		echo "metrics-server|$BIN/metrics-server|CGO_ENABLED=0||-s -w -X $p.gitVersion=v0.9.0 -X $p.gitCommit=v0.9.0 -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z|sigs.k8s.io/metrics-server/cmd/metrics-server" ;;
 	controller-gen) echo "controller-gen|$BIN/controller-gen|||-s -w|sigs.k8s.io/controller-tools/cmd/controller-gen" ;;
 	kustomize) echo "kustomize|$BIN/kustomize|||-s -w|sigs.k8s.io/kustomize/kustomize/v5" ;;
 	# make verify's linters (.golangci.yml).
@@ -65,7 +70,7 @@ spec() {
 }
 
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
 
 build() {

@@ -78,6 +78,18 @@ func ParseRatio(s string) (Ratio, error) {
 	return Ratio{micro: v}, nil
 }
 
+// RatioMicro returns the ratio of micro millionths ("1.5" is 1500000),
+// clamped to the API range 1..10; 0 is the unset ratio.
+func RatioMicro(micro int64) Ratio {
+	if micro == 0 {
+		return Ratio{}
+	}
+	return Ratio{micro: min(max(micro, 1_000_000), maxRatioMicro)}
+}
+
+// Micro is the ratio in millionths; 0 when unset.
+func (r Ratio) Micro() int64 { return r.micro }
+
 // IsSet reports whether the ratio was given.
 func (r Ratio) IsSet() bool { return r.micro != 0 }
 
