@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 	"sync"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -24,6 +25,10 @@ import (
 // top of client-go's and hookwright's.
 func AddToScheme(s *runtime.Scheme) error {
 	if err := cmapi.AddToScheme(s); err != nil {
+		return err
+	}
+	// metrics.k8s.io, read by the usage-aware NodeOversell.
+	if err := metricsv1beta1.AddToScheme(s); err != nil {
 		return err
 	}
 	return operatorsv2.AddToScheme(s)

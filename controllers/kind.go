@@ -36,6 +36,15 @@ type finalizing interface {
 	Finalize(ctx context.Context, cr v1alpha1.Object) (done bool, retry time.Duration, err error)
 }
 
+// holding finalizing kinds may keep a CR being deleted, webhooks and all,
+// while its removal would take from running workloads what they need
+// (NodeOversell: nodes whose pods need the amplified allocatable). Hold
+// runs before the webhooks are removed; while held is true they stay and
+// Finalize waits. Any status it sets is written.
+type holding interface {
+	Hold(ctx context.Context, cr v1alpha1.Object) (held bool, retry time.Duration, err error)
+}
+
 // afterApplying kinds act once the owned objects are in place (and the
 // conditions set); they may set status fields and conditions.
 type afterApplying interface {

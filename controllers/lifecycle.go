@@ -470,9 +470,10 @@ func (r *reconciler) addFinalizer(ctx context.Context, obj v1alpha1.Object) erro
 	return r.Client.Patch(ctx, obj, patch)
 }
 
-// reconcileDelete runs the kind's finalizer for a CR being deleted: its
-// configuration loses its webhooks first, so its server is called no more;
-// the garbage collector removes the owned objects.
+// reconcileDelete runs the kind's finalizer for a CR being deleted: a
+// holding kind first keeps it while workloads need it; then its
+// configuration loses its webhooks, so its server is called no more; the
+// garbage collector removes the owned objects.
 func (r *reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (ctrl.Result, error) {
 	f, ok := r.kind.(finalizing)
 	if !ok || !slices.Contains(obj.GetFinalizers(), f.Finalizer()) {
@@ -481,6 +482,16 @@ func (r *reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (
 	// OLM must not replace the operator halfway through a restore.
 	holdUpgrade(ctx, r.shared, restoreHold(obj.GetName()), fmt.Sprintf("%s %s restoring its nodes", r.kind.Kind().Name, obj.GetName()))
 	op := desired.NewCR(r.kind.Kind(), obj)
+	if h, ok := r.kind.(holding); ok {
+		orig := obj.DeepCopyObject().(v1alpha1.Object)
+		held, retry, err := h.Hold(ctx, obj)
+		if serr := r.writeStatus(ctx, orig, obj); serr != nil {
+			return ctrl.Result{}, errors.Join(err, serr)
+		}
+		if err != nil || held {
+			return ctrl.Result{RequeueAfter: retry}, err
+		}
+	}
 	if _, _, err := r.disarm(ctx, op, op.Base()); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -173,7 +173,7 @@ func namespaceConfigs(namespaces []string) map[string]cache.Config {
 }
 
 // slimNode keeps what the NodeOversell reconciler reads of a node (name,
-// labels, annotations, capacity and allocatable) and drops the rest (image
+// labels, annotations, taints, capacity and allocatable) and drops the rest (image
 // lists, conditions, managedFields) before it enters the cache.
 func slimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
@@ -187,6 +187,8 @@ func slimNode(obj any) (any, error) {
 			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
 			Labels: n.Labels, Annotations: n.Annotations,
 		},
+		// Taints: the NodeOversell reconciler sets and removes its own.
+		Spec:   corev1.NodeSpec{Taints: n.Spec.Taints},
 		Status: corev1.NodeStatus{Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable},
 	}, nil
 }

@@ -67,7 +67,10 @@ const (
 	RatioSourcePressure = "pressure"
 )
 
-// OversellTarget is the JSON of the OversellTargetKey node annotation.
+// OversellTarget is the JSON of the OversellTargetKey node annotation. It
+// changes only with a decision (a ratio, a source, a hold, the pressure
+// state), never with each measurement, so a node costs a write only when
+// its ratio moves; the last measurement is in the NodeOversell's status.
 type OversellTarget struct {
 	// By names the NodeOversell the decision is for; a server applies a
 	// target only when it acts for that NodeOversell.
@@ -87,10 +90,6 @@ type OversellTarget struct {
 	// (RFC 3339); BelowSince when it fell below while the back-off lasts.
 	PressureSince string `json:"pressureSince,omitempty"`
 	BelowSince    string `json:"belowSince,omitempty"`
-	// Usage is the last measurement per resource and its time, as the
-	// operator read it from metrics.k8s.io, e.g. "cpu=1200m memory=3Gi at
-	// 2026-01-01T00:00:00Z"; empty without spec.usage.
-	Usage string `json:"usage,omitempty"`
 }
 
 // OversellResourceTarget is the decision for one resource of one node.
@@ -99,8 +98,6 @@ type OversellResourceTarget struct {
 	Ratio string `json:"ratio"`
 	// Source is static, usage, fallback or pressure.
 	Source string `json:"source"`
-	// Target is the ratio wanted before hysteresis and holding.
-	Target string `json:"target,omitempty"`
 	// Changed is when Ratio last changed (RFC 3339): the hysteresis
 	// interval counts from it.
 	Changed string `json:"changed,omitempty"`

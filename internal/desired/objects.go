@@ -144,7 +144,16 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
 	})
 	// An absent nodeSelector selects every node, as an absent objectSelector does.
 	wh.ObjectSelector = no.Spec.NodeSelector.DeepCopy()
-	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
+	// The nodes the operator manages for this NodeOversell carry its label
+	// (v1alpha1.OversellNodeLabel): a node that left the selector, or one
+	// of a NodeOversell being deleted, still reaches the server while the
+	// operator holds it for its running pods (webhooks/oversell RouteNode).
+	// Where both match, the server is called twice; its answer is
+	// idempotent (webhooks/oversell/chain.go).
+	held := *wh.DeepCopy()
+	held.Name = "held." + op.Kind.WebhookName
+	held.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.OversellNodeLabel: no.Name}}
+	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh, held}
 	return d
 }
 

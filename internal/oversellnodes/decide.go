@@ -35,16 +35,9 @@ import (
 // selectors are resolved by the servers), and nodes whose annotations the
 // engine would not trust (oversell.PlausibleRaw) are left to the kubelet.
 func unamplifiedNodes(nodes []corev1.Node, no *v1alpha1.NodeOversell, sel labels.Selector, exists func(name string) bool) []string {
-	want := map[string]oversell.Ratio{}
-	for res, s := range map[string]v1alpha1.Ratio{oversell.CPU.String(): no.Spec.Ratios.CPU, oversell.Memory.String(): no.Spec.Ratios.Memory} {
-		if s == "" {
-			continue
-		}
-		r, err := oversell.ParseRatio(string(s))
-		if err != nil {
-			return nil // the validating webhook and the CRD pattern refuse it; the servers ignore it
-		}
-		want[res] = r
+	pol, err := oversell.CompilePolicy(no)
+	if err != nil {
+		return nil // the validating webhook and the CRD pattern refuse it; the servers ignore it
 	}
 	var out []string
 	for i := range nodes {
@@ -59,8 +52,18 @@ func unamplifiedNodes(nodes []corev1.Node, no *v1alpha1.NodeOversell, sel labels
 			if cpu || mem {
 				out = append(out, n.Name)
 			}
-		case by == no.Name && (lostAmplification(n) || !ratiosMatch(n.Annotations, want)):
-			out = append(out, n.Name)
+		case by == no.Name:
+			// The ratios the server applies to this node: its target
+			// (usage, held, pressure) within the ceiling, else spec.ratios.
+			want := map[string]oversell.Ratio{}
+			for r, x := range pol.NodeRatios(n.Annotations) {
+				if x.IsSet() {
+					want[oversell.Resource(r).String()] = x
+				}
+			}
+			if lostAmplification(n) || !ratiosMatch(n.Annotations, want) {
+				out = append(out, n.Name)
+			}
 		}
 	}
 	slices.Sort(out)
@@ -99,6 +102,9 @@ func ratiosMatch(ann map[string]string, want map[string]oversell.Ratio) bool {
 		return false
 	}
 	for res := range raw {
+		if res != oversell.CPU.String() && res != oversell.Memory.String() {
+			continue
+		}
 		w, hasW := want[res]
 		g, hasG := got[res]
 		if hasW != hasG {

@@ -89,7 +89,11 @@ func (n *Nodes) listNodes(ctx context.Context) ([]corev1.Node, error) {
 // only when the webhook is configured and served, touches every selected or
 // formerly amplified node through nodes/status so the webhook re-evaluates
 // it at once instead of at the kubelet's next report (up to 5 min).
-func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Duration, error) {
+//
+// Nodes in written (Targets just wrote them through nodes/status, so the
+// webhook re-evaluated them already) are not touched again. Nodes that
+// left the selector are Targets' to release or hold.
+func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell, written map[string]bool) (time.Duration, error) {
 	sel, err := nodeSelector(no)
 	if err != nil {
 		return 0, fmt.Errorf("spec.nodeSelector: %w", err)
@@ -99,7 +103,7 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 		return 0, err
 	}
 	var matched int32
-	var touch, selected, deselected []string
+	var touch, selected []string
 	byName := map[string]*corev1.Node{}
 	for i := range nodes {
 		n := &nodes[i]
@@ -109,21 +113,11 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 			selected = append(selected, n.Name)
 			byName[n.Name] = n
 		}
-		if m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
+		if (m || n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name) && !written[n.Name] {
 			touch = append(touch, n.Name)
 		}
-		if !m && n.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
-			deselected = append(deselected, n.Name)
-		}
 	}
-	// The webhook's objectSelector is the nodeSelector: a node that left it
-	// (label changed through nodes, selector narrowed) reaches this server
-	// no more, so the operator gives it back. A restore write that another
-	// NodeOversell's webhook receives is amplified by that one instead.
-	pendingRestore, err := n.restoreDeselected(ctx, no, sel, deselected)
-	if err != nil {
-		return 0, err
-	}
+	var pendingRestore time.Duration
 	t := amplifiedTotals(nodes, no.Name)
 	no.Status.NodesMatched, no.Status.NodesAmplified = matched, t.Nodes
 	no.Status.RawAllocatable, no.Status.EffectiveAllocatable = t.Raw, t.Effective
@@ -183,56 +177,6 @@ func (n *Nodes) Sync(ctx context.Context, no *v1alpha1.NodeOversell) (time.Durat
 			"generation %d: %d nodes re-evaluated through nodes/status: %s", no.Generation, len(touch), summarize(touch, 10))
 	}
 	return pendingRestore, nil
-}
-
-// restoreDeselected writes restorePatch to each named node that still
-// carries applied-by=<no> and that no's selector no longer matches (both
-// re-read from the API server). It returns a requeue delay while a node
-// still carries applied-by=<no> after the write (a webhook server with a
-// stale snapshot amplified it again).
-func (n *Nodes) restoreDeselected(ctx context.Context, no *v1alpha1.NodeOversell, sel labels.Selector, names []string) (time.Duration, error) {
-	var restored, untrusted []string
-	pending := false
-	for _, name := range names {
-		node := &corev1.Node{}
-		if err := n.APIReader.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-			if client.IgnoreNotFound(err) == nil {
-				continue
-			}
-			return 0, err
-		}
-		if node.Annotations[v1alpha1.OversellAppliedByKey] != no.Name || sel.Matches(labels.Set(node.Labels)) {
-			continue // the cache was behind
-		}
-		patch, notes := restorePatch(node)
-		if len(notes) > 0 {
-			untrusted = append(untrusted, node.Name+": "+strings.Join(notes, ", "))
-		}
-		if err := n.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			if client.IgnoreNotFound(err) == nil {
-				continue
-			}
-			return 0, fmt.Errorf("restore deselected node %s: %w", node.Name, err)
-		}
-		if node.Annotations[v1alpha1.OversellAppliedByKey] == no.Name {
-			pending = true
-			continue
-		}
-		restored = append(restored, node.Name)
-	}
-	if len(restored) > 0 {
-		log.FromContext(ctx).Info("deselected nodes restored", "nodes", restored)
-		n.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
-			"raw allocatable restored on %d nodes the selector no longer matches: %s", len(restored), summarize(restored, 10))
-	}
-	if len(untrusted) > 0 {
-		n.Recorder.Eventf(no, nil, corev1.EventTypeWarning, eventRestoreUntrusted, "Restore",
-			"recorded raw allocatable not trusted on %d deselected nodes: %s", len(untrusted), summarize(untrusted, 5))
-	}
-	if pending {
-		return time.Second, nil
-	}
-	return 0, nil
 }
 
 // overcommitted checks every selected node that carries a recorded raw

@@ -63,6 +63,7 @@ func amplifiedTotals(nodes []corev1.Node, name string) totals {
 // allocatable from the oversell annotations.
 func nodeAmounts(ann map[string]string, capacity corev1.ResourceList) (raw, eff corev1.ResourceList, err error) {
 	var rawS, ratioS map[string]string
+	var excl resource.Quantity
 	if err := json.Unmarshal([]byte(ann[v1alpha1.OversellRawAllocatableKey]), &rawS); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", v1alpha1.OversellRawAllocatableKey, err)
 	}
@@ -70,6 +71,14 @@ func nodeAmounts(ann map[string]string, capacity corev1.ResourceList) (raw, eff 
 		if err := json.Unmarshal([]byte(s), &ratioS); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", v1alpha1.OversellRatiosKey, err)
 		}
+	}
+	// The exclusive CPUs the engine subtracted (AmplifyExclusive).
+	if g := ratioS["exclusiveCPU"]; g != "" {
+		q, err := resource.ParseQuantity(g)
+		if err != nil {
+			return nil, nil, fmt.Errorf("exclusiveCPU %q: %w", g, err)
+		}
+		excl = q
 	}
 	raw, eff = corev1.ResourceList{}, corev1.ResourceList{}
 	for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
@@ -99,7 +108,7 @@ func nodeAmounts(ann map[string]string, capacity corev1.ResourceList) (raw, eff 
 				return nil, nil, fmt.Errorf("ratio %s %q: %w", res, rs, err)
 			}
 		}
-		raw[k], eff[k] = q, oversell.Amplify(res, q, capQ, ratio)
+		raw[k], eff[k] = q, oversell.AmplifyExclusive(res, q, capQ, ratio, excl)
 	}
 	return raw, eff, nil
 }

@@ -174,9 +174,11 @@ type Input struct {
 type Decision struct {
 	// Target is the annotation to write (By is left for the caller).
 	Target v1alpha1.OversellTarget
-	// Ratio and Source per resource (unset Ratio: not amplified).
+	// Ratio and Source per resource (unset Ratio: not amplified); Want
+	// is the ratio aimed at before hysteresis and the pods' floor.
 	Ratio  [NumResources]oversell.Ratio
 	Source [NumResources]string
+	Want   [NumResources]oversell.Ratio
 	// Held names, per resource held above its target, the pods' requests
 	// and what the target gives; Stranded what even the ceiling cannot give.
 	Held, Stranded []string
@@ -205,9 +207,6 @@ func Decide(c Config, in Input) Decision {
 	d.Pressure = pressure
 	if c.Usage && !valid {
 		d.Fallback = why
-	}
-	if in.Sample != nil && in.Sample.Problem == "" {
-		d.Target.Usage = usageString(in.Sample)
 	}
 	for r := range NumResources {
 		static, ceiling := in.Static[r], in.Ceiling[r]
@@ -240,7 +239,8 @@ func Decide(c Config, in Input) Decision {
 		next = min(max(next, one), ceiling.Micro())
 		ratio := oversell.RatioMicro(next)
 		d.Ratio[r], d.Source[r] = ratio, src
-		rt := &v1alpha1.OversellResourceTarget{Ratio: ratio.String(), Source: src, Target: oversell.RatioMicro(want).String()}
+		d.Want[r] = oversell.RatioMicro(want)
+		rt := &v1alpha1.OversellResourceTarget{Ratio: ratio.String(), Source: src}
 		if prev != next || in.Prev == nil {
 			if prev != next {
 				d.Changed = true
@@ -498,8 +498,15 @@ func prevRatio(p *v1alpha1.OversellTarget, r int, static oversell.Ratio) (int64,
 	return x.Micro(), t
 }
 
-func usageString(s *Sample) string {
-	return fmt.Sprintf("cpu=%s memory=%s at %s", s.Usage[oversell.CPU].String(), s.Usage[oversell.Memory].String(), s.Time.UTC().Format(time.RFC3339))
+// UsageString formats a sample for a status message.
+func UsageString(s *Sample) string {
+	if s == nil {
+		return "no sample"
+	}
+	if s.Problem != "" {
+		return s.Problem
+	}
+	return fmt.Sprintf("cpu %s, memory %s at %s", s.Usage[oversell.CPU].String(), s.Usage[oversell.Memory].String(), s.Time.UTC().Format(time.RFC3339))
 }
 
 func abs(x int64) int64 {

@@ -78,6 +78,18 @@ func targetBy(ann map[string]string) string {
 	return v.By
 }
 
+// NodeRatios are the ratios the policy applies to a node with these
+// annotations (its target for p, clamped; spec.ratios without one), for
+// the operator's checks of what a node should publish.
+func (p *Policy) NodeRatios(ann map[string]string) [numResources]Ratio {
+	t := readTarget(ann, p.Name)
+	var out [numResources]Ratio
+	for r := Resource(0); r < numResources; r++ {
+		out[r] = p.ratioFor(r, t)
+	}
+	return out
+}
+
 // ratioFor is the ratio of resource r for a node with target t: the
 // target clamped to [1, ceiling] when both exist, else spec.ratios.
 func (p *Policy) ratioFor(r Resource, t nodeTarget) Ratio {
