@@ -162,10 +162,9 @@ func (v metricsView) sample(node string, pods *nodePods, podReq func(string) cor
 	if nm == nil {
 		return &usageratio.Sample{Problem: "no metrics for the node (metrics-server has not scraped it)"}
 	}
-	s := &usageratio.Sample{Time: nm.Timestamp.Add(nm.Window.Duration)}
-	if nm.Window.Duration == 0 {
-		s.Time = nm.Timestamp.Time
-	}
+	// Timestamp is the end of the metrics window (metrics-server's last
+	// scrape of the node).
+	s := &usageratio.Sample{Time: nm.Timestamp.Time}
 	if pods == nil {
 		return s
 	}

@@ -46,6 +46,15 @@ type Options struct {
 	// while the ServiceAccount does not exist. Pods on real nodes need it
 	// for in-cluster API access; it needs ControllerManager.
 	ServiceAccountTokens bool
+	// MetricsServer serves metrics.k8s.io with metrics-server v0.9.0 through
+	// the aggregation layer (metrics.go): it scrapes the real nodes'
+	// kubelets and kwok's emulation for the kwok nodes, whose pods report
+	// the usage of their kwok.x-k8s.io/usage-cpu and usage-memory
+	// annotations (SetPodUsage).
+	MetricsServer bool
+	// MetricsResolution is metrics-server's --metric-resolution; default
+	// 10 s, its minimum (60 s in a default install).
+	MetricsResolution time.Duration
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -78,6 +87,11 @@ type Cluster struct {
 	nodesMu sync.Mutex // nodes and their stopped flags (the egress dialer reads them)
 	nodes   []*RealNode
 	stopped bool
+	// metrics-server (Options.MetricsServer): its CA, port and process.
+	metricsCA   *TestCA
+	metricsPort int
+	metricsProc *Process
+	kwokPort    int
 }
 
 // New starts a cluster. Call Stop to end every process and remove temp files.
@@ -188,6 +202,15 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	args.Set("kubelet-certificate-authority", filepath.Join(pki, pkiCA))
 	// kubeadm's choice: a node's name needs no resolver.
 	args.Set("kubelet-preferred-address-types", "InternalIP,Hostname")
+	if opts.MetricsServer {
+		fp, err := frontProxyArgs(pki)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range fp {
+			args.Set(k, v...)
+		}
+	}
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v...)
 	}
@@ -235,6 +258,11 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if len(opts.Nodes) > 0 {
 		if err = c.startKwok(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.MetricsServer {
+		if err = c.startMetricsServer(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -38,7 +38,7 @@ type NodeSpec struct {
 
 func (c *Cluster) startKwok(ctx context.Context) error {
 	cfgPath := filepath.Join(c.Dir, "kwok.yaml")
-	cfg, err := kwokConfig(c.opts.NodeHeartbeat)
+	cfg, err := kwokConfig(c.opts.NodeHeartbeat, c.opts.MetricsServer)
 	if err != nil {
 		return err
 	}
@@ -52,10 +52,20 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
 		// Pod IPs are fake and never dialled.
 		"--cidr=10.244.0.0/16",
-		"--node-ip=10.96.0.1",
-		"--server-address=",
 		"--v=INFO",
 	)
+	if c.opts.MetricsServer {
+		// metrics-server scrapes kwok's emulated /metrics/resource at the
+		// nodes' InternalIP and kubelet port (metrics.go).
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		c.kwokPort = port
+		args = append(args, "--node-ip=127.0.0.1", fmt.Sprintf("--node-port=%d", port), fmt.Sprintf("--server-address=127.0.0.1:%d", port))
+	} else {
+		args = append(args, "--node-ip=10.96.0.1", "--server-address=")
+	}
 	if err := c.startAndWait(ctx, "kwok", bin, args, nil); err != nil {
 		return err
 	}
@@ -110,7 +120,7 @@ func (c *Cluster) AddNode(ctx context.Context, n NodeSpec) error {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        n.Name,
 			Labels:      labels,
-			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
+			Annotations: c.kwokNodeAnnotations(n.Name),
 		},
 		Spec: corev1.NodeSpec{Taints: n.Taints},
 		// Node create keeps status (pkg/registry/core/node/strategy.go), so
@@ -121,6 +131,16 @@ func (c *Cluster) AddNode(ctx context.Context, n NodeSpec) error {
 		return fmt.Errorf("create node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// kwokNodeAnnotations mark a node for kwok and, with metrics-server,
+// name kwok's emulated resource metrics path for it.
+func (c *Cluster) kwokNodeAnnotations(name string) map[string]string {
+	ann := map[string]string{KwokNodeAnnotation: "fake"}
+	if c.opts.MetricsServer {
+		ann[MetricsResourcePathAnnotation] = kwokNodeMetricsPath(name)
+	}
+	return ann
 }
 
 // NodeReady reports whether node has condition Ready=True.
@@ -138,8 +158,9 @@ func (c *Cluster) NodeReady(ctx context.Context, name string) (bool, error) {
 }
 
 // kwokConfig is kwok's own stage set (node init, heartbeat, pod lifecycle),
-// with the heartbeat period set to the kubelet's.
-func kwokConfig(heartbeat time.Duration) ([]byte, error) {
+// with the heartbeat period set to the kubelet's, and with metrics its
+// resource metrics emulation (kwokMetricsConfig).
+func kwokConfig(heartbeat time.Duration, metrics bool) ([]byte, error) {
 	hb := map[string]any{}
 	if err := yaml.Unmarshal([]byte(nodeheartbeat.DefaultNodeHeartbeat), &hb); err != nil {
 		return nil, err
@@ -160,6 +181,9 @@ func kwokConfig(heartbeat time.Duration) ([]byte, error) {
 		podfast.DefaultPodReady,
 		podfast.DefaultPodComplete,
 		podfast.DefaultPodDelete,
+	}
+	if metrics {
+		docs = append(docs, kwokMetricsConfig()...)
 	}
 	return []byte(strings.Join(docs, "\n---\n")), nil
 }

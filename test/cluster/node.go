@@ -45,6 +45,20 @@ type RealNodeSpec struct {
 	// registry (its ociimage.Registry.TLSAddr): images named with them are
 	// pulled from Registry (ociimage.ContainerdAliasHosts).
 	RegistryAliases []string
+	// Kubelet adds to the KubeletConfiguration.
+	Kubelet KubeletOptions
+}
+
+// KubeletOptions are KubeletConfiguration fields a test may set.
+type KubeletOptions struct {
+	// CPUManagerPolicy is cpuManagerPolicy: "" (none) or "static", which
+	// gives Guaranteed pods with integer cpu requests exclusive CPUs and
+	// needs a cpu reservation (KubeReservedCPU).
+	CPUManagerPolicy string
+	// KubeReservedCPU is kubeReserved cpu, e.g. "500m": allocatable cpu is
+	// capacity minus it; the static policy reserves that many whole CPUs
+	// (rounded up) for the shared pool.
+	KubeReservedCPU string
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the

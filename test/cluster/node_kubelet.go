@@ -70,7 +70,8 @@ func (n *RealNode) RestartKubelet(ctx context.Context) error {
 // tlsCert (from the harness CA, which the API server checks with
 // --kubelet-certificate-authority) and accepts the API server's client
 // certificate (KubeletClientUser) from the same CA, so `kubectl logs` and
-// exec work as in a cluster.
+// exec work as in a cluster. RealNodeSpec.Kubelet adds the CPU manager
+// policy and a cpu reservation.
 func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	taints := ""
 	for _, t := range n.spec.Taints {
@@ -78,6 +79,13 @@ func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	}
 	if taints != "" {
 		taints = "registerWithTaints:\n" + taints
+	}
+	extra := ""
+	if k := n.spec.Kubelet; k.CPUManagerPolicy != "" {
+		extra += "cpuManagerPolicy: " + k.CPUManagerPolicy + "\n"
+	}
+	if k := n.spec.Kubelet; k.KubeReservedCPU != "" {
+		extra += "kubeReserved:\n  cpu: " + k.KubeReservedCPU + "\n"
 	}
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -118,7 +126,7 @@ runtimeRequestTimeout: 5m
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
-` + taints
+` + taints + extra
 }
 
 func (n *RealNode) startKubeProxy(ctx context.Context) error {

@@ -21,6 +21,11 @@
 //	             client (client-go's rest.InClusterConfig: the kubernetes
 //	             Service, the pod's ServiceAccount token and CA); GETs each
 //	             PATH until it answers its STATUS and prints each answer
+//	burn         [--port P] [--threads N] [--off]: a CPU burner (the
+//	             usage-aware NodeOversell's tests): N goroutines (1) spin
+//	             while burning, from the start unless --off; HTTP on P
+//	             (8080): /on and /off switch it, /healthz says "ok"; its
+//	             usage is bounded by the container's cpu limit
 //
 // Every server exits 0 on SIGTERM or SIGINT; bad arguments, and a get that
 // never saw its answer, exit 2.
@@ -195,8 +200,21 @@ func runRole(ctx context.Context, role string, args []string, listen listenFunc,
 			}
 		}
 		return nil
+	case "burn":
+		fs := newFlags("burn")
+		port := fs.Int("port", 8080, "HTTP port")
+		threads := fs.Int("threads", 1, "spinning goroutines")
+		off := fs.Bool("off", false, "start idle")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if *threads < 1 || *threads > 64 {
+			return fmt.Errorf("--threads %d: want 1-64", *threads)
+		}
+		b := newBurner(ctx, *threads, !*off)
+		return serve(ctx, out, listen, map[int]http.Handler{*port: b.handler()})
 	default:
-		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve, get or api)", role)
+		return fmt.Errorf("unknown role %q (want nginx, proxy, proxy-init, log-shipper, serve, get, api or burn)", role)
 	}
 }
 

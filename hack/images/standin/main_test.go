@@ -273,3 +273,39 @@ func TestGetWaitsForItsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// burn spins while on and idles while off; /on and /off switch it.
+func TestBurnSwitches(t *testing.T) {
+	lb, stop := start(t, "burn", []string{"--off"}, 1)
+	defer stop()
+	base := "http://" + lb.addr(t, 8080)
+	if _, body := get(t, base+"/"); !strings.HasPrefix(body, "burning=false spins=0") {
+		t.Fatalf("started --off: %q", body)
+	}
+	if code, _ := get(t, base+"/on"); code != 200 {
+		t.Fatalf("/on = %d", code)
+	}
+	var body string
+	for i := 0; i < 200; i++ {
+		if _, body = get(t, base+"/"); strings.HasPrefix(body, "burning=true") && !strings.Contains(body, "spins=0\n") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.HasPrefix(body, "burning=true") || strings.Contains(body, "spins=0\n") {
+		t.Fatalf("after /on: %q", body)
+	}
+	get(t, base+"/off")
+	// A round in flight finishes; then the count stops.
+	var a, b string
+	for i := 0; i < 200; i++ {
+		_, a = get(t, base+"/")
+		time.Sleep(10 * time.Millisecond)
+		if _, b = get(t, base+"/"); a == b {
+			break
+		}
+	}
+	if !strings.HasPrefix(a, "burning=false") || a != b {
+		t.Fatalf("after /off still spinning: %q then %q", a, b)
+	}
+}
