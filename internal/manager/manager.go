@@ -34,6 +34,7 @@ import (
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/validation"
@@ -141,7 +142,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if o.WebhookService != "" {
 		s.Webhook = controllers.WebhookSettings{Service: o.WebhookService, Path: validation.Path, Certs: webhookCerts}
-		var h admission.Handler = validation.Handler{Servers: &o.Servers}
+		// A NodeOversell update's warning names the nodes it would hold.
+		preview := &oversellnodes.Nodes{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+		var h admission.Handler = validation.Handler{Servers: &o.Servers, Holds: preview.PreviewHolds}
 		if o.WrapValidation != nil {
 			h = o.WrapValidation(h)
 		}

@@ -47,6 +47,12 @@ type Handler struct {
 	// server may run and with which image. Nil checks none (unit tests of
 	// the compile checks); the manager always sets it.
 	Servers *serverpolicy.Policy
+	// Holds, when set, previews what a NodeOversell update would hold
+	// (internal/oversellnodes PreviewHolds): one line per node whose
+	// running pods need more than the new ratios or selector give it. The
+	// update is admitted (the operator holds those nodes, it does not
+	// strand their pods) with a warning naming them.
+	Holds func(ctx context.Context, old, cur *v1alpha1.NodeOversell) ([]string, error)
 }
 
 var _ admission.Handler = Handler{}
@@ -101,6 +107,9 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
 		}
 		warnings = nodeOversellWarnings(no, p)
+		if h.Holds != nil && req.Operation == admissionv1.Update {
+			warnings = append(warnings, h.holdWarnings(ctx, req.OldObject.Raw, no)...)
+		}
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}

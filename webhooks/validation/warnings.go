@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -298,4 +300,46 @@ func (a *taintWalk) warn(n parse.Node, verb string) {
 		msg = string(r[:maxWarningRunes-3]) + "..."
 	}
 	a.warnings = append(a.warnings, msg)
+}
+
+// maxHoldWarnings bounds the per-node warnings of one update.
+const maxHoldWarnings = 5
+
+// holdWarnings are the warnings of a NodeOversell update that lowers
+// allocatable below what running pods request: a summary, then one line
+// per node (at most maxHoldWarnings, then a count), each within
+// maxWarningRunes. A preview that fails is a warning too: the update is
+// never refused for it.
+func (h Handler) holdWarnings(ctx context.Context, oldRaw []byte, cur *v1alpha1.NodeOversell) []string {
+	old := &v1alpha1.NodeOversell{}
+	if err := json.Unmarshal(oldRaw, old); err != nil {
+		return nil
+	}
+	lines, err := h.Holds(ctx, old, cur)
+	if err != nil {
+		return []string{clip(fmt.Sprintf("could not check the nodes' running pods against the new allocatable: %v", err))}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	w := []string{clip(fmt.Sprintf("%d nodes run pods that request more than this change leaves them; the cut is held there "+
+		"(ratio above the new target, taint %s=%s:NoSchedule) until their pods fit, and the condition RatioHeld names them:",
+		len(lines), v1alpha1.OversellTaintKey, v1alpha1.OversellTaintRatioCut))}
+	for i, l := range lines {
+		if i == maxHoldWarnings {
+			w = append(w, fmt.Sprintf("and %d more nodes", len(lines)-maxHoldWarnings))
+			break
+		}
+		w = append(w, clip(l))
+	}
+	return w
+}
+
+// clip cuts s to maxWarningRunes runes.
+func clip(s string) string {
+	r := []rune(s)
+	if len(r) <= maxWarningRunes {
+		return s
+	}
+	return string(r[:maxWarningRunes-3]) + "..."
 }
