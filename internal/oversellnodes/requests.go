@@ -7,54 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/usageratio"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
-// podRequests is the cpu and memory a pod reserves on its node, as the
-// scheduler counts it (k8s.io/component-helpers/resource.podRequests, KEP-753
-// for sidecars): the larger of (regular containers + restartable init
-// containers) and, for each regular init container, itself plus the
-// restartable init containers started before it; plus spec.overhead.
-func podRequests(p *corev1.Pod) corev1.ResourceList {
-	sum := corev1.ResourceList{}
-	add := func(into corev1.ResourceList, l corev1.ResourceList) {
-		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := l[k]; ok {
-				v := into[k]
-				v.Add(q)
-				into[k] = v
-			}
-		}
-	}
-	maxInto := func(into corev1.ResourceList, l corev1.ResourceList) {
-		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := l[k]; ok {
-				if v := into[k]; q.Cmp(v) > 0 {
-					into[k] = q.DeepCopy()
-				}
-			}
-		}
-	}
-	for _, c := range p.Spec.Containers {
-		add(sum, c.Resources.Requests)
-	}
-	sidecars := corev1.ResourceList{}
-	initMax := corev1.ResourceList{}
-	for _, c := range p.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			add(sidecars, c.Resources.Requests)
-			continue
-		}
-		step := corev1.ResourceList{}
-		add(step, sidecars)
-		add(step, c.Resources.Requests)
-		maxInto(initMax, step)
-	}
-	add(sum, sidecars)
-	maxInto(sum, initMax)
-	add(sum, p.Spec.Overhead)
-	return sum
-}
+// podRequests is usageratio.PodRequests.
+func podRequests(p *corev1.Pod) corev1.ResourceList { return usageratio.PodRequests(p) }
 
 // nodeOvercommit is one line per resource of node whose non-terminated
 // pods request more than raw × the ratio of no.
