@@ -66,6 +66,9 @@ type Nodes struct {
 
 	// reamp is the re-amplification back-off (reamplify.go).
 	reamp reamplifyBackoff
+	// samples keep each NodeOversell's last measurement per node, for a
+	// pass that cannot read metrics.k8s.io (targets.go).
+	samples lastSamples
 }
 
 func (n *Nodes) now() time.Time {

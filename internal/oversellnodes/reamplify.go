@@ -190,6 +190,9 @@ func (n *Nodes) Reamplify(ctx context.Context, no *v1alpha1.NodeOversell) (time.
 	return delay, nil
 }
 
-// Forget drops the re-amplification back-off of the NodeOversell name (it
-// is being deleted).
-func (n *Nodes) Forget(name string) { n.reamp.forget(name) }
+// Forget drops the re-amplification back-off and the last samples of the
+// NodeOversell name (it is being deleted).
+func (n *Nodes) Forget(name string) {
+	n.reamp.forget(name)
+	n.samples.forget(name)
+}

@@ -169,6 +169,7 @@ func (n *Nodes) Targets(ctx context.Context, no *v1alpha1.NodeOversell) (time.Du
 		var sample *usageratio.Sample
 		if cfg.Usage && !w.leaving {
 			sample = mv.sample(nd.Name, np, podReq)
+			sample = n.samples.keep(no.Name, nd.Name, sample)
 			in.Sample = sample
 		}
 		d := usageratio.Decide(cfg, in)
@@ -233,6 +234,52 @@ func (n *Nodes) Targets(ctx context.Context, no *v1alpha1.NodeOversell) (time.Du
 	return requeue, held, written, nil
 }
 
+// lastSamples holds the last good sample per NodeOversell and node: when
+// metrics.k8s.io cannot be read (metrics-server restarting), a pass uses
+// it until it is older than spec.usage.staleAfter, so a short outage
+// moves no ratio; past that the node falls back, the message naming the
+// outage. It is memory only: after an operator restart an outage falls
+// back at once.
+type lastSamples struct {
+	mu sync.Mutex
+	m  map[string]map[string]*usageratio.Sample
+}
+
+// keep records s when it is good and returns it; for a sample whose
+// problem is the API's, it returns the last good one, with the problem
+// noted, if there is one.
+func (l *lastSamples) keep(cr, node string, s *usageratio.Sample) *usageratio.Sample {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]map[string]*usageratio.Sample{}
+	}
+	if s.Problem == "" {
+		if l.m[cr] == nil {
+			l.m[cr] = map[string]*usageratio.Sample{}
+		}
+		l.m[cr][node] = s
+		return s
+	}
+	if prev := l.m[cr][node]; prev != nil && strings.HasPrefix(s.Problem, metricsUnavailable) {
+		c := *prev
+		c.Outage = s.Problem
+		return &c
+	}
+	return s
+}
+
+// forget drops a NodeOversell's samples.
+func (l *lastSamples) forget(cr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, cr)
+}
+
+// metricsUnavailable starts the problem of a pass that could not read
+// metrics.k8s.io.
+const metricsUnavailable = "metrics.k8s.io unavailable"
+
 // readMetrics lists the node and pod metrics (uncached: metrics.k8s.io
 // cannot be watched). Any error makes every node fall back, named in
 // the problem.
@@ -240,12 +287,12 @@ func (n *Nodes) readMetrics(ctx context.Context, no *v1alpha1.NodeOversell) metr
 	var nm metricsv1beta1.NodeMetricsList
 	if err := n.APIReader.List(ctx, &nm); err != nil {
 		targetMetricErrors.WithLabelValues(no.Name).Inc()
-		return metricsView{problem: "metrics.k8s.io unavailable: " + err.Error()}
+		return metricsView{problem: metricsUnavailable + ": " + err.Error()}
 	}
 	var pm metricsv1beta1.PodMetricsList
 	if err := n.APIReader.List(ctx, &pm); err != nil {
 		targetMetricErrors.WithLabelValues(no.Name).Inc()
-		return metricsView{problem: "metrics.k8s.io unavailable: " + err.Error()}
+		return metricsView{problem: metricsUnavailable + ": " + err.Error()}
 	}
 	return newMetricsView(nm.Items, pm.Items)
 }
@@ -384,7 +431,11 @@ func (n *Nodes) report(ctx context.Context, no *v1alpha1.NodeOversell, cfg usage
 	if cfg.Usage && !deleting {
 		fb, reason := fallbackSummary(outs, apiProblem)
 		slices.Sort(fb)
-		if len(fb) > 0 {
+		if len(fb) == 0 && apiProblem != "" {
+			n.setConditionEvent(no, v1alpha1.ConditionUsageMetrics, false, "MetricsUnavailable",
+				truncate(fmt.Sprintf("%s; %d nodes keep their last measurement until it is older than spec.usage.staleAfter (%s)",
+					apiProblem, len(outs), cfg.StaleAfter), 32000), corev1.EventTypeWarning, EventUsageFallback)
+		} else if len(fb) > 0 {
 			n.setConditionEvent(no, v1alpha1.ConditionUsageMetrics, false, reason,
 				truncate(fmt.Sprintf("%d nodes use spec.usage.fallbackRatio: %s", len(fb), summarize(fb, maxTargetsMessageList)), 32000),
 				corev1.EventTypeWarning, EventUsageFallback)

@@ -144,6 +144,9 @@ type Sample struct {
 	// Problem, when set, says why there is no usable measurement
 	// ("metrics.k8s.io unavailable: ...", "no metrics for the node").
 	Problem string
+	// Outage, on a kept earlier sample, says why no newer one could be
+	// read; the sample is used until it is stale.
+	Outage string
 }
 
 // Input is everything one node's decision depends on.
@@ -371,6 +374,8 @@ func sampleOK(c Config, in Input) (bool, string) {
 		return false, "no metrics for the node"
 	case s.Problem != "":
 		return false, s.Problem
+	case in.Now.Sub(s.Time) > c.StaleAfter && s.Outage != "":
+		return false, fmt.Sprintf("%s; the last metrics, from %s, are older than %s", s.Outage, s.Time.UTC().Format(time.RFC3339), c.StaleAfter)
 	case in.Now.Sub(s.Time) > c.StaleAfter:
 		return false, fmt.Sprintf("metrics from %s are older than %s", s.Time.UTC().Format(time.RFC3339), c.StaleAfter)
 	}

@@ -127,6 +127,17 @@ func (c *Cluster) AddNode(ctx context.Context, n NodeSpec) error {
 		// capacity and allocatable are set here as a kubelet registering would.
 		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: alloc},
 	}
+	if c.opts.MetricsServer {
+		// Both address types from the start: kwok's node-initialize stage
+		// (run again whenever the node is not Ready) writes an empty
+		// addresses list over a node that has an InternalIP but no
+		// Hostname, and metrics-server then finds no address to scrape.
+		node.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
+			{Type: corev1.NodeHostName, Address: n.Name},
+		}
+		node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(c.kwokPort)
+	}
 	if err := c.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create node %s: %w", n.Name, err)
 	}

@@ -59,6 +59,7 @@ func (l *ratioLog) snapshot() []ratioChange {
 // 1000x the capacity, then metrics-server down, put the node on the
 // fallback ratio, named in the condition UsageMetrics and status.nodes.
 func TestUsageRatioKwok(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 8*time.Minute)
 	const n = "usage-0"
 	var pods []*corev1.Pod
@@ -72,7 +73,7 @@ func TestUsageRatioKwok(t *testing.T) {
 		b, err := env.Clientset.CoreV1().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1/namespaces/" + workNS + "/pods/use-3").DoRaw(ctx)
 		return err == nil && strings.Contains(string(b), `"cpu"`), nil
 	})
-	const minInterval = 8 * time.Second
+	const minInterval, staleAfter = 8 * time.Second, 15 * time.Second
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "usage"},
 		Spec: v1alpha1.NodeOversellSpec{
@@ -83,7 +84,7 @@ func TestUsageRatioKwok(t *testing.T) {
 				Interval:          &metav1.Duration{Duration: 2 * time.Second},
 				MinChangeInterval: &metav1.Duration{Duration: minInterval},
 				MaxStep:           "0.5", DeadBand: "0.1", FallbackRatio: "1",
-				StaleAfter: &metav1.Duration{Duration: 40 * time.Second},
+				StaleAfter: &metav1.Duration{Duration: staleAfter},
 			},
 		},
 	}
@@ -123,6 +124,11 @@ func TestUsageRatioKwok(t *testing.T) {
 		return s.cpu == "8" && s.target.CPU.Ratio == "2" && s.target.CPU.Source == v1alpha1.RatioSourceStatic
 	})
 	t.Logf("figure: usage back to 10%%: ratio 1 -> 2 in %s", time.Since(start).Round(100*time.Millisecond))
+	// The log polls on its own: wait until it saw the last change too.
+	waitFor(t, ctx, 5*time.Second, "ratio log at 2", func(context.Context) (bool, error) {
+		c := log.snapshot()
+		return len(c) > 0 && c[len(c)-1].ratio == "2", nil
+	})
 	checkSteps(t, log.snapshot(), []string{"2", "1.5", "1", "1.5", "2"}, 500_000, minInterval)
 
 	// A measurement 1000x the node's capacity is not believed.
@@ -144,7 +150,8 @@ func TestUsageRatioKwok(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// metrics-server down: every node falls back, never above spec.ratios.
+	// metrics-server down: the nodes keep their last measurement until it
+	// is older than staleAfter, then fall back, never above spec.ratios.
 	waitCondition(t, ctx, 2*time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionTrue, "Measured")
 	if err := env.StopMetricsServer(); err != nil {
 		t.Fatal(err)
@@ -155,8 +162,10 @@ func TestUsageRatioKwok(t *testing.T) {
 			_ = env.StartMetricsServer(context.Background())
 		}
 	}()
-	c := waitCondition(t, ctx, time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionFalse, "MetricsUnavailable", n, "metrics.k8s.io unavailable")
-	t.Logf("metrics-server down: %s", c.Message)
+	down := time.Now()
+	waitCondition(t, ctx, time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionFalse, "MetricsUnavailable", "keep their last measurement")
+	c := waitCondition(t, ctx, time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionFalse, "MetricsUnavailable", n+": metrics.k8s.io unavailable", "older than 15s")
+	t.Logf("figure: metrics-server down -> node on the fallback after %s (staleAfter %s): %s", time.Since(down).Round(100*time.Millisecond), staleAfter, c.Message)
 	s, err := readNode(ctx, n)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +179,10 @@ func TestUsageRatioKwok(t *testing.T) {
 	restarted = true
 	defer func() {
 		if t.Failed() {
-			t.Logf("metrics-server log:\n%s", tail(filepath.Join(env.Dir, "logs", "metrics-server.log"), 4000))
+			nd := &corev1.Node{}
+			_ = env.Client.Get(context.Background(), client.ObjectKey{Name: n}, nd)
+			t.Logf("node %s addresses %v, conditions %v\nmetrics-server log:\n%s", n, nd.Status.Addresses, nd.Status.Conditions,
+				tail(filepath.Join(env.Dir, "logs", "metrics-server.log"), 4000))
 		}
 	}()
 	waitCondition(t, ctx, 2*time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionTrue, "Measured")
@@ -226,7 +238,9 @@ func parseMicro(t *testing.T, s string) int64 {
 // pods need, our NoSchedule taint, RatioHeld naming it, a warning at
 // apply time) and released once its pods fit.
 func TestHoldsKwok(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 6*time.Minute)
+	wc, warnings := warnClient(t)
 	var pods0, pods1 []*corev1.Pod
 	for i := range 6 {
 		pods0 = append(pods0, pod(fmt.Sprintf("hold0-%d", i), "hold-0", cpuMem("1", "100Mi"), nil, nil))
@@ -249,7 +263,7 @@ func TestHoldsKwok(t *testing.T) {
 	// The ratio is lowered to 1: both nodes are held at 1.5, tainted.
 	warnings.Take()
 	start := time.Now()
-	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "1" }); err != nil {
+	if err := update(ctx, wc, no, func() { no.Spec.Ratios.CPU = "1" }); err != nil {
 		t.Fatal(err)
 	}
 	if w := strings.Join(warnings.Take(), "\n"); !strings.Contains(w, "2 nodes run pods that request more") ||
@@ -275,7 +289,7 @@ func TestHoldsKwok(t *testing.T) {
 
 	// The selector narrows to zone a: hold-1 leaves but stays held.
 	warnings.Take()
-	if err := update(ctx, no, func() { no.Spec.NodeSelector.MatchLabels["zone"] = "a" }); err != nil {
+	if err := update(ctx, wc, no, func() { no.Spec.NodeSelector.MatchLabels["zone"] = "a" }); err != nil {
 		t.Fatal(err)
 	}
 	if w := strings.Join(warnings.Take(), "\n"); !strings.Contains(w, "1 nodes run pods") || !strings.Contains(w, "hold-1") {
@@ -324,14 +338,14 @@ func TestHoldsKwok(t *testing.T) {
 	t.Logf("figure: last held pods gone -> NodeOversell deleted and node restored in %s (held nodes are rechecked every 10 s)", time.Since(start).Round(100*time.Millisecond))
 }
 
-// update re-reads obj, mutates it and writes it through wclient (warnings).
-func update(ctx context.Context, no *v1alpha1.NodeOversell, mutate func()) error {
+// update re-reads no, mutates it and writes it through c.
+func update(ctx context.Context, c client.Client, no *v1alpha1.NodeOversell, mutate func()) error {
 	for range 5 {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
 			return err
 		}
 		mutate()
-		err := wclient.Update(ctx, no)
+		err := c.Update(ctx, no)
 		if err == nil || !strings.Contains(err.Error(), "the object has been modified") {
 			return err
 		}

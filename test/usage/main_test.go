@@ -57,10 +57,6 @@ const (
 var (
 	env  *cluster.Cluster
 	node *cluster.RealNode
-	// warnings are the API server's warnings to wclient (kubectl's
-	// "Warning: ..." lines).
-	warnings = &cluster.Warnings{}
-	wclient  client.Client
 )
 
 func TestMain(m *testing.M) {
@@ -158,10 +154,21 @@ func startOperator(ctx context.Context) error {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
+	return nil
+}
+
+// warnClient is a client whose API server warnings (kubectl's "Warning:
+// ..." lines) are recorded, one per test (the tests run in parallel).
+func warnClient(t *testing.T) (client.Client, *cluster.Warnings) {
+	t.Helper()
+	w := &cluster.Warnings{}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = warnings
-	wclient, err = client.New(cfg, client.Options{Scheme: env.Scheme})
-	return err
+	cfg.WarningHandlerWithContext = w
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -177,7 +184,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 func newOversell(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
 	t.Helper()
 	no.Spec.Server.Replicas = ptrTo[int32](1)
-	if err := wclient.Create(ctx, no); err != nil {
+	if err := env.Client.Create(ctx, no); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteAndWait(t, no) })

@@ -25,6 +25,7 @@ import (
 // TestRealNode runs the kubelet's side of issue 19 on one NodeOversell
 // (cpu ratio 2 on the real node), in order.
 func TestRealNode(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 10*time.Minute)
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "real"},
@@ -70,13 +71,14 @@ func exclusiveCPUs(t *testing.T, ctx context.Context) {
 // after a kubelet restart (which re-admits every pod against the node
 // object, kubernetes#105523) no pod is rejected. Once pods go, released.
 func cutAcrossRestart(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
+	wc, warnings := warnClient(t)
 	var pods []*corev1.Pod
 	for i := range 4 {
 		pods = append(pods, pod(fmt.Sprintf("cut-%d", i), realNode, cpuMem("500m", "32Mi"), nil, nil))
 	}
 	createPods(t, ctx, pods...)
 	warnings.Take()
-	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "1" }); err != nil {
+	if err := update(ctx, wc, no, func() { no.Spec.Ratios.CPU = "1" }); err != nil {
 		t.Fatal(err)
 	}
 	if w := strings.Join(warnings.Take(), "\n"); !strings.Contains(w, realNode+": cpu: pods request 2 > 1500m at 1; held at cpu 1.333334") {
@@ -139,7 +141,7 @@ func cutAcrossRestart(t *testing.T, ctx context.Context, no *v1alpha1.NodeOverse
 	})
 	waitCondition(t, ctx, 30*time.Second, no, v1alpha1.ConditionRatioHeld, metav1.ConditionFalse, "NothingHeld")
 	deletePods(t, ctx, pods[:2]...)
-	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
+	if err := update(ctx, wc, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
 		t.Fatal(err)
 	}
 	waitNode(t, ctx, 30*time.Second, realNode, "x2 again", func(s nodeState) bool { return s.cpu == "3" })
@@ -151,10 +153,11 @@ func cutAcrossRestart(t *testing.T, ctx context.Context, no *v1alpha1.NodeOverse
 // taint within a metrics period, evicts nothing, and the back-off ends
 // once usage stayed below for the hold time.
 func burner(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
+	wc := env.Client
 	b := pod("burner", realNode, cpuMem("100m", "32Mi"), cpuMem("1", "64Mi"), nil, "burn", "--off")
 	createPods(t, ctx, b)
 	url := "http://" + b.Status.PodIP + ":8080"
-	if err := update(ctx, no, func() {
+	if err := update(ctx, wc, no, func() {
 		no.Spec.Usage = &v1alpha1.OversellUsage{
 			TargetUtilization: &v1alpha1.TargetUtilization{CPU: ptrTo[int32](50)},
 			Interval:          &metav1.Duration{Duration: 2 * time.Second},
@@ -184,7 +187,7 @@ func burner(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
 	// Pressure: 5 % of the raw 1500m is 75m, which the burner crosses
 	// however loaded this machine is.
 	const hold = 15 * time.Second
-	if err := update(ctx, no, func() {
+	if err := update(ctx, wc, no, func() {
 		no.Spec.Usage.PressureThreshold = &v1alpha1.PressureThreshold{CPU: ptrTo[int32](5)}
 		no.Spec.Usage.PressureHold = &metav1.Duration{Duration: hold}
 	}); err != nil {
