@@ -137,7 +137,7 @@ func (oversellKind) Watch(b *builder.Builder, all handler.MapFunc) *builder.Buil
 			if !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) {
 				return true
 			}
-			for _, k := range []string{v1alpha1.OversellAppliedByKey, v1alpha1.OversellRawAllocatableKey, v1alpha1.OversellRatiosKey, v1alpha1.OversellTargetKey} {
+			for _, k := range []string{v1alpha1.OversellAppliedByKey, v1alpha1.OversellRawAllocatableKey, v1alpha1.OversellRatiosKey} {
 				if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
 					return true
 				}

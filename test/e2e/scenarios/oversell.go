@@ -231,6 +231,19 @@ func Oversell(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 
+	// The 24 pods need the amplification (8 CPU on each 4-CPU node): a
+	// deletion now would be held until they are gone (scenario 9 shows a
+	// held cut), so they go first.
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OversellNamespace}}); err != nil {
+		return err
+	}
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "namespace "+OversellNamespace+" gone", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: OversellNamespace}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		return err
+	}
+	r.check("the 24 pods deleted (namespace %s) before the NodeOversell, whose deletion would otherwise be held for them", OversellNamespace)
 	if err := c.Delete(ctx, &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: SampleOversellName}}); err != nil {
 		return err
 	}
@@ -246,9 +259,6 @@ func Oversell(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.check("NodeOversell deleted: 4 CPU allocatable and no raw annotation on every node, finalizer released")
-	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OversellNamespace}}); err != nil {
-		return err
-	}
 	return nil
 }
 

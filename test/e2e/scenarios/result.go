@@ -104,6 +104,7 @@ var All = []Scenario{
 	{"4. Self-healing webhooks", SelfHealing},
 	{"5. OLM", OLMInstall},
 	{"6. CA rotation under load", Rotation},
+	{"9. Usage-aware oversell and held cuts", UsageAware},
 }
 
 // Run runs s and returns its result.

@@ -146,6 +146,8 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	t0 := time.Now()
 	if e.Cluster, err = cluster.New(ctx, cluster.Options{
 		Dir: o.Dir, ControllerManager: true, Scheduler: true, Nodes: Nodes(), ServiceAccountTokens: true, Logf: o.Logf,
+		// metrics.k8s.io for scenario 9's usage-aware NodeOversell.
+		MetricsServer: true,
 	}); err != nil {
 		return e, err
 	}
