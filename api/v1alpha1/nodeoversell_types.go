@@ -48,8 +48,8 @@ const (
 	OversellTaintPressure = "pressure"
 )
 
-// CPUManagerPolicyLabel, set by an admin to "static" on a node, says its
-// kubelet runs cpuManagerPolicy static: the CPUs of Guaranteed pods with
+// CPUManagerPolicyLabel is the node label an admin sets to "static" to say
+// the node's kubelet runs cpuManagerPolicy static: the CPUs of Guaranteed pods with
 // integer cpu requests are exclusive and never amplified.
 const CPUManagerPolicyLabel = "oversell.hookwright.io/cpu-manager-policy"
 
