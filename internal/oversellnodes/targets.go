@@ -30,7 +30,6 @@ const (
 	EventRatioHeld      = "RatioHeld"
 	EventPressure       = "PressureBackoff"
 	EventUsageFallback  = "UsageFallback"
-	EventNodesReleased  = "NodesReleased"
 	eventTaintForbidden = "NotPermitted"
 )
 
@@ -407,8 +406,8 @@ func (n *Nodes) report(ctx context.Context, no *v1alpha1.NodeOversell, cfg usage
 	}
 	slices.Sort(released)
 	if len(released) > 0 {
-		n.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesReleased, "Targets",
-			"%d nodes left this NodeOversell with their pods fitting the raw allocatable, restored: %s", len(released), summarize(released, maxTargetsMessageList))
+		n.Recorder.Eventf(no, nil, corev1.EventTypeNormal, EventNodesRestored, "Restore",
+			"raw allocatable restored on %d nodes that left this NodeOversell (their running pods fit it): %s", len(released), summarize(released, maxTargetsMessageList))
 	}
 
 	held, stranded := heldSummary(outs)

@@ -184,10 +184,23 @@ func TestNodeOversellLifecycle(t *testing.T) {
 		t.Fatalf("Overcommitted message %q", oc)
 	}
 	t.Logf("ratio lowered under the requests: %s", oc)
-	if cpu, _, _ := allocOf(t, ctx, "ov-node-0"); cpu != "7600m" {
-		t.Fatalf("allocatable after lowering: %s", cpu)
+	// The cut is held: the node keeps what its pod requests (9 of the raw
+	// 3800m, ratio 2.368422) until the pod goes (test/usage covers the
+	// kubelet's side).
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionRatioHeld: metav1.ConditionTrue}, 10*time.Second)
+	if cpu, _, _ := allocOf(t, ctx, "ov-node-0"); cpu != "9" {
+		t.Fatalf("allocatable after lowering: %s, want 9 (held for the pod)", cpu)
 	}
-	if err := c.Delete(ctx, pod); err != nil {
+	// No kubelet confirms a graceful deletion here; the hold counts a
+	// terminating pod until it is gone.
+	if err := c.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.WaitFor(ctx, 30*time.Second, "hold released once the pod is gone", func(ctx context.Context) (bool, error) {
+		cpu, _, _ := allocOf(t, ctx, "ov-node-0")
+		return cpu == "7600m", nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 
