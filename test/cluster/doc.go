@@ -34,6 +34,9 @@
 //   - kwok.go: how are simulated nodes made (NodeSpec, AddNode, NodeReady)?
 //   - heartbeat.go: how is a kubelet's status loop played without a kubelet
 //     (Heartbeater)?
+//   - metrics.go: how is metrics.k8s.io served (metrics-server through the
+//     aggregation layer, kwok's emulated kubelet metrics, SetPodUsage,
+//     StopMetricsServer)?
 //   - node.go: how does a real node start and stop (RealNodeSpec,
 //     StartRealNode, RealNode.Stop)?
 //   - node_kubelet.go: how are its kubelet and kube-proxy configured and run?

@@ -3,7 +3,9 @@
 //
 // The engine (this file) is pure: it decides from the admitted object, the
 // old object, the writer and the selected NodeOversell what the node's
-// allocatable and bookkeeping annotations must be. The handler (handler.go)
+// allocatable and bookkeeping annotations must be; target.go reads the
+// operator's per-node decision (ratio within the NodeOversell's ceiling,
+// exclusive CPUs) from the node and applies it only downwards. The handler (handler.go)
 // is the thin HTTP shell around it; the store (store.go) keeps the
 // NodeOversell objects the informer delivers.
 //
