@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -157,6 +159,22 @@ func UsageAware(ctx context.Context, e *Env, r *Result) error {
 		return fmt.Errorf("after the cut: %w", err)
 	}
 	r.check("all 6 pods still running on %s: none evicted or stranded", usageNode)
+	out, err := e.explainNode(ctx, usageNode)
+	if err != nil {
+		return err
+	}
+	for _, key := range []string{"effective allocatable:", "ratio:", "deciding NodeOversell:", "headroom:", "taint:"} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key) {
+				line = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		if line == "" {
+			return fmt.Errorf("hookwright explain-node %s printed no %q line:\n%s", usageNode, key, out)
+		}
+		r.check("hookwright explain-node %s: %s", usageNode, line)
+	}
 
 	start = time.Now()
 	if err := e.applyWorkload(ctx, 4); err != nil {
@@ -169,6 +187,32 @@ func UsageAware(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("workload scaled to 4 → hold released: ratio 1, 4 CPU, taint removed", time.Since(start), 0)
 	return nil
+}
+
+// explainNode runs `hookwright explain-node NODE` with the admin
+// kubeconfig; the binary is built once into the cluster's directory
+// (removed with it).
+func (e *Env) explainNode(ctx context.Context, node string) (string, error) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(e.Cluster.Dir, "hookwright")
+	if _, err := os.Stat(bin); err != nil {
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build ./cmd: %w\n%s", err, out)
+		}
+	}
+	cmd := exec.CommandContext(ctx, bin, "explain-node", node)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Cluster.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("hookwright explain-node %s: %w\n%s", node, err, out)
+	}
+	e.Logf("scenario 9: hookwright explain-node %s:\n%s", node, out)
+	return string(out), nil
 }
 
 // usageManifest is the demo NodeOversell with the given cpu ratio.
