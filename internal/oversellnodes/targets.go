@@ -112,9 +112,6 @@ func (n *Nodes) Targets(ctx context.Context, no *v1alpha1.NodeOversell) (time.Du
 			todo = append(todo, work{node: nd, leaving: true, other: p != nil})
 		}
 	}
-	if len(todo) == 0 && no.Status.RatioCeiling == nil && !deleting {
-		no.Status.RatioCeiling = ratioCeiling(no, nil)
-	}
 
 	var pods corev1.PodList
 	if len(todo) > 0 {
