@@ -10,6 +10,7 @@
 // (preview.go).
 //
 // totals.go, restore.go, requests.go, targetsplan.go and reamplify.go's
-// planning are pure functions of nodes, pods and metrics; nodes.go is the I/O shell (Nodes). It must not import controllers/:
+// planning are pure functions of nodes, pods and metrics; nodes.go and
+// targets.go are the I/O shell (Nodes). It must not import controllers/:
 // the NodeOversell adapter there calls it.
 package oversellnodes
