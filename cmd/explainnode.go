@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,5 +108,8 @@ func podUsage(cmd *cobra.Command, c client.Client, pods []corev1.Pod) (corev1.Re
 			add(ct.Usage)
 		}
 	}
+	// Whole millicores: metrics-server's rates come in nanocores.
+	cpu := sum[corev1.ResourceCPU]
+	sum[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpu.MilliValue(), resource.DecimalSI)
 	return sum, at, ""
 }

@@ -385,7 +385,8 @@ func checkUsageSteps(steps []string) error {
 	if got := strings.Join(ratios, " "); got != "2 1.5 1 1.5 2" {
 		return fmt.Errorf("ratio steps %v, want 2 1.5 1 1.5 2", steps)
 	}
-	for _, s := range steps[1:] {
+	// The first gap counts from when the log started, not from a change.
+	for _, s := range steps[2:] {
 		f := strings.Fields(s)
 		d, err := time.ParseDuration(strings.TrimPrefix(f[len(f)-1], "+"))
 		if err != nil {
