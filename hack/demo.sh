@@ -76,9 +76,11 @@ up() {
 		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
 		return
 	fi
-	# The tools (the real node's among them) and its Debian packages; the
-	# images are built by localcluster itself (internal/ociimage).
-	make --no-print-directory tools node-prereqs
+	# Only the tools the demo runs (hack/tools.sh demo: not the linters or
+	# generators), then the real node's Debian packages; the images are
+	# built by localcluster itself (internal/ociimage).
+	hack/tools.sh demo
+	make --no-print-directory node-prereqs
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster

@@ -269,18 +269,11 @@ func RemoteOptions(ctx context.Context, registry string, insecure bool) ([]remot
 			return nil, fmt.Errorf("ociimage: registry %q: want host[:port]", registry)
 		}
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if loopback {
-		tr.Proxy = nil
-	}
-	roots, err := rootsFromEnv()
+	roots, err := RootsFromEnvFile(os.Getenv("SSL_CERT_FILE"))
 	if err != nil {
 		return nil, err
 	}
-	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if insecure {
-		tr.TLSClientConfig.InsecureSkipVerify = true
-	}
+	tr := transportFor(registry, roots, insecure)
 	rt := http.RoundTripper(tr)
 	if !loopback && !insecure {
 		rt = httpsOnly{tr}
@@ -292,11 +285,11 @@ func RemoteOptions(ctx context.Context, registry string, insecure bool) ([]remot
 	return opts, nil
 }
 
-// rootsFromEnv reads SSL_CERT_FILE when it is set (nil, the system's
-// roots, otherwise). Go reads it too, but once per process: reading it here
-// makes each call see the file as it is.
-func rootsFromEnv() (*x509.CertPool, error) {
-	p := os.Getenv("SSL_CERT_FILE")
+// RootsFromEnvFile reads the PEM trust store p (SSL_CERT_FILE's value)
+// into a pool, or returns nil (the system's roots) when p is empty. Go
+// reads SSL_CERT_FILE too, but once per process: reading it here makes
+// each call see the file as it is.
+func RootsFromEnvFile(p string) (*x509.CertPool, error) {
 	if p == "" {
 		return nil, nil
 	}
@@ -311,6 +304,31 @@ func rootsFromEnv() (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// transportFor is the HTTP transport to registry: no proxy for a loopback
+// address, roots (nil: the system's) to verify its certificate, or no
+// verification when insecure.
+func transportFor(registry string, roots *x509.CertPool, insecure bool) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if checkLoopback(registry) == nil {
+		tr.Proxy = nil
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if insecure {
+		tr.TLSClientConfig.InsecureSkipVerify = true
+	}
+	return tr
+}
+
+// HTTPSTransport is a transport that reaches registry over HTTPS only, as
+// operator-sdk does (its certificate verified against roots, nil for the
+// system's, unless insecure), for checks of what operator-sdk will read.
+func HTTPSTransport(registry string, roots *x509.CertPool, insecure bool) http.RoundTripper {
+	return httpsOnly{transportFor(registry, roots, insecure)}
+}
+
+// ErrPlainHTTP is why httpsOnly refused a request.
+var ErrPlainHTTP = errors.New("plain HTTP is refused here (for a registry off this machine, IMAGE_REGISTRY_INSECURE=true allows it)")
+
 // httpsOnly refuses plain-HTTP requests: go-containerregistry falls back to
 // HTTP for private (RFC 1918) addresses when HTTPS fails, which would skip
 // the verification the caller asked for.
@@ -318,7 +336,7 @@ type httpsOnly struct{ rt http.RoundTripper }
 
 func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" {
-		return nil, fmt.Errorf("ociimage: %s: refusing plain HTTP to a registry off this machine (IMAGE_REGISTRY_INSECURE=true allows it)", req.URL.Host)
+		return nil, fmt.Errorf("ociimage: %s: refusing plain HTTP: %w", req.URL.Host, ErrPlainHTTP)
 	}
 	return h.rt.RoundTrip(req)
 }
