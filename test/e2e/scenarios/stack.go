@@ -122,6 +122,8 @@ type Env struct {
 	// which replaces them with OLM's).
 	deployed []*unstructured.Unstructured
 	olm      *olm.OLM
+	// olmInstall is scenario 5's catalog install (scenario 7 removes it).
+	olmInstall *olm.Installation
 }
 
 func (e *Env) figure(format string, args ...any) {
