@@ -66,7 +66,7 @@ func (a *app) image(ctx context.Context) error {
 		return err
 	}
 	target, flag := "run", ""
-	if a.s.Version != "0.1.0" {
+	if v, _, err := bundleVersion(filepath.Join(a.root, "bundle")); err == nil && v != a.s.Version {
 		target, flag = "upgrade", " VERSION="+a.s.Version
 	}
 	fmt.Printf("runbundle: for operator-sdk: bundle %s, --index-image %s; make %s%s runs:\n  %s\n",

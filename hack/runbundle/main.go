@@ -92,6 +92,12 @@ func run(ctx context.Context, args []string) error {
 	if len(a.s.FromDemo) > 0 {
 		fmt.Printf("runbundle: %s from the demo's %s\n", strings.Join(a.s.FromDemo, ", "), envFile)
 	}
+	// This process reads them too (the image pushes and checks).
+	for _, k := range a.s.FromDemo {
+		if err := os.Setenv(k, a.s.value(k)); err != nil {
+			return err
+		}
+	}
 	switch args[0] {
 	case "image":
 		return a.image(ctx)

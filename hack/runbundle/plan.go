@@ -75,7 +75,18 @@ func resolve(s Settings, getenv func(string) string, demo map[string]string) (Se
 	}
 	take(demoenv.ImageRegistry, &s.Registry)
 	take(demoenv.Kubeconfig, &s.Kubeconfig)
-	take(demoenv.SSLCertFile, &s.SSLCertFile)
+	// The demo's registry is trusted through the demo's trust store, even
+	// over an SSL_CERT_FILE of the environment: that store holds the CAs
+	// of the SSL_CERT_FILE in force when the demo started (or the
+	// system's) plus the registry's CA, so nothing is lost.
+	if demo[demoenv.SSLCertFile] != "" && s.Registry != "" && s.Registry == demo[demoenv.ImageRegistry] {
+		s.SSLCertFile = demo[demoenv.SSLCertFile]
+		if getenv(demoenv.SSLCertFile) != s.SSLCertFile {
+			s.FromDemo = append(s.FromDemo, demoenv.SSLCertFile)
+		}
+	} else {
+		take(demoenv.SSLCertFile, &s.SSLCertFile)
+	}
 	switch v := getenv("IMAGE_REGISTRY_INSECURE"); v {
 	case "", "false":
 	case "true":

@@ -31,9 +31,14 @@ func settings(t *testing.T, env, demo map[string]string) Settings {
 // their arguments).
 func TestResolveAndCommandLine(t *testing.T) {
 	demo := map[string]string{"KUBECONFIG": "/d/_demo/kubeconfig", "SSL_CERT_FILE": "/d/_demo/registry/trust.pem", "IMAGE_REGISTRY": "127.0.0.1:40001"}
-	s := settings(t, map[string]string{"KUBECONFIG": "/mine"}, demo)
-	if s.Kubeconfig != "/mine" || s.Registry != "127.0.0.1:40001" || strings.Join(s.FromDemo, ",") != "IMAGE_REGISTRY,SSL_CERT_FILE" {
+	s := settings(t, map[string]string{"KUBECONFIG": "/mine", "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt"}, demo)
+	if s.Kubeconfig != "/mine" || s.Registry != "127.0.0.1:40001" || s.SSLCertFile != demo["SSL_CERT_FILE"] ||
+		strings.Join(s.FromDemo, ",") != "IMAGE_REGISTRY,SSL_CERT_FILE" {
 		t.Errorf("resolved %+v", s)
+	}
+	// Another registry keeps the environment's trust store.
+	if mine := settings(t, map[string]string{"IMAGE_REGISTRY": "reg.example.com", "SSL_CERT_FILE": "/corp.pem"}, demo); mine.SSLCertFile != "/corp.pem" || mine.Kubeconfig != demo["KUBECONFIG"] {
+		t.Errorf("own registry: %+v", mine)
 	}
 	n, err := s.names()
 	if err != nil {

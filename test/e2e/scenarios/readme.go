@@ -9,7 +9,6 @@ import (
 
 	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -130,8 +129,11 @@ func (e *Env) leftAfter(ctx context.Context, before map[olm.ObjectKey]olm.Object
 		}
 		// OLM's Operator object is cluster-scoped, so it is in scope;
 		// make cleanup-bundle deletes it.
-		err = e.Cluster.Client.Get(ctx, client.ObjectKey{Name: "hookwright." + OperatorNamespace}, &metav1.PartialObjectMetadata{
-			TypeMeta: metav1.TypeMeta{APIVersion: operatorsv1.SchemeGroupVersion.String(), Kind: "Operator"}})
+		c, err := e.client()
+		if err != nil {
+			return false, err
+		}
+		err = c.Get(ctx, client.ObjectKey{Name: "hookwright." + OperatorNamespace}, &operatorsv1.Operator{})
 		if err == nil {
 			left = append(left, "OLM's Operator hookwright."+OperatorNamespace)
 		} else if !apierrors.IsNotFound(err) {

@@ -12,12 +12,15 @@ import (
 	"sync"
 	"time"
 
+	operatorsv1 "github.com/operator-framework/api/pkg/operators/v1"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -53,7 +56,10 @@ const (
 // It leaves that install running with the samples applied, for the
 // scenarios after it.
 func RunBundle(ctx context.Context, e *Env, r *Result) error {
-	c := e.Cluster.Client
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
 	var sis v1alpha1.SidecarInjectorList
 	var nos v1alpha1.NodeOversellList
 	if err := c.List(ctx, &sis); err != nil {
@@ -63,13 +69,15 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	var total time.Duration
-	step := func(what string, args ...string) error {
+	// An install or an upgrade through OLM within 2 minutes: what the issue
+	// asks of the README's whole block (test/e2e times that, READMEOLM).
+	step := func(what string, bound time.Duration, args ...string) error {
 		took, err := e.Make(ctx, args...)
 		total += took
-		r.timing("make "+strings.Join(args, " ")+": "+what, took, 0)
+		r.timing("make "+strings.Join(args, " ")+": "+what, took, bound)
 		return err
 	}
-	if err := step("scenario 5's catalog install removed", "cleanup-bundle"); err != nil {
+	if err := step("scenario 5's catalog install removed", 0, "cleanup-bundle"); err != nil {
 		return err
 	}
 	if err := e.crdsGone(ctx); err != nil {
@@ -82,10 +90,10 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	r.check("make cleanup-bundle removed scenario 5's catalog install (operator-sdk cleanup: Subscription, CSV, CatalogSource, OperatorGroup) and the CRDs, and with them %d SidecarInjectors and %d NodeOversells, as it says",
 		len(sis.Items), len(nos.Items))
 
-	if err := step("images built and pushed", "bundle-image"); err != nil {
+	if err := step("images built and pushed", 0, "bundle-image"); err != nil {
 		return err
 	}
-	if err := step("CSV "+csv010+" Succeeded", "run-bundle"); err != nil {
+	if err := step("CSV "+csv010+" Succeeded", 2*time.Minute, "run-bundle"); err != nil {
 		return err
 	}
 	pods, err := e.checkCSV(ctx, csv010, ServerImage)
@@ -101,10 +109,10 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("config/samples applied → Ready (their servers' pods Ready)", time.Since(start), 0)
 
-	if err := step("0.1.1 bundle built and pushed", "bundle-image", "VERSION=0.1.1"); err != nil {
+	if err := step("0.1.1 bundle built and pushed", 0, "bundle-image", "VERSION=0.1.1"); err != nil {
 		return err
 	}
-	if err := step("CSV "+csv011+" Succeeded", "run-bundle-upgrade", "VERSION=0.1.1"); err != nil {
+	if err := step("CSV "+csv011+" Succeeded", 2*time.Minute, "run-bundle-upgrade", "VERSION=0.1.1"); err != nil {
 		return err
 	}
 	if pods, err = e.checkCSV(ctx, csv011, image011); err != nil {
@@ -126,11 +134,33 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	return nil
 }
 
+// client returns a client with OLM's and apiextensions' kinds registered
+// besides the harness's (made once).
+func (e *Env) client() (client.Client, error) {
+	e.clientOnce.Do(func() {
+		scheme := runtime.NewScheme()
+		for _, add := range []func(*runtime.Scheme) error{
+			clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, operatorsv1alpha1.AddToScheme,
+			operatorsv1.AddToScheme, v1alpha1.AddToScheme,
+		} {
+			if e.clientErr = add(scheme); e.clientErr != nil {
+				return
+			}
+		}
+		e.allKinds, e.clientErr = client.New(e.Cluster.Config, client.Options{Scheme: scheme})
+	})
+	return e.allKinds, e.clientErr
+}
+
 // crdsGone waits until hookwright's CRDs are deleted.
 func (e *Env) crdsGone(ctx context.Context) error {
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
 	return cluster.WaitFor(ctx, 2*time.Minute, "hookwright's CRDs deleted", func(ctx context.Context) (bool, error) {
 		for _, n := range []string{"sidecarinjectors.admission.hookwright.io", "nodeoversells.admission.hookwright.io"} {
-			err := e.Cluster.Client.Get(ctx, client.ObjectKey{Name: n}, &apiextensionsv1.CustomResourceDefinition{})
+			err := c.Get(ctx, client.ObjectKey{Name: n}, &apiextensionsv1.CustomResourceDefinition{})
 			if err == nil || !apierrors.IsNotFound(err) {
 				return false, client.IgnoreNotFound(err)
 			}
@@ -143,7 +173,10 @@ func (e *Env) crdsGone(ctx context.Context) error {
 // rolled out with every pod Running and Ready in containerd on SystemNode,
 // running image; it returns the pods' names.
 func (e *Env) checkCSV(ctx context.Context, name, image string) ([]string, error) {
-	c := e.Cluster.Client
+	c, err := e.client()
+	if err != nil {
+		return nil, err
+	}
 	csv := &operatorsv1alpha1.ClusterServiceVersion{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: name}, csv); err != nil {
 		return nil, err
@@ -153,7 +186,7 @@ func (e *Env) checkCSV(ctx context.Context, name, image string) ([]string, error
 	}
 	var names []string
 	var why string
-	err := cluster.WaitFor(ctx, 3*time.Minute, "the operator Deployment of "+name+" rolled out on "+SystemNode, func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, 3*time.Minute, "the operator Deployment of "+name+" rolled out on "+SystemNode, func(ctx context.Context) (bool, error) {
 		d := &appsv1.Deployment{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: OperatorNamespace, Name: OperatorDeployment}, d); err != nil {
 			return false, err

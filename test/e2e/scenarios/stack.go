@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -124,6 +125,10 @@ type Env struct {
 	olm      *olm.OLM
 	// olmInstall is scenario 5's catalog install (scenario 7 removes it).
 	olmInstall *olm.Installation
+	// allKinds is client()'s client.
+	clientOnce sync.Once
+	allKinds   client.Client
+	clientErr  error
 }
 
 func (e *Env) figure(format string, args ...any) {
@@ -243,7 +248,12 @@ func (e *Env) startRegistryTLS(root string) error {
 	if err := e.Registry.StartTLS(); err != nil {
 		return err
 	}
-	files, err := e.Registry.WriteTLSFiles(filepath.Join(c.Dir, "registry"), ociimage.DefaultCACertificates)
+	// The trust store starts with the CAs the user's shell trusts.
+	system := os.Getenv("SSL_CERT_FILE")
+	if system == "" {
+		system = ociimage.DefaultCACertificates
+	}
+	files, err := e.Registry.WriteTLSFiles(filepath.Join(c.Dir, "registry"), system)
 	if err != nil {
 		return err
 	}
