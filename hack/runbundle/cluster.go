@@ -194,3 +194,41 @@ func (k *kube) olmOperatorRefs(ctx context.Context, ns string) ([]string, bool, 
 	}
 	return refs, true, nil
 }
+
+// leftOperatorGroups waits (up to a minute) until no Subscription is left
+// in ns and returns the OperatorGroups still there: operator-sdk cleanup
+// deletes them only when the namespace has no Subscription left, but it
+// looks right after deleting the Subscription, which may not be gone yet
+// (internal/olm/operator/uninstall.go), so they can stay. None is
+// returned while another Subscription lives in ns.
+func (k *kube) leftOperatorGroups(ctx context.Context, ns string) ([]string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var subs operatorsv1alpha1.SubscriptionList
+		if err := k.c.List(ctx, &subs, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		if len(subs.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	var ogs operatorsv1.OperatorGroupList
+	if err := k.c.List(ctx, &ogs, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, og := range ogs.Items {
+		if og.DeletionTimestamp == nil {
+			out = append(out, og.Name)
+		}
+	}
+	return out, nil
+}

@@ -231,6 +231,16 @@ func (a *app) cleanup(ctx context.Context, k *kube) error {
 			return err
 		}
 		fmt.Printf("runbundle: operator-sdk cleanup done in %s\n", time.Since(start).Round(100*time.Millisecond))
+		ogs, err := k.leftOperatorGroups(ctx, a.s.Namespace)
+		if err != nil {
+			return err
+		}
+		if len(ogs) > 0 {
+			fmt.Printf("runbundle: operator-sdk cleanup looked for OperatorGroups before its Subscription was gone; no Subscription is left in %s, so they go too\n", a.s.Namespace)
+			if err := a.kubectl(ctx, append([]string{"-n", a.s.Namespace, "delete", "operatorgroups.operators.coreos.com", "--ignore-not-found"}, ogs...)...); err != nil {
+				return err
+			}
+		}
 	}
 	return a.deleteOLMOperator(ctx, k, found)
 }

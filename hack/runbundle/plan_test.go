@@ -179,6 +179,7 @@ func TestREADMEShowsTheCommandsRun(t *testing.T) {
 		s.commandLine("operator-sdk", s.sdkArgs("run", n)),
 		up.commandLine("operator-sdk", up.sdkArgs("upgrade", nu)),
 		s.commandLine("operator-sdk", s.sdkArgs("cleanup", n)),
+		s.commandLine("kubectl", []string{"-n", s.Namespace, "delete", "operatorgroups.operators.coreos.com", "--ignore-not-found", "operator-sdk-og"}),
 		s.commandLine("kubectl", []string{"delete", "operators.operators.coreos.com", olmOperatorName(s.Namespace), "--ignore-not-found"}))
 	got := strings.ReplaceAll(strings.Join(readme, "\n"), "$IMAGE_REGISTRY", reg)
 	if w := strings.Join(want, "\n"); got != w {

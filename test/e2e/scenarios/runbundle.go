@@ -87,7 +87,7 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 		e.olmInstall.StopCatalog()
 		e.olmInstall = nil
 	}
-	r.check("make cleanup-bundle removed scenario 5's catalog install (operator-sdk cleanup: Subscription, CSV, CatalogSource, OperatorGroup) and the CRDs, and with them %d SidecarInjectors and %d NodeOversells, as it says",
+	r.check("make cleanup-bundle removed scenario 5's catalog install (operator-sdk cleanup: Subscription, CSV, CatalogSource, OperatorGroup) and the CRDs, and with them every CR (SidecarInjectors: %d, NodeOversells: %d), as it says",
 		len(sis.Items), len(nos.Items))
 
 	if err := step("images built and pushed", 0, "bundle-image"); err != nil {
@@ -130,7 +130,7 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.check("make run-bundle-upgrade VERSION=0.1.1: CSV %s Succeeded (replaces %s, which is gone); operator pods %s run %s; the CRs kept their UIDs and are Ready; a pod is injected %s later",
 		csv011, csv010, strings.Join(pods, ", "), image011, lag.Round(time.Millisecond))
-	r.timing("the README's commands above, added up", total, 0)
+	r.timing("the make commands above, added up", total, 0)
 	return nil
 }
 
