@@ -153,7 +153,10 @@ func (a *app) runBundle(ctx context.Context) error {
 		defer cancel()
 		fmt.Printf("runbundle: run bundle failed after %s; removing what it left (CatalogSource, ConfigMaps, registry pod, OperatorGroup, Subscription, CRDs) so the next try starts clean\n",
 			time.Since(start).Round(time.Second))
-		if cerr := a.cleanup(cctx, k); cerr != nil {
+		// Its own timeout: BUNDLE_TIMEOUT may be what ran out.
+		c := *a
+		c.s.Timeout = 3 * time.Minute
+		if cerr := c.cleanup(cctx, k); cerr != nil {
 			return fmt.Errorf("run bundle: %w; and its cleanup failed too: %v (make cleanup-bundle retries it)", err, cerr)
 		}
 		return fmt.Errorf("run bundle: %w (cleaned up; fix the cause and run make run-bundle again)", err)
