@@ -86,7 +86,7 @@ up() {
 	go build -o bin/localcluster ./hack/localcluster
 	nohup bin/localcluster --dir "$DIR" >"$DIR/localcluster.log" 2>&1 9>&- &
 	echo $! >"$DIR/pid"
-	echo "demo: starting (log: $DIR/localcluster.log); images, the real node and the scenarios take about 4 minutes"
+	echo "demo: starting (log: $DIR/localcluster.log); images, the real node and the scenarios take about 5 minutes"
 	tail -n +1 --pid=$$ -f "$DIR/localcluster.log" &
 	local tailpid=$!
 	trap 'kill "$tailpid" 2>/dev/null || true' RETURN
