@@ -18,6 +18,16 @@ const (
 	SidecarNativeKey = "sidecar.hookwright.io/native-sidecar"
 )
 
+// SidecarOptOutLabelValues are the common spellings of a SidecarInjectKey
+// label value that opts a pod out (the injector reads true, y, yes, on and
+// false, n, no, off in any case). The operator excludes them in the
+// webhook's objectSelector, so an opted-out pod is created without calling
+// the injector and survives its outage. Label selectors compare exactly,
+// so rarer spellings ("fALSE") still reach the webhook, which skips them by
+// the same rule; the result is the same since the label opt-out wins over
+// every selector and the policy.
+var SidecarOptOutLabelValues = []string{"false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
+
 // InjectionPolicy is what a pod that says nothing about injection gets.
 // +kubebuilder:validation:Enum=Enabled;Disabled
 type InjectionPolicy string

@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // SystemNamespaces are never sent to the sidecar injector: a webhook outage
@@ -115,7 +114,7 @@ func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
 	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
 		Key:      v1alpha1.SidecarInjectKey,
 		Operator: metav1.LabelSelectorOpNotIn,
-		Values:   slices.Clone(sidecar.OptOutLabelValues),
+		Values:   slices.Clone(v1alpha1.SidecarOptOutLabelValues),
 	})
 	return sel
 }

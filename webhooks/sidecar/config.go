@@ -14,6 +14,7 @@ import (
 	"text/template"
 	"text/template/parse"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -318,6 +319,29 @@ func (s *Store) update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 		s.OnChange(c)
 	}
 	return c, nil
+}
+
+// Offer hands the store a version of the SidecarInjector it serves, as a
+// watch delivers it (webhooks/configwatch). A version of another name, or
+// of the generation and UID already served (a status-only update, a
+// resync), is ignored; a new one is compiled and served at once. One that
+// does not compile is counted in m and logged, and the last good version
+// stays. m records the served generation.
+func (s *Store) Offer(name string, cr *v1alpha1.SidecarInjector, m *Metrics, log logr.Logger) {
+	if cr == nil || cr.Name != name {
+		return
+	}
+	if cur := s.Load(); cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID {
+		return
+	}
+	c, err := s.update(cr)
+	if err != nil {
+		m.recordConfigError(name)
+		log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)
+		return
+	}
+	m.recordConfig(c)
+	log.Info("serving SidecarInjector", "generation", c.Generation, "hash", c.Hash)
 }
 
 // lastError is the error of the last update, nil when it succeeded.

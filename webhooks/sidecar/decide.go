@@ -64,14 +64,6 @@ func ParseBool(s string) (value, ok bool) {
 	return false, false
 }
 
-// OptOutLabelValues are the common spellings of an inject label ParseBool
-// reads as false. The operator excludes them in the webhook's objectSelector,
-// so an opted-out pod is created without calling the injector and survives
-// its outage. Label selectors compare exactly, so rarer spellings ("fALSE")
-// still reach the webhook, which skips them by the same rule; the result is
-// the same since the label opt-out wins over every selector and the policy.
-var OptOutLabelValues = []string{"false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
-
 // decideInput is what decide needs to know about a pod.
 type decideInput struct {
 	Pod *corev1.Pod

@@ -16,7 +16,8 @@ func TestParseBool(t *testing.T) {
 			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
 		}
 	}
-	for _, s := range []string{"false", "FALSE", "n", "N", "no", "No", "off", "OFF"} {
+	// The operator's objectSelector lists these as opt-outs: each must be one.
+	for _, s := range append([]string{"fALSE", "oFf"}, v1alpha1.SidecarOptOutLabelValues...) {
 		if v, ok := ParseBool(s); !ok || v {
 			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
 		}

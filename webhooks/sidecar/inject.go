@@ -1,7 +1,8 @@
 // Package sidecar is the SidecarInjector engine: the injection decision,
 // template rendering and merging, the status annotation and the JSON patch
 // (all pure functions of their inputs), plus the admission handler, its
-// metrics, the hot-reloaded config store and the kube-inject file processing.
+// metrics, the hot-reloaded config store (fed by the informer shell in
+// webhooks/configwatch) and the kube-inject file processing.
 //
 // Semantics follow Istio's injector (istio/istio pkg/kube/inject); see
 // decide and inject for where they differ.
@@ -14,8 +15,10 @@
 // SidecarInjector and select them with the templates annotation.
 //
 // It must not import controllers, internal/ packages or the other server
-// (webhooks/oversell): it uses api/v1alpha1, webhooks/serving and
-// webhooks/jsonscan only.
+// (webhooks/oversell), nor anything that links a Kubernetes client: it
+// uses api/v1alpha1, webhooks/serving and webhooks/jsonscan only, so the
+// operator can call its decisions without a client
+// (internal/importrules checks the whole dependency closure).
 package sidecar
 
 import (
