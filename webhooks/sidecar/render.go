@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"text/template"
@@ -116,17 +117,27 @@ func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *templ
 }
 
 // execute runs t into buf within the render limits; errors are *renderError.
+//
+// The execution runs on one OS thread, locked for its duration, so that
+// the thread's CPU clock is the render's own CPU time (renderState). All of
+// it runs there: text/template executes synchronously in the calling
+// goroutine, and no function of the FuncMap (sprig's, the bounded
+// replacements, the pod accessors) starts a goroutine or waits for one.
+// The YAML decoding that follows is not metered: maxRenderBytes bounds it.
 func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *templateData) error {
 	u, err := t.unit()
 	if err != nil {
 		return &renderError{Template: t.name, Err: err}
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	u.st.reset(ctx, time.Now())
 	u.w.buf = buf
 	err = u.tmpl.Execute(&u.w, data)
 	if err == nil {
-		// The clock is read every 64 steps; a slow last call (one regexp
-		// match can take seconds) must not finish a render past its limit.
+		// The clocks are read every 64 steps; a slow last call (sortAlpha of
+		// a long list takes tens of ms) must not finish a render past its
+		// limit.
 		err = u.st.checkTime()
 	}
 	u.w.buf = nil
