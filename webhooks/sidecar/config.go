@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/template"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -87,6 +89,9 @@ type Config struct {
 
 type compiledTemplate struct {
 	name string
+	// placement is spec.templates[].initContainerPlacement; the zero
+	// value places init containers by the default rule.
+	placement v1alpha1.InitContainerPlacement
 	// tmpl is parsed and instrumented (see instrument) but never executed:
 	// renders take a clone from units, whose functions are bound to the
 	// clone's own budget.
@@ -154,8 +159,8 @@ func (c *renderCache) put(k []byte, v *preparedPart) {
 // names no template or repeats one, a selector is invalid (such as a
 // matchExpressions operator other than In, NotIn, Exists, DoesNotExist), or
 // values is not a JSON object. The trial render is bounded like every render
-// (maxRenderBytes, maxValueBytes, maxRenderSteps, maxRenderTime); a template
-// calling itself is rejected.
+// (maxRenderBytes, maxValueBytes, maxRenderSteps, maxRenderCPU,
+// maxRenderWall); a template calling itself is rejected.
 func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	return CompileContext(context.Background(), cr)
 }
@@ -216,7 +221,14 @@ func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config,
 		if err := instrument(tm); err != nil {
 			return nil, fmt.Errorf("template %q: %w", t.Name, err)
 		}
-		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
+		ct := &compiledTemplate{name: t.Name, tmpl: tm}
+		if t.InitContainerPlacement != nil {
+			if err := checkPlacement(*t.InitContainerPlacement); err != nil {
+				return nil, fmt.Errorf("template %q: initContainerPlacement: %w", t.Name, err)
+			}
+			ct.placement = *t.InitContainerPlacement
+		}
+		c.templates[t.Name] = ct
 		c.needsSpec = c.needsSpec || readsSpec(tm)
 	}
 	for i, d := range c.DefaultTemplates {
@@ -250,6 +262,27 @@ func trialData(c *Config, native bool) *templateData {
 		Injector:       c.Name,
 		NativeSidecars: native,
 	}
+}
+
+// checkPlacement is the API's validation of an initContainerPlacement
+// (enum, CEL rule, name pattern), for a --config file that never met it.
+func checkPlacement(p v1alpha1.InitContainerPlacement) error {
+	switch p.Position {
+	case v1alpha1.InitContainersFirst:
+		if p.After != "" {
+			return fmt.Errorf("after %q is not allowed with position First", p.After)
+		}
+	case v1alpha1.InitContainersAfter:
+		if p.After == "" {
+			return errors.New("after is required with position After")
+		}
+		if msgs := validation.IsDNS1123Label(p.After); len(msgs) > 0 {
+			return fmt.Errorf("after %q: %s", short(p.After, 63), strings.Join(msgs, "; "))
+		}
+	default:
+		return fmt.Errorf("position %q: want First or After", p.Position)
+	}
+	return nil
 }
 
 func optionalSelector(ls *metav1.LabelSelector) (labels.Selector, error) {

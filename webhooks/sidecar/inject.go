@@ -159,7 +159,9 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //     go ahead of the pod's own init containers; without, injected init
 //     containers are appended after the pod's (a traffic-capturing init
 //     container must not break the pod's init containers) and sidecars
-//     after the pod's containers;
+//     after the pod's containers; a template's initContainerPlacement puts
+//     its init containers first or right after a named init container of
+//     the pod instead (placeInit);
 //   - volumes and imagePullSecrets are added when the pod has none of that
 //     name; labels and annotations when the pod lacks the key;
 //   - any other spec field is strategic-merged with the template winning,
@@ -255,7 +257,7 @@ func inject(cfg *Config, p Params, in input) (*result, error) {
 		if j == nil {
 			continue
 		}
-		if err := m.add(j); err != nil {
+		if err := m.add(j, t); err != nil {
 			return nil, &renderError{Template: t.name, Err: err}
 		}
 	}
@@ -317,6 +319,11 @@ type injected struct {
 	init           bool
 	raw, nativeRaw []byte
 	m              map[string]any
+	// tmpl is the last template that rendered the element and placement
+	// that template's initContainerPlacement (later template wins, as for
+	// the element's fields).
+	tmpl      string
+	placement v1alpha1.InitContainerPlacement
 }
 
 func (e *injected) mapped() (map[string]any, error) {
@@ -358,7 +365,7 @@ type merger struct {
 	warnings []string
 }
 
-func (m *merger) add(p *preparedPart) error {
+func (m *merger) add(p *preparedPart, t *compiledTemplate) error {
 	if p.labels != nil {
 		m.labels = mergeFlat(m.labels, p.labels)
 	}
@@ -366,13 +373,13 @@ func (m *merger) add(p *preparedPart) error {
 		m.annotations = mergeFlat(m.annotations, p.annotations)
 	}
 	var err error
-	if m.containers, err = addNamed(m.containers, p.containers, containerSchema); err != nil {
+	if m.containers, err = addNamed(m.containers, p.containers, containerSchema, t); err != nil {
 		return err
 	}
-	if m.volumes, err = addNamed(m.volumes, p.volumes, volumeSchema); err != nil {
+	if m.volumes, err = addNamed(m.volumes, p.volumes, volumeSchema, t); err != nil {
 		return err
 	}
-	if m.pullSecrets, err = addNamed(m.pullSecrets, p.pullSecrets, nil); err != nil {
+	if m.pullSecrets, err = addNamed(m.pullSecrets, p.pullSecrets, nil, t); err != nil {
 		return err
 	}
 	if p.rest != nil {
@@ -397,15 +404,16 @@ func mergeFlat(dst, src map[string]any) map[string]any {
 	return dst
 }
 
-// addNamed adds entries to acc; an entry named like an earlier one is
-// strategic-merged onto it (later template wins).
-func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.LookupPatchMeta) ([]*injected, error) {
+// addNamed adds entries of template t to acc; an entry named like an
+// earlier one is strategic-merged onto it (later template wins).
+func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.LookupPatchMeta, t *compiledTemplate) ([]*injected, error) {
 	for _, pe := range entries {
 		prev := findInjected(acc, pe.name)
 		if prev == nil {
-			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw})
+			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw, tmpl: t.name, placement: t.placement})
 			continue
 		}
+		prev.tmpl, prev.placement = t.name, t.placement
 		next := &injected{raw: pe.raw}
 		nm, err := next.mapped()
 		if err != nil {
@@ -473,17 +481,13 @@ func (m *merger) apply(d *podDoc, st *status) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case m.native:
-			inits.front = append(inits.front, b)
-			st.InitContainers = append(st.InitContainers, e.name)
-		case e.init:
-			inits.back = append(inits.back, b)
-			st.InitContainers = append(st.InitContainers, e.name)
-		default:
+		if !m.native && !e.init {
 			containers.back = append(containers.back, b)
 			st.Containers = append(st.Containers, e.name)
+			continue
 		}
+		m.placeInit(inits, e, b)
+		st.InitContainers = append(st.InitContainers, e.name)
 	}
 	if st.Volumes, err = d.appendAbsent("volumes", m.volumes); err != nil {
 		return err
@@ -498,6 +502,41 @@ func (m *merger) apply(d *podDoc, st *status) error {
 		addAbsentKeys(childMap(d.meta, "annotations"), m.annotations)
 	}
 	return nil
+}
+
+// placeInit queues an injected init container (a template's init
+// container, or with native sidecars any of its containers) where its
+// template's initContainerPlacement says: First ahead of the pod's init
+// containers, After right after the pod's own init container of that name.
+// Without a placement, or when the pod lacks that init container (then
+// with a warning, once per template), it goes ahead of the pod's init
+// containers with native sidecars (so they start before the pod's own,
+// Istio's order) and after them without (a traffic-capturing init
+// container must not break the pod's init containers).
+func (m *merger) placeInit(inits *rawList, e *injected, b json.RawMessage) {
+	switch e.placement.Position {
+	case v1alpha1.InitContainersFirst:
+		inits.front = append(inits.front, b)
+		return
+	case v1alpha1.InitContainersAfter:
+		if i := slices.Index(inits.names, e.placement.After); i >= 0 {
+			inits.insertAfter(i, b)
+			return
+		}
+		where := "after the pod's init containers"
+		if m.native {
+			where = "ahead of the pod's init containers"
+		}
+		w := fmt.Sprintf("template %q: the pod has no init container %q (initContainerPlacement.after): its init containers go %s", e.tmpl, short(e.placement.After, 63), where)
+		if !slices.Contains(m.warnings, w) {
+			m.warnings = append(m.warnings, w)
+		}
+	}
+	if m.native {
+		inits.front = append(inits.front, b)
+	} else {
+		inits.back = append(inits.back, b)
+	}
 }
 
 func addAbsentKeys(dst, src map[string]any) {

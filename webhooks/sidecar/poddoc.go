@@ -45,15 +45,38 @@ type readList struct {
 }
 
 // rawList is a spec list (containers, initContainers, volumes,
-// imagePullSecrets) as raw elements plus what injection inserts.
+// imagePullSecrets) as raw elements plus what injection inserts: ahead of
+// the pod's own (front), right after the pod's element i (after[i], an
+// initContainerPlacement), or at the end (back).
 type rawList struct {
 	key      string
 	present  bool
 	orig     []json.RawMessage
 	names    []string
 	front    []json.RawMessage
+	after    map[int][]json.RawMessage
 	back     []json.RawMessage
 	replaced map[int]json.RawMessage
+}
+
+// insertAfter queues b right after the pod's element i, behind what was
+// queued there before.
+func (l *rawList) insertAfter(i int, b json.RawMessage) {
+	if l.after == nil {
+		l.after = map[int][]json.RawMessage{}
+	}
+	l.after[i] = append(l.after[i], b)
+}
+
+// inserted counts the elements queued after the pod's own elements 0..i-1.
+func (l *rawList) inserted(i int) int {
+	n := 0
+	for j, a := range l.after {
+		if j < i {
+			n += len(a)
+		}
+	}
+	return n
 }
 
 // parsePod splits raw into the parts decide and the templates read: typed
@@ -299,16 +322,19 @@ func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []str
 	return dropped, nil
 }
 
-func (l *rawList) changed() bool { return len(l.front)+len(l.back)+len(l.replaced) > 0 }
+func (l *rawList) changed() bool {
+	return len(l.front)+len(l.after)+len(l.back)+len(l.replaced) > 0
+}
 
 func (l *rawList) elements() []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(l.front)+len(l.orig)+len(l.back))
+	out := make([]json.RawMessage, 0, len(l.front)+len(l.orig)+l.inserted(len(l.orig))+len(l.back))
 	out = append(out, l.front...)
 	for i, e := range l.orig {
 		if r, ok := l.replaced[i]; ok {
 			e = r
 		}
 		out = append(out, e)
+		out = append(out, l.after[i]...)
 	}
 	return append(out, l.back...)
 }
@@ -500,23 +526,36 @@ func (d *podDoc) patch() ([]byte, error) {
 				ops = append(ops, jsonpatch.NewOperation("add", path, spec[k]))
 				continue
 			}
+			// In final index order, so each add lands where it ends up and
+			// each replaced element is diffed at its final index.
 			for i, f := range l.front {
 				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(i), f))
 			}
-			idx := make([]int, 0, len(l.replaced))
+			idx := make([]int, 0, len(l.replaced)+len(l.after))
 			for i := range l.replaced {
 				idx = append(idx, i)
 			}
+			for i := range l.after {
+				if _, ok := l.replaced[i]; !ok {
+					idx = append(idx, i)
+				}
+			}
 			sort.Ints(idx)
 			for _, i := range idx {
-				sub, err := jsonpatch.CreatePatch(l.orig[i], l.replaced[i])
-				if err != nil {
-					return nil, err
+				at := len(l.front) + i + l.inserted(i)
+				if r, ok := l.replaced[i]; ok {
+					sub, err := jsonpatch.CreatePatch(l.orig[i], r)
+					if err != nil {
+						return nil, err
+					}
+					ops = append(ops, prefixed(path+"/"+strconv.Itoa(at), sub)...)
 				}
-				ops = append(ops, prefixed(path+"/"+strconv.Itoa(len(l.front)+i), sub)...)
+				for j, b := range l.after[i] {
+					ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(at+1+j), b))
+				}
 			}
 			for i, b := range l.back {
-				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(len(l.front)+len(l.orig)+i), b))
+				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(len(l.front)+len(l.orig)+l.inserted(len(l.orig))+i), b))
 			}
 			continue
 		}
