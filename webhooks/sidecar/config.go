@@ -27,10 +27,18 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// Params are the server-side inputs that do not come from the CR.
+// Params are the inputs of Decide and Inject that do not come from the CR.
 type Params struct {
 	// OperatorNamespace is never injected.
 	OperatorNamespace string
+	// ExcludedNamespaces are never injected either: the namespaces the
+	// operator's webhook configuration excludes besides the system ones,
+	// the operator's and the CR's server namespace (every allowed server
+	// namespace, internal/desired.InjectorExcludedNamespaces). The injector
+	// leaves it empty, since the API server never sends it their pods; a
+	// caller deciding outside admission (the operator, about running pods)
+	// sets it, so that its answer is the webhook's.
+	ExcludedNamespaces []string
 	// ServerVersion is the API server's version ("v1.31.2"); with
 	// nativeSidecars Auto, sidecars are native from v1.29 (KEP-753
 	// SidecarContainers beta, on by default). Empty or unparsable: not native.

@@ -129,7 +129,7 @@ func injectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace st
 		if err != nil {
 			return changed, err
 		}
-		res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
+		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
 		if err != nil {
 			return changed, fmt.Errorf("%s: %w", s.Ref, err)
 		}
@@ -291,8 +291,8 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 		}
 		labels := nsLabels(s.Namespace)
 		for _, cfg := range cfgs {
-			res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels, WantJSON: true})
-			var rerr *renderError
+			res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels, WantJSON: true})
+			var rerr *RenderError
 			switch {
 			case errors.As(err, &rerr):
 				fmt.Fprintf(&b, "  %s: would try to inject, but rendering fails: %v (failurePolicy %s: pod would be %s)\n",

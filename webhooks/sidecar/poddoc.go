@@ -224,7 +224,7 @@ func (d *podDoc) list(key string) (*rawList, error) {
 			l.orig, l.names, err = jsonscan.NamedArray(r)
 		}
 		if err != nil {
-			return nil, &decodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
+			return nil, &DecodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
 		}
 		if l.names == nil {
 			l.names = []string{}
@@ -281,7 +281,7 @@ func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []str
 	}
 	pm, err := decodeMap(l.orig[i])
 	if err != nil {
-		return nil, &decodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
+		return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
 	}
 	base := make(map[string]any, len(tm)+1)
 	for k, v := range tm {
@@ -382,7 +382,7 @@ func (d *podDoc) mergeRest(patches []map[string]any) error {
 				dec := json.NewDecoder(bytes.NewReader(r))
 				dec.UseNumber()
 				if err := dec.Decode(&v); err != nil {
-					return &decodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
+					return &DecodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
 				}
 				partial[k] = v
 			}
