@@ -338,11 +338,10 @@ type injected struct {
 	init           bool
 	raw, nativeRaw []byte
 	m              map[string]any
-	// tmpl is the last template that rendered the element and placement
-	// that template's initContainerPlacement (later template wins, as for
-	// the element's fields).
-	tmpl      string
-	placement v1alpha1.InitContainerPlacement
+	// from is the last template that rendered the element: its
+	// initContainerPlacement places it (later template wins, as for the
+	// element's fields).
+	from *compiledTemplate
 }
 
 func (e *injected) mapped() (map[string]any, error) {
@@ -429,10 +428,10 @@ func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.Lo
 	for _, pe := range entries {
 		prev := findInjected(acc, pe.name)
 		if prev == nil {
-			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw, tmpl: t.name, placement: t.placement})
+			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw, from: t})
 			continue
 		}
-		prev.tmpl, prev.placement = t.name, t.placement
+		prev.from = t
 		next := &injected{raw: pe.raw}
 		nm, err := next.mapped()
 		if err != nil {
@@ -533,12 +532,13 @@ func (m *merger) apply(d *podDoc, st *Status) error {
 // Istio's order) and after them without (a traffic-capturing init
 // container must not break the pod's init containers).
 func (m *merger) placeInit(inits *rawList, e *injected, b json.RawMessage) {
-	switch e.placement.Position {
+	pl := e.from.placement
+	switch pl.Position {
 	case v1alpha1.InitContainersFirst:
 		inits.front = append(inits.front, b)
 		return
 	case v1alpha1.InitContainersAfter:
-		if i := slices.Index(inits.names, e.placement.After); i >= 0 {
+		if i := slices.Index(inits.names, pl.After); i >= 0 {
 			inits.insertAfter(i, b)
 			return
 		}
@@ -546,7 +546,7 @@ func (m *merger) placeInit(inits *rawList, e *injected, b json.RawMessage) {
 		if m.native {
 			where = "ahead of the pod's init containers"
 		}
-		w := fmt.Sprintf("template %q: the pod has no init container %q (initContainerPlacement.after): its init containers go %s", e.tmpl, short(e.placement.After, 63), where)
+		w := fmt.Sprintf("template %q: the pod has no init container %q (initContainerPlacement.after): its init containers go %s", e.from.name, short(pl.After, 63), where)
 		if !slices.Contains(m.warnings, w) {
 			m.warnings = append(m.warnings, w)
 		}

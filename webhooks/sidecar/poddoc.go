@@ -326,17 +326,38 @@ func (l *rawList) changed() bool {
 	return len(l.front)+len(l.after)+len(l.back)+len(l.replaced) > 0
 }
 
-func (l *rawList) elements() []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(l.front)+len(l.orig)+l.inserted(len(l.orig))+len(l.back))
-	out = append(out, l.front...)
+// walk calls f with each element of the final list, in order.
+func (l *rawList) walk(f func(json.RawMessage)) {
+	for _, e := range l.front {
+		f(e)
+	}
 	for i, e := range l.orig {
 		if r, ok := l.replaced[i]; ok {
 			e = r
 		}
-		out = append(out, e)
-		out = append(out, l.after[i]...)
+		f(e)
+		for _, a := range l.after[i] {
+			f(a)
+		}
 	}
-	return append(out, l.back...)
+	for _, e := range l.back {
+		f(e)
+	}
+}
+
+// joined is the final list as one JSON array, built in one allocation.
+func (l *rawList) joined() json.RawMessage {
+	n := 2
+	l.walk(func(e json.RawMessage) { n += len(e) + 1 })
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	l.walk(func(e json.RawMessage) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	})
+	return append(b, ']')
 }
 
 // appendAbsent appends the injected entries whose name the list lacks and
@@ -414,26 +435,10 @@ func (d *podDoc) mergeRest(patches []map[string]any) error {
 func (d *podDoc) finalSpec() map[string]json.RawMessage {
 	for _, l := range d.lists {
 		if l.changed() {
-			d.spec[l.key] = joinRaw(l.elements())
+			d.spec[l.key] = l.joined()
 		}
 	}
 	return d.spec
-}
-
-func joinRaw(elems []json.RawMessage) json.RawMessage {
-	n := 2
-	for _, e := range elems {
-		n += len(e) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '[')
-	for i, e := range elems {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, e...)
-	}
-	return append(b, ']')
 }
 
 // writeObject writes m as a JSON object with sorted keys and raw values.
