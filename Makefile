@@ -204,6 +204,33 @@ bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundl
 scorecard: tool-scorecard-test ## Run the scorecard's basic and OLM suites offline against ./bundle (hack/scorecard.sh).
 	hack/scorecard.sh bundle
 
+# OLM without Docker (hack/runbundle, the README's Install section): the
+# images pushed to IMAGE_REGISTRY and operator-sdk run against the cluster of
+# KUBECONFIG; what the environment leaves unset (IMAGE_REGISTRY, KUBECONFIG,
+# SSL_CERT_FILE) comes from the running demo's $(DEMO_DIR)/env. Each command
+# run is printed first.
+DEMO_DIR ?= $(ROOT)/_demo
+BUNDLE_NAMESPACE ?= hookwright-system
+BUNDLE_TIMEOUT ?= 5m
+RUNBUNDLE = go run ./hack/runbundle
+RUNBUNDLE_FLAGS = --demo-dir $(DEMO_DIR) --version $(VERSION) --img $(IMG) --bundle-img $(BUNDLE_IMG) --namespace $(BUNDLE_NAMESPACE) --timeout $(BUNDLE_TIMEOUT)
+
+.PHONY: bundle-image
+bundle-image: tool-opm ## Without Docker: operator, bundle (VERSION other than bundle/'s: a derived one replacing it), empty index and OLM pod images -> IMAGE_REGISTRY (default the demo's).
+	@$(RUNBUNDLE) image $(RUNBUNDLE_FLAGS) --commit $(GIT_COMMIT)
+
+.PHONY: run-bundle
+run-bundle: tool-operator-sdk ## operator-sdk run bundle of bundle-image's bundle into BUNDLE_NAMESPACE (cluster of KUBECONFIG, default the demo's); a failed run cleans up.
+	@$(RUNBUNDLE) run $(RUNBUNDLE_FLAGS)
+
+.PHONY: run-bundle-upgrade
+run-bundle-upgrade: tool-operator-sdk ## operator-sdk run bundle-upgrade to VERSION (after make bundle-image VERSION=...).
+	@$(RUNBUNDLE) upgrade $(RUNBUNDLE_FLAGS)
+
+.PHONY: cleanup-bundle
+cleanup-bundle: tool-operator-sdk ## operator-sdk cleanup hookwright: the OLM install in BUNDLE_NAMESPACE and its CRDs, so every SidecarInjector and NodeOversell.
+	@$(RUNBUNDLE) cleanup $(RUNBUNDLE_FLAGS)
+
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image (needs a Docker engine).
 	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/configwatch"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -92,7 +93,7 @@ func runInjector(ctx context.Context, o *injectorOptions) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	store := &sidecar.Store{}
-	if err := store.Watch(ctx, mgr.GetCache(), o.injector, m, log); err != nil {
+	if err := configwatch.SidecarInjector(ctx, mgr.GetCache(), store, o.injector, m, log); err != nil {
 		return err
 	}
 	handler := &sidecar.Handler{

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hookwright/hookwright/webhooks/configwatch"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
 
@@ -64,7 +65,7 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	store := oversell.NewStore(o.trustedReporters, log.WithName("config"), m)
-	if err := store.Watch(ctx, mgr.GetCache()); err != nil {
+	if err := configwatch.NodeOversells(ctx, mgr.GetCache(), store, log.WithName("config")); err != nil {
 		return err
 	}
 	h := oversell.NewHandler(store, m, log.WithName("handler")).ForNodeOversell(o.nodeOversell)

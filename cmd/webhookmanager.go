@@ -14,16 +14,16 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/internal/manager"
-	"github.com/hookwright/hookwright/webhooks/serving"
+	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
 // webhookServerOptions are the flags both webhook servers (injector,
-// oversell) share: listener and TLS (serving.Options), metrics and probe
+// oversell) share: listener and TLS (listener.Options), metrics and probe
 // addresses, and zap's logging flags.
 type webhookServerOptions struct {
 	metricsAddr string
 	probeAddr   string
-	serving     serving.Options
+	serving     listener.Options
 	zap         zap.Options
 }
 
@@ -38,7 +38,7 @@ func (o *webhookServerOptions) addFlags(fs *pflag.FlagSet) {
 
 // start sets the logger from the zap flags and returns the client config
 // and the controller-runtime manager the server runs on: the HTTPS webhook
-// server from the serving options, metrics and probes, and no leader
+// server from the listener options, metrics and probes, and no leader
 // election (every replica serves, so every replica watches its
 // configuration).
 func (o *webhookServerOptions) start(cacheOpts cache.Options) (*rest.Config, ctrl.Manager, error) {

@@ -76,15 +76,17 @@ up() {
 		[[ -f $DIR/report.txt ]] && cat "$DIR/report.txt"
 		return
 	fi
-	# The tools (the real node's among them) and its Debian packages; the
-	# images are built by localcluster itself (internal/ociimage).
-	make --no-print-directory tools node-prereqs
+	# Only the tools the demo runs (hack/tools.sh demo: not the linters or
+	# generators), then the real node's Debian packages; the images are
+	# built by localcluster itself (internal/ociimage).
+	hack/tools.sh demo
+	make --no-print-directory node-prereqs
 	rm -rf "$DIR"
 	mkdir -p "$DIR"
 	go build -o bin/localcluster ./hack/localcluster
 	nohup bin/localcluster --dir "$DIR" >"$DIR/localcluster.log" 2>&1 9>&- &
 	echo $! >"$DIR/pid"
-	echo "demo: starting (log: $DIR/localcluster.log); images, the real node and the scenarios take about 4 minutes"
+	echo "demo: starting (log: $DIR/localcluster.log); images, the real node and the scenarios take about 5 minutes"
 	tail -n +1 --pid=$$ -f "$DIR/localcluster.log" &
 	local tailpid=$!
 	trap 'kill "$tailpid" 2>/dev/null || true' RETURN

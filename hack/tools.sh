@@ -7,8 +7,12 @@
 # of those is kept in bin/.stamps/<tool>.
 #
 #   hack/tools.sh                 # the tools the tests need
+#   hack/tools.sh demo            # the tools make demo runs (no linters, no generators)
 #   hack/tools.sh all             # every tool
 #   hack/tools.sh kwok kustomize  # just these
+#
+# It prints a line as each tool starts and ends, with how many are left,
+# and every minute which tool it is still building.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,9 +76,15 @@ spec() {
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
 TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
+# make demo runs these: the control plane, kwok, the real node, OLM and opm
+# (scenario 5), operator-sdk (scenario 7, make run-bundle). Not
+# controller-gen, golangci-lint, kustomize or scorecard-test, which only
+# make verify, make bundle and make scorecard run.
+DEMO_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kubelet kube-proxy containerd cni-plugins olm-crds olm catalog opm operator-sdk)
 
+# build TOOL I N: builds tool I of N unless it is current.
 build() {
-	local tool=$1 s mod out env tags ldflags pkgs stamp want
+	local tool=$1 i=$2 n=$3 s mod out env tags ldflags pkgs stamp want
 	s=$(spec "$tool")
 	IFS='|' read -r mod out env tags ldflags pkgs <<<"$s"
 	# A module's own Go files (e.g. hack/tools/olm/olm-crds) are part of the pin too.
@@ -82,10 +92,11 @@ build() {
 		<(cd "$ROOT/hack/tools/$mod" && find . -name '*.go' | LC_ALL=C sort | xargs -r cat) | sha256sum | cut -d' ' -f1)
 	stamp=$STAMPS/$tool
 	if [[ -x $out && -f $stamp && $(cat "$stamp") == "$want" ]]; then
-		echo "tools: $tool is current"
+		echo "tools: [$i/$n] $tool is current; $((n - i)) left"
 		return
 	fi
-	echo "tools: building $tool (module hack/tools/$mod) ..."
+	echo "tools: [$i/$n] building $tool (module hack/tools/$mod) ...; $((n - i)) left after it"
+	echo "$tool $i $n $(date +%s)" >"$CURRENT"
 	local start=$SECONDS
 	(
 		cd "$ROOT/hack/tools/$mod"
@@ -93,7 +104,7 @@ build() {
 		env $env go build ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$out" $pkgs
 	)
 	echo "$want" >"$stamp"
-	echo "tools: built $tool in $((SECONDS - start))s"
+	echo "tools: [$i/$n] built $tool in $((SECONDS - start))s; $((n - i)) left"
 }
 
 tools=("$@")
@@ -101,21 +112,29 @@ if [[ ${#tools[@]} -eq 0 ]]; then
 	tools=("${TEST_TOOLS[@]}")
 elif [[ ${tools[0]} == all ]]; then
 	tools=("${ALL_TOOLS[@]}")
+elif [[ ${tools[0]} == demo ]]; then
+	tools=("${DEMO_TOOLS[@]}")
 fi
 
-# Ticker so a cold build (many CPU-minutes) never looks hung. It sleeps in
-# 1 s steps: a killed ticker leaves at most a 1 s sleep holding our stdout,
-# so `make tools | cat` ends at once.
+# Ticker so a cold build (many CPU-minutes) never looks hung: once a minute
+# it names the tool being built and for how long. It sleeps in 1 s steps: a
+# killed ticker leaves at most a 1 s sleep holding our stdout, so `make
+# tools | cat` ends at once.
+CURRENT=$(mktemp)
 (
 	n=0
 	while sleep 1; do
 		n=$((n + 1))
-		if ((n % 60 == 0)); then echo "tools: still building... ($(date +%H:%M:%S))"; fi
+		if ((n % 60 == 0)) && read -r t i total since <"$CURRENT" 2>/dev/null; then
+			echo "tools: [$i/$total] still building $t ($(($(date +%s) - since))s so far, $(date +%H:%M:%S))"
+		fi
 	done
 ) &
 ticker=$!
-trap 'kill $ticker 2>/dev/null || true' EXIT
+trap 'kill $ticker 2>/dev/null || true; rm -f "$CURRENT"' EXIT
 
-for t in "${tools[@]}"; do
-	build "$t"
+start=$SECONDS
+for i in "${!tools[@]}"; do
+	build "${tools[$i]}" $((i + 1)) ${#tools[@]}
 done
+echo "tools: ${#tools[@]} tools current ($((SECONDS - start))s)"

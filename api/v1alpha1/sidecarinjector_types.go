@@ -18,6 +18,16 @@ const (
 	SidecarNativeKey = "sidecar.hookwright.io/native-sidecar"
 )
 
+// SidecarOptOutLabelValues are the common spellings of a SidecarInjectKey
+// label value that opts a pod out (the injector reads true, y, yes, on and
+// false, n, no, off in any case). The operator excludes them in the
+// webhook's objectSelector, so an opted-out pod is created without calling
+// the injector and survives its outage. Label selectors compare exactly,
+// so rarer spellings ("fALSE") still reach the webhook, which skips them by
+// the same rule; the result is the same since the label opt-out wins over
+// every selector and the policy.
+var SidecarOptOutLabelValues = []string{"false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
+
 // InjectionPolicy is what a pod that says nothing about injection gets.
 // +kubebuilder:validation:Enum=Enabled;Disabled
 type InjectionPolicy string
@@ -55,6 +65,49 @@ type NamedTemplate struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=262144
 	Template string `json:"template"`
+	// InitContainerPlacement places the init containers this template
+	// injects among the pod's own. Without it they go ahead of the pod's
+	// init containers with native sidecars, and after them without.
+	// +optional
+	InitContainerPlacement *InitContainerPlacement `json:"initContainerPlacement,omitempty"`
+}
+
+// InitContainerPosition is where a template's injected init containers go.
+// +kubebuilder:validation:Enum=First;After
+type InitContainerPosition string
+
+// Init container positions.
+const (
+	// InitContainersFirst puts them ahead of every init container of the pod.
+	InitContainersFirst InitContainerPosition = "First"
+	// InitContainersAfter puts them right after the pod's own init
+	// container named by InitContainerPlacement.After.
+	InitContainersAfter InitContainerPosition = "After"
+)
+
+// InitContainerPlacement places the init containers a template injects: its
+// spec.initContainers and, with native sidecars, its sidecars (which become
+// init containers with restartPolicy Always, KEP-753). Init containers
+// start in list order, the next once a regular one has exited successfully
+// or a native sidecar has started (its startupProbe, if any, passed), so
+// After lets the pod's own agent start before the injected proxy
+// (istio/istio#53920).
+// A container the pod already declares stays where the pod put it.
+// +kubebuilder:validation:XValidation:rule="self.position == 'After' ? has(self.after) : !has(self.after)",message="initContainerPlacement.after is required with position After and not allowed with position First"
+type InitContainerPlacement struct {
+	// Position is First (ahead of all of the pod's init containers) or
+	// After (right after the pod's init container named by after).
+	Position InitContainerPosition `json:"position"`
+	// After names the pod's own init container the injected ones follow,
+	// in template order. When the pod has no init container of that name
+	// they go where they would without a placement (ahead of the pod's
+	// init containers with native sidecars, after them without), and the
+	// admission answer carries a warning naming the template.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	After string `json:"after,omitempty"`
 }
 
 // SidecarInjectorSpec defines what is injected into which pods.

@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 	binDir := fs.String("bin-dir", "", "where binaries are built (a temporary directory if empty)")
 	layoutDir := fs.String("layout", "", "write an OCI image layout to this directory")
 	archive := fs.String("archive", "", "write an OCI archive (for ctr images import) to this file")
-	push := fs.String("push", "", "push to the registry at this loopback host:port")
+	push := fs.String("push", "", "push to the registry at this host[:port] (off this machine: HTTPS, verified unless IMAGE_REGISTRY_INSECURE=true)")
 	listen := fs.String("listen", "127.0.0.1:0", "registry: listen address (loopback only)")
 	hostsDir := fs.String("hosts-dir", "", "registry: write containerd's registry hosts config (certs.d) here")
 	addrFile := fs.String("addr-file", "", "registry: write the registry's address to this file once it serves")
@@ -143,7 +143,9 @@ func output(ctx context.Context, imgs []ociimage.Named, layoutDir, archive, push
 		fmt.Printf("OCI archive: %s (ctr -n k8s.io images import --local --snapshotter native %s)\n", archive, archive)
 	}
 	if push != "" {
-		if err := ociimage.Push(ctx, push, imgs...); err != nil {
+		// A registry off this machine is verified (HTTPS only) unless
+		// IMAGE_REGISTRY_INSECURE=true, as make bundle-image does.
+		if err := ociimage.PushTo(ctx, push, os.Getenv("IMAGE_REGISTRY_INSECURE") == "true", imgs...); err != nil {
 			return err
 		}
 		fmt.Printf("pushed to %s\n", push)

@@ -83,7 +83,7 @@ func demo(dir string, run bool) error {
 		passed, total := 0, len(scenarios.All)
 		for _, s := range scenarios.All {
 			fmt.Printf("running scenario %s\n", s.Name)
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			sctx, cancel := s.Context(ctx)
 			r := scenarios.Run(sctx, e, s)
 			cancel()
 			r.Write(&report)

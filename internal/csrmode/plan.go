@@ -9,6 +9,9 @@
 // mode's: a certificate is only served once the CA that issued it is in the
 // published caBundle, and the CA of the certificate it replaces stays there
 // for a drain grace period after the switch.
+//
+// It must not import a Kubernetes client, the operator or the webhook
+// servers: its I/O is internal/certsource/csr.go.
 package csrmode
 
 import (

@@ -8,6 +8,9 @@
 //
 // Check is a pure function of the request and the Policy (the Services it
 // may name are passed in); Sign issues the certificate from a Grant.
+//
+// It must not import a Kubernetes client, the operator or the webhook
+// servers: its controllers (controllers/csrsigner) do the I/O.
 package csrsign
 
 import (

@@ -5,5 +5,7 @@
 //
 // It must not import a Kubernetes client (controller-runtime's client,
 // client-go's clientsets) nor anything that does: nothing here reads or
-// writes the API, so golden tests pin every object byte for byte.
+// writes the API, so golden tests pin every object byte for byte. Nor may it
+// import the webhook servers: the constants it shares with the injector
+// live in api/v1alpha1 (internal/importrules checks the whole closure).
 package desired

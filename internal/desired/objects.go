@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // SystemNamespaces are never sent to the sidecar injector: a webhook outage
@@ -81,7 +80,7 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	nsSel.MatchExpressions = append(nsSel.MatchExpressions, metav1.LabelSelectorRequirement{
 		Key:      corev1.LabelMetadataName,
 		Operator: metav1.LabelSelectorOpNotIn,
-		Values:   excludedNamespaces(append([]string{s.Namespace, ServerNamespace(op, s)}, s.ServerPolicy().Namespaces...)...),
+		Values:   InjectorExcludedNamespaces(si, s),
 	})
 	fp := admissionregistrationv1.FailurePolicyType(or(string(si.Spec.FailurePolicy), string(v1alpha1.FailurePolicyFail)))
 	rp := admissionregistrationv1.ReinvocationPolicyType(or(string(si.Spec.ReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)))
@@ -115,7 +114,7 @@ func injectorObjectSelector(user *metav1.LabelSelector) *metav1.LabelSelector {
 	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
 		Key:      v1alpha1.SidecarInjectKey,
 		Operator: metav1.LabelSelectorOpNotIn,
-		Values:   slices.Clone(sidecar.OptOutLabelValues),
+		Values:   slices.Clone(v1alpha1.SidecarOptOutLabelValues),
 	})
 	return sel
 }
@@ -155,6 +154,16 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
 	held.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.OversellNodeLabel: no.Name}}
 	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh, held}
 	return d
+}
+
+// InjectorExcludedNamespaces are the namespaces a SidecarInjector's webhook
+// configuration keeps from its injector (namespaceSelector NotIn): the
+// control plane's, the operator's, the CR's server namespace and every
+// allowed server namespace. Passed as sidecar.Params.ExcludedNamespaces,
+// they make sidecar.Decide answer for a running pod what the API server and
+// the webhook together would at its creation.
+func InjectorExcludedNamespaces(si *v1alpha1.SidecarInjector, s Settings) []string {
+	return excludedNamespaces(append([]string{s.Namespace, ServerNamespace(SidecarCR(si), s)}, s.ServerPolicy().Namespaces...)...)
 }
 
 func excludedNamespaces(namespaces ...string) []string {

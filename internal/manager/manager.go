@@ -36,7 +36,7 @@ import (
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
-	"github.com/hookwright/hookwright/webhooks/serving"
+	"github.com/hookwright/hookwright/webhooks/listener"
 	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
@@ -119,7 +119,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// request, a connection limit), HTTP/1.1 only as on the metrics port:
 	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
 	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
-	so := serving.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
+	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
 	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
 	if err != nil {
 		return nil, err

@@ -44,6 +44,9 @@ type Options struct {
 	// BundleName overrides BundleName, e.g. with the local registry's
 	// address for `operator-sdk run bundle`.
 	BundleName string
+	// BundleDir is the bundle directory of the olm set's bundle image;
+	// Root/bundle when empty.
+	BundleDir string
 	// Busybox overrides DefaultBusybox (a static busybox for the olm set).
 	Busybox string
 	// OPM is the static opm binary for the olm set; Root/bin/opm (built
@@ -82,6 +85,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Busybox == "" {
 		o.Busybox = DefaultBusybox
+	}
+	if o.BundleDir == "" {
+		o.BundleDir = filepath.Join(o.Root, "bundle")
 	}
 	if o.OPM == "" {
 		o.OPM = filepath.Join(o.Root, "bin", "opm")
@@ -160,7 +166,7 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 // buildOLM builds the olm set. cpb comes from OLM's module at the version
 // hack/tools/olm pins, the OLM the tests run.
 func buildOLM(ctx context.Context, o Options) ([]Named, error) {
-	bundle, err := Bundle(o.Arch, filepath.Join(o.Root, "bundle"))
+	bundle, err := Bundle(o.Arch, o.BundleDir)
 	if err != nil {
 		return nil, err
 	}

@@ -69,29 +69,25 @@ func containerdHosts(addr string, upstreams []string) (map[string]string, error)
 	return files, nil
 }
 
-// containerdAliasHosts returns containerd's host configuration (as
-// containerdHosts) for other addresses of the registry at addr, such as
-// its Registry.TLSAddr: a pull of <alias>/repo:tag is served by
-// http://<addr>/v2/repo/... So an image name that host-side tools use
-// over HTTPS (operator-sdk's bundle and index images) is pulled by
-// containerd from the plain-HTTP listener that the node already reaches.
-// Aliases must be loopback host:port addresses.
-func containerdAliasHosts(addr string, aliases []string) (map[string]string, error) {
-	host, port, err := loopbackHostPort(addr)
+// containerdTLSHosts returns containerd's host configuration (as
+// containerdHosts) for the HTTPS listener of a local registry
+// (Registry.TLSAddr): pulls of <tlsAddr>/repo:tag go to
+// https://<tlsAddr>, whose certificate containerd verifies against the
+// CA file caFile (Registry.WriteTLSFiles). So the image names host-side
+// tools read over HTTPS (operator-sdk's bundle and index images) are
+// pulled the same way, verified, by the node. tlsAddr must be a loopback
+// host:port and caFile an absolute path.
+func containerdTLSHosts(tlsAddr, caFile string) (map[string]string, error) {
+	host, port, err := loopbackHostPort(tlsAddr)
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]string{}
-	for _, a := range aliases {
-		ah, ap, err := loopbackHostPort(a)
-		if err != nil {
-			return nil, err
-		}
-		files[ah+"_"+ap+"_/hosts.toml"] = hostsTOML(
-			"Another address of the local registry ("+a+"), pulled from its plain-HTTP listener.",
-			"http://"+host+":"+port, false)
+	if !filepath.IsAbs(caFile) {
+		return nil, fmt.Errorf("ociimage: containerd hosts: CA file %q: want an absolute path", caFile)
 	}
-	return files, nil
+	toml := hostsTOML("The local registry's HTTPS listener, its certificate verified.", "https://"+host+":"+port, false)
+	toml += "ca = " + strconv.Quote(caFile) + "\n"
+	return map[string]string{host + "_" + port + "_/hosts.toml": toml}, nil
 }
 
 // WriteContainerdHosts writes containerdHosts(addr, upstreams) under dir.
@@ -103,10 +99,10 @@ func WriteContainerdHosts(dir, addr string, upstreams []string) error {
 	return writeHostFiles(dir, files)
 }
 
-// WriteContainerdAliasHosts writes containerdAliasHosts(addr, aliases)
+// WriteContainerdTLSHosts writes containerdTLSHosts(tlsAddr, caFile)
 // under dir.
-func WriteContainerdAliasHosts(dir, addr string, aliases []string) error {
-	files, err := containerdAliasHosts(addr, aliases)
+func WriteContainerdTLSHosts(dir, tlsAddr, caFile string) error {
+	files, err := containerdTLSHosts(tlsAddr, caFile)
 	if err != nil {
 		return err
 	}

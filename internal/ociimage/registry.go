@@ -12,13 +12,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -71,13 +75,15 @@ func StartRegistry(addr string, logw io.Writer) (*Registry, error) {
 }
 
 // StartTLS serves the same registry (the same images) over HTTPS on a
-// second free port of Addr's IP, with a self-signed certificate for that
-// IP valid for a day, and sets TLSAddr and CAPEM. It is for clients that
-// only speak HTTPS to a registry: operator-sdk v1.42.2 reads an index
-// image's labels with operator-registry's containerd resolver without its
+// second free port of Addr's IP and sets TLSAddr and CAPEM: a CA made for
+// this registry alone signs the listener's certificate (for that IP), both
+// valid for tlsValidity from a minute ago. It is for clients that only
+// speak HTTPS to a registry: operator-sdk v1.42.2 reads an index image's
+// labels with operator-registry's containerd resolver without its
 // plain-HTTP option (internal/registry GetImageLabels), so a plain-HTTP
 // index image fails there. Images pushed to Addr are pulled from TLSAddr
-// under the same repository (host:port is not part of it).
+// under the same repository (host:port is not part of it); WriteTLSFiles
+// writes the CA for clients and containerdTLSHosts for containerd.
 func (r *Registry) StartTLS() error {
 	if r.tls != nil {
 		return fmt.Errorf("ociimage: registry %s already serves TLS on %s", r.Addr, r.TLSAddr)
@@ -86,7 +92,7 @@ func (r *Registry) StartTLS() error {
 	if err != nil {
 		return err
 	}
-	cert, caPEM, err := selfSigned(net.ParseIP(host), time.Now())
+	cert, caPEM, err := registryCertificate(net.ParseIP(host), time.Now())
 	if err != nil {
 		return err
 	}
@@ -105,34 +111,98 @@ func (r *Registry) StartTLS() error {
 	return nil
 }
 
-// selfSigned returns an ECDSA P-256 certificate for ip, valid from a
-// minute before now for a day, as a tls.Certificate and as PEM.
-func selfSigned(ip net.IP, now time.Time) (tls.Certificate, []byte, error) {
+// tlsValidity is how long a registry's CA and certificate are valid: the
+// registry keeps its images in memory, so it never outlives its process,
+// and a demo left running for weeks still serves.
+const tlsValidity = 30 * 24 * time.Hour
+
+// registryCertificate returns a serving certificate for ip (ECDSA P-256,
+// server auth) and the PEM of the CA that signed it, a CA of its own
+// (ECDSA P-256, cert sign only), both valid from a minute before now for
+// tlsValidity.
+func registryCertificate(ip net.IP, now time.Time) (tls.Certificate, []byte, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serialNumber(),
+		Subject:               pkix.Name{CommonName: "hookwright local registry CA " + ip.String()},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(tlsValidity),
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return tls.Certificate{}, nil, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "hookwright local registry " + ip.String()},
-		IPAddresses:           []net.IP{ip},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
+		SerialNumber: serialNumber(),
+		Subject:      pkix.Name{CommonName: "hookwright local registry " + ip.String()},
+		IPAddresses:  []net.IP{ip},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(tlsValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+}
+
+func serialNumber() *big.Int {
+	// crypto/rand.Int never fails on Linux (getrandom).
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+// TLSFiles are the files WriteTLSFiles writes.
+type TLSFiles struct {
+	// CA is the registry's CA certificate (PEM): containerd's `ca` for
+	// TLSAddr (containerdTLSHosts).
+	CA string
+	// Trust is the system's CA bundle followed by the registry's CA, for
+	// SSL_CERT_FILE: a shell that sets it still reaches every other HTTPS
+	// server it did.
+	Trust string
+}
+
+// WriteTLSFiles writes the registry's CA to dir/ca.crt and the trust store
+// dir/trust.pem (systemBundle's certificates, if the file exists, then the
+// CA). StartTLS must have run.
+func (r *Registry) WriteTLSFiles(dir, systemBundle string) (TLSFiles, error) {
+	if r.CAPEM == nil {
+		return TLSFiles{}, fmt.Errorf("ociimage: registry %s serves no TLS", r.Addr)
+	}
+	f := TLSFiles{CA: filepath.Join(dir, "ca.crt"), Trust: filepath.Join(dir, "trust.pem")}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return f, err
+	}
+	system, err := os.ReadFile(systemBundle)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	if len(system) > 0 && system[len(system)-1] != '\n' {
+		system = append(system, '\n')
+	}
+	if err := os.WriteFile(f.CA, r.CAPEM, 0o644); err != nil {
+		return f, err
+	}
+	return f, os.WriteFile(f.Trust, append(system, r.CAPEM...), 0o644)
 }
 
 // Close stops the registry (both listeners) and waits for its servers to
@@ -152,7 +222,7 @@ func (r *Registry) Close() error {
 	return errors.Join(errs...)
 }
 
-// Push pushes imgs to the registry at addr (see Push).
+// Push pushes imgs to the registry's plain listener (see Push).
 func (r *Registry) Push(ctx context.Context, imgs ...Named) error {
 	return Push(ctx, r.Addr, imgs...)
 }
@@ -163,19 +233,112 @@ func Push(ctx context.Context, addr string, imgs ...Named) error {
 	if err := checkLoopback(addr); err != nil {
 		return err
 	}
-	// No proxy from the environment: the registry is on this machine.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
+	return PushTo(ctx, addr, false, imgs...)
+}
+
+// PushTo uploads each image to the registry at registry (host[:port]) under
+// LocalReference(registry, its name), over HTTPS with the registry's
+// certificate verified against the system's roots (SSL_CERT_FILE too) and
+// credentials from the Docker config (authn.DefaultKeychain), unless
+// insecure: then the certificate is not verified and plain HTTP is allowed.
+// A loopback registry may always be plain HTTP (it never leaves the
+// machine) and is reached without a proxy.
+func PushTo(ctx context.Context, registry string, insecure bool, imgs ...Named) error {
+	opts, err := RemoteOptions(ctx, registry, insecure)
+	if err != nil {
+		return err
+	}
 	for _, n := range imgs {
-		ref, err := LocalReference(addr, n.Name)
+		ref, err := LocalReference(registry, n.Name)
 		if err != nil {
 			return err
 		}
-		if err := remote.Write(ref, n.Image, remote.WithContext(ctx), remote.WithTransport(tr)); err != nil {
+		if err := remote.Write(ref, n.Image, opts...); err != nil {
 			return fmt.Errorf("ociimage: push %s to %s: %w", n.Name, ref, err)
 		}
 	}
 	return nil
+}
+
+// RemoteOptions are go-containerregistry's options for the registry at
+// registry as PushTo reaches it.
+func RemoteOptions(ctx context.Context, registry string, insecure bool) ([]remote.Option, error) {
+	loopback := checkLoopback(registry) == nil
+	if !loopback {
+		if _, err := name.NewRegistry(registry); err != nil || strings.ContainsAny(registry, "/@") {
+			return nil, fmt.Errorf("ociimage: registry %q: want host[:port]", registry)
+		}
+	}
+	roots, err := RootsFromEnvFile(os.Getenv("SSL_CERT_FILE"))
+	if err != nil {
+		return nil, err
+	}
+	tr := transportFor(registry, roots, insecure)
+	rt := http.RoundTripper(tr)
+	if !loopback && !insecure {
+		rt = httpsOnly{tr}
+	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithTransport(rt)}
+	if !loopback {
+		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	return opts, nil
+}
+
+// RootsFromEnvFile reads the PEM trust store p (SSL_CERT_FILE's value)
+// into a pool, or returns nil (the system's roots) when p is empty. Go
+// reads SSL_CERT_FILE too, but once per process: reading it here makes
+// each call see the file as it is.
+func RootsFromEnvFile(p string) (*x509.CertPool, error) {
+	if p == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("ociimage: SSL_CERT_FILE: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("ociimage: SSL_CERT_FILE %s holds no PEM certificate", p)
+	}
+	return pool, nil
+}
+
+// transportFor is the HTTP transport to registry: no proxy for a loopback
+// address, roots (nil: the system's) to verify its certificate, or no
+// verification when insecure.
+func transportFor(registry string, roots *x509.CertPool, insecure bool) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if checkLoopback(registry) == nil {
+		tr.Proxy = nil
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if insecure {
+		tr.TLSClientConfig.InsecureSkipVerify = true
+	}
+	return tr
+}
+
+// HTTPSTransport is a transport that reaches registry over HTTPS only, as
+// operator-sdk does (its certificate verified against roots, nil for the
+// system's, unless insecure), for checks of what operator-sdk will read.
+func HTTPSTransport(registry string, roots *x509.CertPool, insecure bool) http.RoundTripper {
+	return httpsOnly{transportFor(registry, roots, insecure)}
+}
+
+// ErrPlainHTTP is why httpsOnly refused a request.
+var ErrPlainHTTP = errors.New("plain HTTP is refused here (for a registry off this machine, IMAGE_REGISTRY_INSECURE=true allows it)")
+
+// httpsOnly refuses plain-HTTP requests: go-containerregistry falls back to
+// HTTP for private (RFC 1918) addresses when HTTPS fails, which would skip
+// the verification the caller asked for.
+type httpsOnly struct{ rt http.RoundTripper }
+
+func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("ociimage: %s: refusing plain HTTP: %w", req.URL.Host, ErrPlainHTTP)
+	}
+	return h.rt.RoundTrip(req)
 }
 
 // normalize returns ref in containerd's normalized form: registry, full
@@ -197,8 +360,8 @@ func normalize(ref string) (string, error) {
 	return host + "/" + r.Context().RepositoryStr() + sep + r.Identifier(), nil
 }
 
-// LocalReference is where the image named ref lives in the local registry
-// at addr: the repository is the normalized name with its registry host as
+// LocalReference is where the image named ref lives in the registry at
+// addr (host[:port]; plain HTTP allowed only for a loopback address): the repository is the normalized name with its registry host as
 // the first path element (ghcr.io/hookwright/proxy:1.4.2 ->
 // <addr>/ghcr.io/hookwright/proxy:1.4.2), the path containerdHosts sends
 // containerd to. A ref already on addr stays as it is.
@@ -209,6 +372,9 @@ func LocalReference(addr, ref string) (name.Reference, error) {
 	}
 	if !strings.HasPrefix(n, addr+"/") {
 		n = addr + "/" + n
+	}
+	if checkLoopback(addr) != nil {
+		return name.ParseReference(n)
 	}
 	return name.ParseReference(n, name.Insecure)
 }

@@ -2,9 +2,11 @@ package ociimage
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"io/fs"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -158,9 +161,11 @@ func TestPushAndResolveLikeContainerd(t *testing.T) {
 }
 
 // StartTLS serves the same images over HTTPS with a certificate for the
-// registry's IP, and containerdAliasHosts sends a pull of a TLSAddr name
-// to the plain listener, where the same manifest is.
-func TestRegistryTLSAndAliasHosts(t *testing.T) {
+// registry's IP signed by the registry's own CA; PushTo pushes through it
+// with the CA trusted; WriteTLSFiles writes the CA and a trust store with
+// the system's CAs first; containerdTLSHosts sends containerd to it with
+// that CA.
+func TestRegistryTLS(t *testing.T) {
 	r := startRegistry(t)
 	if err := r.StartTLS(); err != nil {
 		t.Fatal(err)
@@ -193,22 +198,78 @@ func TestRegistryTLSAndAliasHosts(t *testing.T) {
 	if _, err := remote.Image(ref, remote.WithTransport(&http.Transport{})); err == nil {
 		t.Error("TLS pull without the registry's CA succeeded")
 	}
+	block, _ := pem.Decode(r.CAPEM)
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !ca.IsCA || ca.NotAfter.Before(time.Now().Add(29*24*time.Hour)) {
+		t.Errorf("CA %v: IsCA %v, NotAfter %v", err, ca != nil && ca.IsCA, ca.NotAfter)
+	}
 
-	hosts, err := containerdAliasHosts(r.Addr, []string{r.TLSAddr})
+	dir := t.TempDir()
+	system := filepath.Join(dir, "system.pem")
+	if err := os.WriteFile(system, []byte("# system"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := r.WriteTLSFiles(filepath.Join(dir, "registry"), system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(files.CA); !bytes.Equal(b, r.CAPEM) {
+		t.Errorf("%s = %q", files.CA, b)
+	}
+	if b, _ := os.ReadFile(files.Trust); string(b) != "# system\n"+string(r.CAPEM) {
+		t.Errorf("%s = %q", files.Trust, b)
+	}
+	// PushTo the HTTPS address: verified with the CA as SSL_CERT_FILE.
+	t.Setenv("SSL_CERT_FILE", files.Trust)
+	other := small(t, "other")
+	if err := PushTo(context.Background(), r.TLSAddr, false, Named{Name: "ghcr.io/hookwright/other:v1", Image: other}); err != nil {
+		t.Fatalf("PushTo %s: %v", r.TLSAddr, err)
+	}
+	headManifest(t, "http://"+r.Addr+"/v2/ghcr.io/hookwright/other/manifests/v1", digestOf(t, other))
+
+	hosts, err := containerdTLSHosts(r.TLSAddr, files.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	toml := hosts[hostDirectory(r.TLSAddr)+"/hosts.toml"]
-	m := regexp.MustCompile(`(?m)^server = "([^"]+)"`).FindStringSubmatch(toml)
-	if m == nil || strings.Contains(toml, "override_path") || len(hosts) != 1 {
-		t.Fatalf("alias hosts %v", hosts)
+	if len(hosts) != 1 || !strings.Contains(toml, `server = "https://`+r.TLSAddr+`"`) ||
+		!strings.Contains(toml, `ca = "`+files.CA+`"`) || strings.Contains(toml, "override_path") {
+		t.Fatalf("TLS hosts %v", hosts)
 	}
-	headManifest(t, m[1]+"/v2/hookwright-bundle/manifests/v0.1.0?ns="+r.TLSAddr, want)
-	for _, bad := range [][2]string{{"10.0.0.1:5000", "127.0.0.1:5001"}, {"127.0.0.1:5000", "example.com:443"}, {"127.0.0.1:5000", "127.0.0.1"}} {
-		if _, err := containerdAliasHosts(bad[0], []string{bad[1]}); err == nil {
-			t.Errorf("ContainerdAliasHosts(%q, %q) accepted", bad[0], bad[1])
+	for _, bad := range [][2]string{{"10.0.0.1:5000", "/ca.crt"}, {"127.0.0.1", "/ca.crt"}, {"127.0.0.1:5000", "ca.crt"}} {
+		if _, err := containerdTLSHosts(bad[0], bad[1]); err == nil {
+			t.Errorf("containerdTLSHosts(%q, %q) accepted", bad[0], bad[1])
 		}
 	}
+}
+
+// PushTo a registry off this machine: HTTPS verified unless insecure, and
+// never plain HTTP (go-containerregistry would fall back to it for a
+// private address).
+func TestPushToRemoteRefusesPlainHTTP(t *testing.T) {
+	rt := httpsOnly{http.DefaultTransport}
+	req, _ := http.NewRequest(http.MethodGet, "http://10.1.2.3:5000/v2/", nil)
+	if _, err := rt.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "IMAGE_REGISTRY_INSECURE") {
+		t.Errorf("plain HTTP to 10.1.2.3: %v", err)
+	}
+	for _, bad := range []string{"registry.example.com/path", "a b", "user@host"} {
+		if _, err := RemoteOptions(context.Background(), bad, false); err == nil {
+			t.Errorf("RemoteOptions(%q) accepted", bad)
+		}
+	}
+	ref, err := LocalReference("registry.example.com:5000", "ghcr.io/hookwright/hookwright:v0.1.0")
+	if err != nil || ref.Context().Scheme() != "https" || ref.String() != "registry.example.com:5000/ghcr.io/hookwright/hookwright:v0.1.0" {
+		t.Errorf("LocalReference off the machine = %v (scheme %s), %v", ref, ref.Context().Scheme(), err)
+	}
+}
+
+func digestOf(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func TestContainerdHosts(t *testing.T) {

@@ -41,10 +41,15 @@ type RealNodeSpec struct {
 	// (e.g. "registry.hookwright.local"); ociimage.MirroredRegistries when
 	// empty.
 	Mirrors []string
-	// RegistryAliases are other loopback host:port addresses of the same
-	// registry (its ociimage.Registry.TLSAddr): images named with them are
-	// pulled from Registry (ociimage.ContainerdAliasHosts).
-	RegistryAliases []string
+	// RegistryTLS is the HTTPS listener of the same registry
+	// (ociimage.Registry.TLSAddr), empty for none: it is relayed into the
+	// node's namespace too, and containerd pulls images named after it
+	// from it, verifying its certificate against RegistryCA
+	// (ociimage.WriteContainerdTLSHosts).
+	RegistryTLS string
+	// RegistryCA is the registry's CA file (ociimage.TLSFiles.CA), an
+	// absolute path; required with RegistryTLS.
+	RegistryCA string
 	// Kubelet adds to the KubeletConfiguration.
 	Kubelet KubeletOptions
 }
@@ -204,7 +209,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, spec RealNodeSpec) (n *Real
 		return n, err
 	}
 	if spec.Registry != "" {
-		if err := n.addRegistry(spec.Registry, spec.Mirrors, spec.RegistryAliases); err != nil {
+		if err := n.addRegistry(spec); err != nil {
 			return n, err
 		}
 	}

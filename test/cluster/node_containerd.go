@@ -220,29 +220,45 @@ func (n *RealNode) killTasks(ctx context.Context) error {
 	return nil
 }
 
-// addRegistry relays the registry at addr (127.0.0.1:port on the host)
-// into the node's namespace and writes containerd's hosts.toml files
-// (ociimage.WriteContainerdHosts) for mirrors and the registry's aliases
-// under certs.d.
-func (n *RealNode) addRegistry(addr string, mirrors, aliases []string) error {
-	host, p, err := net.SplitHostPort(addr)
-	if err != nil || host != "127.0.0.1" {
-		return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
+// addRegistry relays the registry at spec.Registry (127.0.0.1:port on the
+// host), and its HTTPS listener spec.RegistryTLS if any, into the node's
+// namespace and writes containerd's hosts.toml files under certs.d
+// (ociimage.WriteContainerdHosts for the mirrors,
+// ociimage.WriteContainerdTLSHosts for the HTTPS listener).
+func (n *RealNode) addRegistry(spec RealNodeSpec) error {
+	addrs := []string{spec.Registry}
+	if spec.RegistryTLS != "" {
+		addrs = append(addrs, spec.RegistryTLS)
 	}
-	if _, err := strconv.Atoi(p); err != nil {
-		return fmt.Errorf("node registry %q: %w", addr, err)
+	for _, addr := range addrs {
+		host, p, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" {
+			return fmt.Errorf("node registry %q: want 127.0.0.1:port", addr)
+		}
+		if _, err := strconv.Atoi(p); err != nil {
+			return fmt.Errorf("node registry %q: %w", addr, err)
+		}
 	}
+	mirrors := spec.Mirrors
 	if len(mirrors) == 0 {
 		mirrors = ociimage.MirroredRegistries
 	}
-	if err := n.net.relay(addr, addr); err != nil {
-		return err
+	for _, addr := range addrs {
+		if err := n.net.relay(addr, addr); err != nil {
+			return err
+		}
 	}
 	dir := filepath.Join(n.Dir, "containerd", "certs.d")
-	if err := ociimage.WriteContainerdHosts(dir, addr, mirrors); err != nil {
+	if err := ociimage.WriteContainerdHosts(dir, spec.Registry, mirrors); err != nil {
 		return err
 	}
-	return ociimage.WriteContainerdAliasHosts(dir, addr, aliases)
+	if spec.RegistryTLS == "" {
+		return nil
+	}
+	if spec.RegistryCA == "" {
+		return fmt.Errorf("node registry %s: RegistryTLS without RegistryCA", spec.RegistryTLS)
+	}
+	return ociimage.WriteContainerdTLSHosts(dir, spec.RegistryTLS, spec.RegistryCA)
 }
 
 func writeFiles(files map[string]string) error {

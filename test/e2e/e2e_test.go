@@ -67,10 +67,15 @@ func TestMain(m *testing.M) {
 
 // TestScenarios runs the scenarios in order; each depends on the state the
 // previous one leaves, so a failure stops the rest.
+//
+// Last, the README's "OLM without Docker" block runs as written against
+// the stack the scenarios leave (scenarios.README), as a user with a
+// running make demo would: it is the one run of operator-sdk run bundle on
+// the real node besides scenario 7 (test/olm has none).
 func TestScenarios(t *testing.T) {
-	for _, s := range scenarios.All {
+	for _, s := range append(append([]scenarios.Scenario(nil), scenarios.All...), scenarios.README) {
 		ok := t.Run(s.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			ctx, cancel := s.Context(context.Background())
 			defer cancel()
 			r := scenarios.Run(ctx, env, s)
 			var b bytes.Buffer

@@ -316,23 +316,40 @@ func podHasImage(p *corev1.Pod, img string) bool {
 }
 
 // TestSidecarInjectorCRDValidation: the API server rejects a repeated or
-// unknown defaultTemplates entry, naming the problem.
+// unknown defaultTemplates entry and an initContainerPlacement that is
+// incomplete or contradictory, naming the problem, and accepts a valid
+// placement.
 func TestSidecarInjectorCRDValidation(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t, time.Minute)
+	place := func(p v1alpha1.InitContainerPlacement) func(*v1alpha1.SidecarInjector) {
+		return func(si *v1alpha1.SidecarInjector) { si.Spec.Templates[0].InitContainerPlacement = &p }
+	}
 	for _, c := range []struct {
-		name     string
-		defaults []string
-		want     string
+		name string
+		mut  func(*v1alpha1.SidecarInjector)
+		want string // "" for accepted
 	}{
-		{"dup-defaults", []string{"proxy", "proxy"}, "Duplicate value"},
-		{"unknown-defaults", []string{"proxy", "nope"}, "spec.defaultTemplates names no template in spec.templates: nope"},
+		{"dup-defaults", func(si *v1alpha1.SidecarInjector) { si.Spec.DefaultTemplates = []string{"proxy", "proxy"} }, "Duplicate value"},
+		{"unknown-defaults", func(si *v1alpha1.SidecarInjector) { si.Spec.DefaultTemplates = []string{"proxy", "nope"} },
+			"spec.defaultTemplates names no template in spec.templates: nope"},
+		{"after-without-name", place(v1alpha1.InitContainerPlacement{Position: v1alpha1.InitContainersAfter}),
+			"initContainerPlacement.after is required with position After and not allowed with position First"},
+		{"first-with-name", place(v1alpha1.InitContainerPlacement{Position: v1alpha1.InitContainersFirst, After: "vault-agent"}),
+			"initContainerPlacement.after is required with position After and not allowed with position First"},
+		{"unknown-position", place(v1alpha1.InitContainerPlacement{Position: "Last"}), `Unsupported value: "Last"`},
+		{"bad-name", place(v1alpha1.InitContainerPlacement{Position: v1alpha1.InitContainersAfter, After: "Vault_Agent"}), "should match"},
+		{"after-agent", place(v1alpha1.InitContainerPlacement{Position: v1alpha1.InitContainersAfter, After: "vault-agent"}), ""},
+		{"first", place(v1alpha1.InitContainerPlacement{Position: v1alpha1.InitContainersFirst}), ""},
 	} {
 		si := loadSampleInjector(t)
 		si.Name = c.name
-		si.Spec.DefaultTemplates = c.defaults
+		c.mut(si)
 		err := env.Client.Create(ctx, si, client.DryRunAll)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
 		}
 	}

@@ -134,6 +134,16 @@ func (in *Installation) Upgrade(ctx context.Context, bundleDir string) error {
 	})
 }
 
+// StopCatalog stops the opm process serving the catalog, once the
+// install is removed (operator-sdk cleanup deletes the CatalogSource, not
+// the server behind it).
+func (in *Installation) StopCatalog() {
+	if in.server != nil {
+		in.server.Stop()
+		in.server = nil
+	}
+}
+
 // publish appends b to the channel, serves the new catalog from a new opm
 // process and points the CatalogSource at it (then stops the old server).
 func (in *Installation) publish(ctx context.Context, b *Bundle) error {

@@ -27,14 +27,14 @@
 //	o, err := olm.Start(ctx, c, olm.Options{Logf: t.Logf})
 //	defer o.Stop()
 //	in, err := o.InstallBundle(ctx, "bundle", olm.InstallOptions{Namespace: "hookwright-system"})
-//	_, _, err = olm.NewBundleVersion("bundle", next, "0.1.1") // replaces in.CSV()
+//	_, err = olmbundle.Derive("bundle", next, olmbundle.Options{Version: "0.1.1"}) // replaces in.CSV()
 //	err = in.Upgrade(ctx, next)
 //
-// The image path, as users run it, is runbundle.go's: SDK runs
-// bin/operator-sdk (run bundle, bundle-upgrade, cleanup) against the
-// harness with images from internal/ociimage and pods on a real node, and
-// Snapshot and NewObjects find what an uninstall left of any kind
-// (TestRunBundleOnRealNode).
+// The image path, as users run it (`make run-bundle`, hack/runbundle:
+// bin/operator-sdk with images from internal/ociimage and pods on a real
+// node), is tested against the demo's stack by test/e2e, which runs the
+// README's block; Snapshot and NewObjects (snapshot.go) find what an
+// uninstall left of any kind.
 //
 // It must not import controllers or webhooks: OLM installs the operator
 // from bundle/ as a cluster would.

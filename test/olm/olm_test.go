@@ -21,6 +21,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/olmbundle"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )
@@ -97,10 +98,11 @@ func TestInstallAndUpgradeThroughOLM(t *testing.T) {
 	}
 	nextVersion := fmt.Sprintf("%d.%d.%d", next.Major(), next.Minor(), next.Patch()+1)
 	upDir := filepath.Join(t.TempDir(), "bundle")
-	oldName, newName, err := olm.NewBundleVersion(bundleDir, upDir, nextVersion)
+	derived, err := olmbundle.Derive(bundleDir, upDir, olmbundle.Options{Version: nextVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
+	oldName, newName := derived.OldName, derived.NewName
 	if oldName != in.CSV() {
 		t.Fatalf("bundle CSV %s, installed %s", oldName, in.CSV())
 	}

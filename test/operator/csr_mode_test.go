@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,10 +191,20 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 			return false, err
 		}
 		if string(s.Data[corev1.TLSCertKey]) == string(sec.Data[corev1.TLSCertKey]) {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&first), &certificatesv1.CertificateSigningRequest{}); err != nil {
-				return false, cluster.Permanent(err) // deleted before the new certificate was served
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(&first), &certificatesv1.CertificateSigningRequest{})
+			if !apierrors.IsNotFound(err) {
+				return false, err
 			}
-			return false, nil
+			// The two reads are not atomic: the new certificate may have been
+			// served and the CSR deleted between them. Only a Secret that
+			// still holds the old certificate after the CSR is gone is wrong.
+			if err := env.Client.Get(ctx, secKey, s); err != nil {
+				return false, err
+			}
+			if string(s.Data[corev1.TLSCertKey]) == string(sec.Data[corev1.TLSCertKey]) {
+				return false, cluster.Permanent(fmt.Errorf("CSR %s deleted before the new certificate was served", first.Name))
+			}
+			return true, nil
 		}
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(&first), &certificatesv1.CertificateSigningRequest{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)

@@ -7,7 +7,7 @@
 // operator's per-node decision (ratio within the NodeOversell's ceiling,
 // exclusive CPUs) from the node and applies it only downwards. The handler (handler.go)
 // is the thin HTTP shell around it; the store (store.go) keeps the
-// NodeOversell objects the informer delivers.
+// NodeOversell objects the informer delivers (webhooks/configwatch).
 //
 // Kubernetes facts it rests on (v1.37):
 //   - Mutating admission on nodes/status UPDATE (and PATCH, which is an
@@ -31,8 +31,9 @@
 // ratio of exactly 1 publishes the real value and ends the extra writes.
 //
 // It must not import controllers, internal/ packages or the other
-// server (webhooks/sidecar): it uses api/v1alpha1, webhooks/serving and
-// webhooks/jsonscan only.
+// server (webhooks/sidecar), nor anything that links a Kubernetes client:
+// it uses api/v1alpha1, webhooks/serving and webhooks/jsonscan only
+// (internal/importrules checks the whole dependency closure).
 package oversell
 
 import (

@@ -1,7 +1,6 @@
 package oversell
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -16,8 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
@@ -190,7 +187,8 @@ func BuildSnapshot(objs []*v1alpha1.NodeOversell, extraTrusted []string, synced 
 	return s
 }
 
-// Store holds the NodeOversell objects delivered by an informer and
+// Store holds the NodeOversell objects a watch delivers (Upsert, Remove,
+// MarkSynced; webhooks/configwatch feeds it from the server's informer) and
 // publishes a new snapshot on every add, update and delete.
 type Store struct {
 	log          logr.Logger
@@ -215,24 +213,25 @@ func NewStore(extraTrusted []string, log logr.Logger, m *Metrics) *Store {
 // snapshot returns the current snapshot; never nil.
 func (s *Store) snapshot() *Snapshot { return s.snap.Load() }
 
-// upsert records an added or updated NodeOversell.
-func (s *Store) upsert(o *v1alpha1.NodeOversell) {
+// Upsert records an added or updated NodeOversell.
+func (s *Store) Upsert(o *v1alpha1.NodeOversell) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.objs[o.Name] = o
 	s.rebuildLocked()
 }
 
-// remove forgets a NodeOversell by name.
-func (s *Store) remove(name string) {
+// Remove forgets a NodeOversell by name.
+func (s *Store) Remove(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.objs, name)
 	s.rebuildLocked()
 }
 
-// markSynced records that the informer's initial list was delivered.
-func (s *Store) markSynced() {
+// MarkSynced records that the watch's initial list was delivered: until
+// then the handler treats no policy as unknown rather than deselected.
+func (s *Store) MarkSynced() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synced = true
@@ -263,51 +262,4 @@ func (s *Store) rebuildLocked() {
 		s.metrics.Policies.Set(float64(len(snap.Policies)))
 	}
 	s.log.V(1).Info("configuration snapshot rebuilt", "policies", len(snap.Policies), "ignored", len(snap.Ignored), "hash", snap.Hash)
-}
-
-// eventObject extracts a NodeOversell from an informer event payload,
-// including the tombstone delivered for missed deletions.
-func eventObject(obj any) (*v1alpha1.NodeOversell, bool) {
-	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	o, ok := obj.(*v1alpha1.NodeOversell)
-	return o, ok
-}
-
-// Watch registers the store on the cache's NodeOversell informer and marks
-// it synced once the handler has seen the initial list. Call it before the
-// cache starts; it returns the informer lookup or registration error.
-func (s *Store) Watch(ctx context.Context, c cache.Cache) error {
-	inf, err := c.GetInformer(ctx, &v1alpha1.NodeOversell{})
-	if err != nil {
-		return fmt.Errorf("NodeOversell informer: %w", err)
-	}
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if o, ok := eventObject(obj); ok {
-				s.upsert(o)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if o, ok := eventObject(obj); ok {
-				s.upsert(o)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if o, ok := eventObject(obj); ok {
-				s.remove(o.Name)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("NodeOversell event handler: %w", err)
-	}
-	go func() {
-		if toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			s.markSynced()
-			s.log.Info("NodeOversell configuration synced", "hash", s.snapshot().Hash)
-		}
-	}()
-	return nil
 }

@@ -1,7 +1,6 @@
 package oversell
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,11 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
@@ -119,42 +113,25 @@ func TestSnapshotHashFollowsGenerations(t *testing.T) {
 	}
 }
 
-// The store, fed by an informer, publishes each change to the next review:
-// hot reload without a restart.
-func TestStoreWatchHotReload(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	fi := controllertest.NewFakeInformer() // not yet synced
-	cache := &informertest.FakeInformers{Scheme: scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{
-		v1alpha1.GroupVersion.WithKind("NodeOversell"): fi,
-	}}
+// The store publishes each change to the next review: hot reload without a
+// restart (webhooks/configwatch feeds it from the informer).
+func TestStoreHotReload(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := NewStore([]string{"harness"}, logr.Discard(), m)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := store.Watch(ctx, cache); err != nil {
-		t.Fatal(err)
-	}
 	h := NewHandler(store, m, logr.Discard())
 
 	no := nodeOversells(t, "oversell-pool", "2", "1.5", 0, testTime(1))[0]
-	fi.Add(no)
+	store.Upsert(no)
 	if store.Synced() {
-		t.Fatal("synced before the informer")
+		t.Fatal("synced before the initial list")
 	}
-	fi.Synced()
-	deadline := time.Now().Add(5 * time.Second)
-	for !store.Synced() {
-		if time.Now().After(deadline) {
-			t.Fatal("store never synced")
-		}
-		time.Sleep(time.Millisecond)
+	store.MarkSynced()
+	if !store.Synced() {
+		t.Fatal("not synced after MarkSynced")
 	}
 
 	obj := realisticNode("n1", "7600m", "30Gi", nil)
@@ -171,7 +148,7 @@ func TestStoreWatchHotReload(t *testing.T) {
 	updated := no.DeepCopy()
 	updated.Generation = 2
 	updated.Spec.Ratios.CPU = "1.0"
-	fi.Update(no, updated)
+	store.Upsert(updated)
 	if c := cpuAfter(); c != "7600m" {
 		t.Fatalf("after ratio 1.0: cpu %s", c)
 	}
@@ -183,24 +160,17 @@ func TestStoreWatchHotReload(t *testing.T) {
 	broken := updated.DeepCopy()
 	broken.Generation = 3
 	broken.Spec.Ratios.CPU = "99"
-	fi.Update(updated, broken)
+	store.Upsert(broken)
 	if len(store.snapshot().Policies) != 0 || testutil.ToFloat64(m.ConfigRejected.WithLabelValues("oversell-pool")) != 1 {
 		t.Fatalf("invalid CR served: %+v", store.snapshot())
 	}
 
-	// Deleted (as a tombstone): deselected on the next write.
-	fi.Update(broken, updated)
-	fi.Delete(updated)
+	// Deleted: deselected on the next write.
+	store.Upsert(updated)
+	store.Remove("oversell-pool")
 	if len(store.snapshot().Policies) != 0 {
 		t.Fatal("deleted CR still served")
 	}
-	store.upsert(updated)
-	for _, ev := range []any{toolscache.DeletedFinalStateUnknown{Key: "oversell-pool", Obj: updated}} {
-		if o, ok := eventObject(ev); !ok || o.Name != "oversell-pool" {
-			t.Fatal("tombstone not unwrapped")
-		}
-	}
-	store.remove("oversell-pool")
 	if testutil.ToFloat64(m.Policies) != 0 {
 		t.Fatal("policies gauge")
 	}

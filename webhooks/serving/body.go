@@ -14,15 +14,15 @@ import (
 )
 
 // Envelope defaults. DefaultMaxBody is the API server's request size limit
-// (3 MiB), so any legitimate object fits; defaultMaxInflight keeps the
+// (3 MiB), so any legitimate object fits; DefaultMaxInflight keeps the
 // bodies of concurrent requests, and what decoding them costs, well inside
 // the server Deployment's 256 Mi memory limit (controllers.DefaultResources).
 const (
 	DefaultMaxBody     = 3 << 20
-	defaultMaxInflight = 32 << 20
-	// defaultTimeout is the largest timeoutSeconds the API server accepts
+	DefaultMaxInflight = 32 << 20
+	// DefaultTimeout is the largest timeoutSeconds the API server accepts
 	// for a webhook (admissionregistration.k8s.io/v1 validation: 1 to 30).
-	defaultTimeout = 30 * time.Second
+	DefaultTimeout = 30 * time.Second
 	// defaultBudgetWait is how long a body waits for in-flight budget
 	// before it is answered 429.
 	defaultBudgetWait = time.Second
@@ -69,13 +69,13 @@ func NewEnvelope(o EnvelopeOptions) *Envelope {
 		e.maxBody = DefaultMaxBody
 	}
 	if e.timeout <= 0 {
-		e.timeout = defaultTimeout
+		e.timeout = DefaultTimeout
 	}
 	if e.wait <= 0 {
 		e.wait = defaultBudgetWait
 	}
 	if e.inflight <= 0 {
-		e.inflight = defaultMaxInflight
+		e.inflight = DefaultMaxInflight
 	}
 	// A single body must always fit, or a large valid review could never
 	// be served.

@@ -112,7 +112,7 @@ func BenchmarkInject(b *testing.B) {
 		b.Run(bp.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				if _, err := inject(cfg, testParams, input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
+				if _, err := Inject(cfg, testParams, Input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
 					b.Fatal(err)
 				}
 			}

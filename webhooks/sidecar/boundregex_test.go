@@ -81,10 +81,9 @@ func TestCallWork(t *testing.T) {
 
 // A FindAll whose every search is within maxCallWork but rescans the rest
 // of the input from every match (quadratic: about 5 s unbounded) stops at
-// maxRenderTime (shortened here), since the clock is read between searches.
+// maxRenderCPU (shortened here), since the clock is read between searches.
 func TestRegexAllMatchesStopAtDeadline(t *testing.T) {
-	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = maxRenderTime })
+	shortCPU(t, time.Millisecond)
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +92,7 @@ func TestRegexAllMatchesStopAtDeadline(t *testing.T) {
 		cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ "+fn+" }}\"\n")
 		_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
 		var le *limitError
-		if !errors.As(err, &le) || le.Limit != "MaxRenderTime" {
+		if !errors.As(err, &le) || le.Limit != "MaxRenderCPUTime" {
 			t.Fatalf("%s: got %v", fn, err)
 		}
 	}

@@ -16,14 +16,15 @@ import (
 // is bounded four ways: what it writes passes through a writer that fails
 // past maxRenderBytes; every range iteration, call of a defined template
 // and call of a sprig function is a step, capped at maxRenderSteps, that
-// also checks the deadline (maxRenderTime) and the request's context; every
-// value a function takes or returns is measured against maxValueBytes (so
-// until, repeat, a doubling cat loop or a list holding itself fail before
-// they grow); and functions that cost seconds of CPU by design (key and
-// certificate generation, password hashing) are not available; those whose
-// one call costs the product of their inputs (regular expressions, uniq,
-// without) are priced first against maxCallWork. Templates
-// that call themselves are rejected at compile time (see instrument).
+// also checks the CPU budget (maxRenderCPU), the outer wall-clock bound
+// (maxRenderWall) and the request's context; every value a function takes
+// or returns is measured against maxValueBytes (so until, repeat, a
+// doubling cat loop or a list holding itself fail before they grow); and
+// functions that cost seconds of CPU by design (key and certificate
+// generation, password hashing) are not available; those whose one call
+// costs the product of their inputs (regular expressions, uniq, without)
+// are priced first against maxCallWork. Templates that call themselves are
+// rejected at compile time (see instrument).
 const (
 	// maxRenderBytes caps one template's output. A pod's annotations may
 	// total 256 KiB (TotalAnnotationSizeLimitB in
@@ -39,9 +40,23 @@ const (
 	// maxRenderSteps caps range iterations, template calls and function
 	// calls in one render (a step costs about 0.1 to 0.5 µs).
 	maxRenderSteps = 100_000
-	// maxRenderTime caps one render's wall time; a normal render takes
-	// well under a millisecond.
-	maxRenderTime = 500 * time.Millisecond
+	// maxRenderCPU caps the CPU time of one template's execution: the
+	// render's own, read from its OS thread's CPU clock (threadCPUTime)
+	// while the render's goroutine is locked to that thread, so time spent
+	// waiting for a CPU does not count and the bound means the same at any
+	// machine load. A normal render takes well under a millisecond. Before
+	// the meter this bound was wall time and denied 1 render in about
+	// 6,000 in TestSoakSlowClients at load 20-35 on 2 cores.
+	maxRenderCPU = 500 * time.Millisecond
+	// maxRenderWall is the outer wall-clock bound of one execution, for
+	// what the CPU clock cannot see: a thread without a readable CPU clock
+	// and a render starved of CPU for longer than any caller waits. It is
+	// the default webhook timeoutSeconds (10 s): by then the API server
+	// has given up on the call unless the CR raised its timeout, which the
+	// request's own deadline (read with the clocks) bounds anyway.
+	// kube-inject, check-inject and the validating webhook's trial renders
+	// get the same bounds.
+	maxRenderWall = 10 * time.Second
 	// maxCallWork caps what one function call may cost before it starts,
 	// for the functions whose CPU grows with the product of their inputs
 	// and cannot be interrupted: a regular expression search (regexMatch,
@@ -58,9 +73,15 @@ const (
 	maxRegexBytes = 4096
 )
 
-// renderTimeout is maxRenderTime; tests of the other limits raise it so a
-// slow machine (the race detector) cannot hit the clock first.
-var renderTimeout = maxRenderTime
+// renderCPU and renderWall are maxRenderCPU and maxRenderWall; cpuMeter
+// reads the render thread's CPU clock. Tests shorten the budgets, raise
+// them so a slow machine (the race detector) cannot hit them before the
+// limit under test, or replace the meter.
+var (
+	renderCPU  = maxRenderCPU
+	renderWall = maxRenderWall
+	cpuMeter   = threadCPUTime
+)
 
 // limitError is a render stopped by one of the render limits. It names the
 // limit (as the constant's name) and its value, so the denial says what to
@@ -91,22 +112,31 @@ func valueLimitError(what string) error {
 // owns one and its functions are bound to it, so concurrent renders never
 // share a budget.
 type renderState struct {
-	ctx      context.Context
-	deadline time.Time
+	ctx context.Context
+	// cpuStart is the thread's CPU clock when the render started; cpuOK is
+	// false when it could not be read, and then the CPU budget is measured
+	// on the wall clock from start.
+	cpuStart time.Duration
+	cpuOK    bool
+	start    time.Time
 	steps    int
 	written  int
 }
 
+// reset starts a render's budget. The caller must hold the render's
+// goroutine on its OS thread (runtime.LockOSThread) until the render ends,
+// or the CPU clock read here and at each check is not the render's.
 func (s *renderState) reset(ctx context.Context, now time.Time) {
 	s.ctx = ctx
-	s.deadline = now.Add(renderTimeout)
+	s.start = now
+	s.cpuStart, s.cpuOK = cpuMeter()
 	s.steps = 0
 	s.written = 0
 }
 
-// step counts one unit of work. The clock and the context are read every
-// 64 steps: often enough to stop within microseconds of the deadline,
-// rarely enough to cost nothing in a normal render. A nil state (FuncMap's
+// step counts one unit of work. The clocks and the context are read every
+// 64 steps: often enough to stop within microseconds of a limit, rarely
+// enough to cost nothing in a normal render. A nil state (FuncMap's
 // functions) counts nothing.
 func (s *renderState) step() error {
 	if s == nil {
@@ -122,14 +152,36 @@ func (s *renderState) step() error {
 	return nil
 }
 
+// checkTime checks the request's context, the CPU budget and the outer
+// wall-clock bound. A render that stays within the CPU budget in wall time
+// reads only the wall clock; the thread's CPU clock is read once at its
+// start (reset) and then only when it has run longer than the budget.
 func (s *renderState) checkTime() error {
 	if s.ctx != nil {
 		if err := s.ctx.Err(); err != nil {
 			return err
 		}
 	}
-	if !s.deadline.IsZero() && time.Now().After(s.deadline) {
-		return &limitError{Limit: "MaxRenderTime", Max: renderTimeout.Milliseconds(), Unit: "ms", What: "render time"}
+	if s.start.IsZero() {
+		return nil
+	}
+	// One thread cannot use more CPU time than wall time passes, so below
+	// the CPU budget in wall time there is no clock to read (a reading is a
+	// system call, about 1 µs here: BenchmarkCPUMeter).
+	wall := time.Since(s.start)
+	if wall > renderCPU {
+		cpu := wall
+		if s.cpuOK {
+			if now, ok := cpuMeter(); ok {
+				cpu = now - s.cpuStart
+			}
+		}
+		if cpu > renderCPU {
+			return &limitError{Limit: "MaxRenderCPUTime", Max: renderCPU.Milliseconds(), Unit: "ms of CPU", What: "render CPU time"}
+		}
+	}
+	if wall > renderWall {
+		return &limitError{Limit: "MaxRenderWallTime", Max: renderWall.Milliseconds(), Unit: "ms", What: "render wall time"}
 	}
 	return nil
 }

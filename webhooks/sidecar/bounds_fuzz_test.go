@@ -53,7 +53,7 @@ func FuzzTemplateBounds(f *testing.F) {
 		if buf.Len() > maxRenderBytes {
 			t.Fatalf("rendered %d bytes", buf.Len())
 		}
-		var re *renderError
+		var re *RenderError
 		if err != nil && !errors.As(err, &re) {
 			t.Fatalf("error %T %v", err, err)
 		}

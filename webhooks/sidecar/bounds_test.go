@@ -115,17 +115,23 @@ func TestBoundedFunctions(t *testing.T) {
 	}
 }
 
-// longTimeout lifts maxRenderTime for a test of the other limits.
+// longTimeout lifts maxRenderCPU and maxRenderWall for a test of the
+// other limits.
 func longTimeout(t *testing.T) {
-	renderTimeout = time.Minute
-	t.Cleanup(func() { renderTimeout = maxRenderTime })
+	renderCPU, renderWall = time.Minute, time.Minute
+	t.Cleanup(func() { renderCPU, renderWall = maxRenderCPU, maxRenderWall })
+}
+
+// shortCPU shortens maxRenderCPU to d for one test.
+func shortCPU(t *testing.T, d time.Duration) {
+	renderCPU = d
+	t.Cleanup(func() { renderCPU = maxRenderCPU })
 }
 
 // A render that makes no progress towards another limit ends at
-// maxRenderTime (shortened here).
+// maxRenderCPU (shortened here).
 func TestRenderTimeout(t *testing.T) {
-	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = maxRenderTime })
+	shortCPU(t, time.Millisecond)
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
@@ -133,19 +139,18 @@ func TestRenderTimeout(t *testing.T) {
 	cfg.templates["bomb"] = mustBomb(t, `{{ $l := until 50000 }}{{ range $l }}{{ range $l }}{{ end }}{{ end }}`)
 	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
 	var le *limitError
-	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
+	if !errors.As(err, &le) || le.Limit != "MaxRenderCPUTime" || !strings.Contains(err.Error(), `template "bomb"`) {
 		t.Fatalf("got %v", err)
 	}
 }
 
 // A render whose time goes into its last few calls (one slow function
 // call, fewer than the 64 steps between clock reads) is still stopped at
-// maxRenderTime (shortened here): the clock is read when it ends. Before,
+// maxRenderCPU (shortened here): the clock is read when it ends. Before,
 // a single regexMatch of 9 s rendered without error (now maxCallWork
 // bounds that; sortAlpha of 40,000 numbers takes tens of ms in one call).
 func TestRenderTimeoutAfterTheLastStep(t *testing.T) {
-	renderTimeout = time.Millisecond
-	t.Cleanup(func() { renderTimeout = maxRenderTime })
+	shortCPU(t, time.Millisecond)
 	cfg, err := Compile(bombCR(`x`))
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +158,7 @@ func TestRenderTimeoutAfterTheLastStep(t *testing.T) {
 	cfg.templates["bomb"] = mustBomb(t, "metadata:\n  annotations:\n    x: \"{{ sortAlpha (until 40000) | len }}\"\n")
 	_, err = cfg.renderOne(context.Background(), cfg.templates["bomb"], trialData(cfg, false))
 	var le *limitError
-	if !errors.As(err, &le) || le.Limit != "MaxRenderTime" || !strings.Contains(err.Error(), `template "bomb"`) {
+	if !errors.As(err, &le) || le.Limit != "MaxRenderCPUTime" || !strings.Contains(err.Error(), `template "bomb"`) {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -9,25 +9,36 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/template"
 	"text/template/parse"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// Params are the server-side inputs that do not come from the CR.
+// Params are the inputs of Decide and Inject that do not come from the CR.
 type Params struct {
 	// OperatorNamespace is never injected.
 	OperatorNamespace string
+	// ExcludedNamespaces are never injected either: the namespaces the
+	// operator's webhook configuration excludes besides the system ones,
+	// the operator's and the CR's server namespace (every allowed server
+	// namespace, internal/desired.InjectorExcludedNamespaces). The injector
+	// leaves it empty, since the API server never sends it their pods; a
+	// caller deciding outside admission (the operator, about running pods)
+	// sets it, so that its answer is the webhook's.
+	ExcludedNamespaces []string
 	// ServerVersion is the API server's version ("v1.31.2"); with
 	// nativeSidecars Auto, sidecars are native from v1.29 (KEP-753
 	// SidecarContainers beta, on by default). Empty or unparsable: not native.
@@ -86,6 +97,9 @@ type Config struct {
 
 type compiledTemplate struct {
 	name string
+	// placement is spec.templates[].initContainerPlacement; the zero
+	// value places init containers by the default rule.
+	placement v1alpha1.InitContainerPlacement
 	// tmpl is parsed and instrumented (see instrument) but never executed:
 	// renders take a clone from units, whose functions are bound to the
 	// clone's own budget.
@@ -153,8 +167,8 @@ func (c *renderCache) put(k []byte, v *preparedPart) {
 // names no template or repeats one, a selector is invalid (such as a
 // matchExpressions operator other than In, NotIn, Exists, DoesNotExist), or
 // values is not a JSON object. The trial render is bounded like every render
-// (maxRenderBytes, maxValueBytes, maxRenderSteps, maxRenderTime); a template
-// calling itself is rejected.
+// (maxRenderBytes, maxValueBytes, maxRenderSteps, maxRenderCPU,
+// maxRenderWall); a template calling itself is rejected.
 func Compile(cr *v1alpha1.SidecarInjector) (*Config, error) {
 	return CompileContext(context.Background(), cr)
 }
@@ -215,7 +229,14 @@ func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config,
 		if err := instrument(tm); err != nil {
 			return nil, fmt.Errorf("template %q: %w", t.Name, err)
 		}
-		c.templates[t.Name] = &compiledTemplate{name: t.Name, tmpl: tm}
+		ct := &compiledTemplate{name: t.Name, tmpl: tm}
+		if t.InitContainerPlacement != nil {
+			if err := checkPlacement(*t.InitContainerPlacement); err != nil {
+				return nil, fmt.Errorf("template %q: initContainerPlacement: %w", t.Name, err)
+			}
+			ct.placement = *t.InitContainerPlacement
+		}
+		c.templates[t.Name] = ct
 		c.needsSpec = c.needsSpec || readsSpec(tm)
 	}
 	for i, d := range c.DefaultTemplates {
@@ -249,6 +270,27 @@ func trialData(c *Config, native bool) *templateData {
 		Injector:       c.Name,
 		NativeSidecars: native,
 	}
+}
+
+// checkPlacement is the API's validation of an initContainerPlacement
+// (enum, CEL rule, name pattern), for a --config file that never met it.
+func checkPlacement(p v1alpha1.InitContainerPlacement) error {
+	switch p.Position {
+	case v1alpha1.InitContainersFirst:
+		if p.After != "" {
+			return fmt.Errorf("after %q is not allowed with position First", p.After)
+		}
+	case v1alpha1.InitContainersAfter:
+		if p.After == "" {
+			return errors.New("after is required with position After")
+		}
+		if msgs := validation.IsDNS1123Label(p.After); len(msgs) > 0 {
+			return fmt.Errorf("after %q: %s", short(p.After, 63), strings.Join(msgs, "; "))
+		}
+	default:
+		return fmt.Errorf("position %q: want First or After", p.Position)
+	}
+	return nil
 }
 
 func optionalSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
@@ -318,6 +360,29 @@ func (s *Store) update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 		s.OnChange(c)
 	}
 	return c, nil
+}
+
+// Offer hands the store a version of the SidecarInjector it serves, as a
+// watch delivers it (webhooks/configwatch). A version of another name, or
+// of the generation and UID already served (a status-only update, a
+// resync), is ignored; a new one is compiled and served at once. One that
+// does not compile is counted in m and logged, and the last good version
+// stays. m records the served generation.
+func (s *Store) Offer(name string, cr *v1alpha1.SidecarInjector, m *Metrics, log logr.Logger) {
+	if cr == nil || cr.Name != name {
+		return
+	}
+	if cur := s.Load(); cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID {
+		return
+	}
+	c, err := s.update(cr)
+	if err != nil {
+		m.recordConfigError(name)
+		log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)
+		return
+	}
+	m.recordConfig(c)
+	log.Info("serving SidecarInjector", "generation", c.Generation, "hash", c.Hash)
 }
 
 // lastError is the error of the last update, nil when it succeeded.

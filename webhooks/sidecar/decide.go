@@ -12,32 +12,50 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// code is the low-cardinality reason of a decision, used as a metric label.
-type code string
+// Code is the deciding rule of a Decision: low-cardinality, used as the
+// reason label of the injector's metrics and printed by check-inject.
+type Code string
 
-// decision codes, in the order decide checks them.
+// Decision codes, in the order Decide checks them.
 const (
-	codeAlreadyInjected code = "AlreadyInjected"
-	// codeInjectedByOther: another SidecarInjector's status annotation is on
+	// CodeAlreadyInjected: this injector's status annotation is on the pod.
+	CodeAlreadyInjected Code = "AlreadyInjected"
+	// CodeInjectedByOther: another SidecarInjector's status annotation is on
 	// the pod. There is one status annotation per pod, so only the first
 	// injector to see a pod injects it; this one says so in a warning.
-	codeInjectedByOther      code = "InjectedByOther"
-	codeSystemNamespace      code = "SystemNamespace"
-	codeOperatorNamespace    code = "OperatorNamespace"
-	codeNamespaceSelector    code = "NamespaceSelector"
-	codeObjectSelector       code = "ObjectSelector"
-	codeHostNetwork          code = "HostNetwork"
-	codeLabel                code = "Label"
-	codeAnnotation           code = "Annotation"
-	codeNeverInjectSelector  code = "NeverInjectSelector"
-	codeAlwaysInjectSelector code = "AlwaysInjectSelector"
-	codePolicy               code = "Policy"
+	CodeInjectedByOther Code = "InjectedByOther"
+	// CodeSystemNamespace: kube-system, kube-public or kube-node-lease.
+	CodeSystemNamespace Code = "SystemNamespace"
+	// CodeOperatorNamespace: the operator's namespace, the CR's server
+	// namespace or one of Params.ExcludedNamespaces.
+	CodeOperatorNamespace Code = "OperatorNamespace"
+	// CodeNamespaceSelector: the namespace's labels do not match
+	// spec.namespaceSelector (only when they are known).
+	CodeNamespaceSelector Code = "NamespaceSelector"
+	// CodeObjectSelector: the pod's labels do not match spec.objectSelector.
+	CodeObjectSelector Code = "ObjectSelector"
+	// CodeHostNetwork: a hostNetwork pod and spec.injectHostNetwork false.
+	CodeHostNetwork Code = "HostNetwork"
+	// CodeLabel and CodeAnnotation: the pod's inject label (which wins) or
+	// annotation said yes or no.
+	CodeLabel      Code = "Label"
+	CodeAnnotation Code = "Annotation"
+	// CodeNeverInjectSelector and CodeAlwaysInjectSelector: one of the
+	// selectors matched the pod's labels (never wins).
+	CodeNeverInjectSelector  Code = "NeverInjectSelector"
+	CodeAlwaysInjectSelector Code = "AlwaysInjectSelector"
+	// CodePolicy: the pod says nothing; spec.policy decided.
+	CodePolicy Code = "Policy"
 )
 
-// decision is whether a pod gets injected, and why.
-type decision struct {
+// Decision is whether a pod should carry this injector's sidecars, and why.
+type Decision struct {
+	// Inject is true when the pod should be injected. A pod already
+	// carrying this injector's sidecars (CodeAlreadyInjected) is false: it
+	// gets nothing more.
 	Inject bool
-	Code   code
+	// Code is the deciding rule.
+	Code Code
 	// Reason is a human-readable sentence naming the deciding rule.
 	Reason string
 	// Warnings are ignored inputs (e.g. an inject label with value "maybe").
@@ -64,28 +82,33 @@ func ParseBool(s string) (value, ok bool) {
 	return false, false
 }
 
-// OptOutLabelValues are the common spellings of an inject label ParseBool
-// reads as false. The operator excludes them in the webhook's objectSelector,
-// so an opted-out pod is created without calling the injector and survives
-// its outage. Label selectors compare exactly, so rarer spellings ("fALSE")
-// still reach the webhook, which skips them by the same rule; the result is
-// the same since the label opt-out wins over every selector and the policy.
-var OptOutLabelValues = []string{"false", "False", "FALSE", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
-
-// decideInput is what decide needs to know about a pod.
-type decideInput struct {
+// DecideInput is what Decide reads about a pod.
+type DecideInput struct {
+	// Pod is read for its labels, annotations (inject, status) and
+	// spec.hostNetwork, and for its container names when Containers is
+	// nil: a pod from a metadata-and-names trimmed informer is enough.
 	Pod *corev1.Pod
 	// Namespace of the pod (from the admission request; pod.Namespace may be empty).
 	Namespace string
 	// NamespaceLabels are checked against spec.namespaceSelector when non-nil.
 	// The webhook passes nil: the API server already applied the selector.
+	// A caller outside admission passes the namespace's labels (an empty
+	// map for none) to check it.
 	NamespaceLabels map[string]string
 	// Containers are the names of the pod's initContainers and containers.
 	// When nil they are read from Pod.Spec.
 	Containers []string
 }
 
-// decide tells whether cfg injects the pod. The order follows Istio's
+// Decide tells whether the pod should carry the sidecars of cfg (a
+// SidecarInjector compiled by Compile) and by which rule. It is the
+// injector's own decision: Inject calls it for every admission, kube-inject
+// and check-inject, and the operator may call it for pods that already
+// exist; it reads nothing but its arguments. p gives the operator's
+// namespace and, outside admission, Params.ExcludedNamespaces (the
+// namespaces the webhook configuration keeps from the injector).
+//
+// The order follows Istio's
 // injectRequired (pkg/kube/inject/inject.go): already injected (by this
 // injector, or by another one, which is reported as such; a status
 // annotation naming a container the pod lacks is stale and ignored with a
@@ -94,9 +117,9 @@ type decideInput struct {
 // spec.injectHostNetwork), the inject label (wins over the annotation), the
 // inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
 // An inject value outside ParseBool's set is ignored with a warning.
-func decide(cfg *Config, p Params, in decideInput) decision {
+func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	pod := in.Pod
-	d := decision{}
+	d := Decision{}
 	s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]
 	if ok {
 		if missing := staleStatus(s, in); len(missing) > 0 {
@@ -112,59 +135,59 @@ func decide(cfg *Config, p Params, in decideInput) decision {
 			Injector string `json:"injector"`
 		}
 		if json.Unmarshal([]byte(s), &st) == nil && st.Injector != "" && st.Injector != cfg.Name {
-			return decided(d, false, codeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
+			return decided(d, false, CodeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
 		}
-		return decided(d, false, codeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
+		return decided(d, false, CodeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
 	}
 	if systemNamespaces[in.Namespace] {
-		return decided(d, false, codeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
+		return decided(d, false, CodeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
 	}
-	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace) {
-		return decided(d, false, codeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or the injector and is never injected", in.Namespace))
+	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace || slices.Contains(p.ExcludedNamespaces, in.Namespace)) {
+		return decided(d, false, CodeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or webhook servers and is never injected", in.Namespace))
 	}
 	if in.NamespaceLabels != nil && cfg.namespaceSelector != nil && !cfg.namespaceSelector.Matches(labels.Set(in.NamespaceLabels)) {
-		return decided(d, false, codeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))
+		return decided(d, false, CodeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))
 	}
 	if cfg.objectSelector != nil && !cfg.objectSelector.Matches(labels.Set(pod.Labels)) {
-		return decided(d, false, codeObjectSelector, fmt.Sprintf("pod labels do not match objectSelector %s", cfg.objectSelector))
+		return decided(d, false, CodeObjectSelector, fmt.Sprintf("pod labels do not match objectSelector %s", cfg.objectSelector))
 	}
 	if pod.Spec.HostNetwork && !cfg.InjectHostNetwork {
-		return decided(d, false, codeHostNetwork, "pod uses hostNetwork and spec.injectHostNetwork is false")
+		return decided(d, false, CodeHostNetwork, "pod uses hostNetwork and spec.injectHostNetwork is false")
 	}
 	if v, ok := pod.Labels[v1alpha1.SidecarInjectKey]; ok {
 		if b, valid := ParseBool(v); valid {
-			return decided(d, b, codeLabel, fmt.Sprintf("label %s=%q", v1alpha1.SidecarInjectKey, v))
+			return decided(d, b, CodeLabel, fmt.Sprintf("label %s=%q", v1alpha1.SidecarInjectKey, v))
 		}
 		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored label %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
 	}
 	if v, ok := pod.Annotations[v1alpha1.SidecarInjectKey]; ok {
 		if b, valid := ParseBool(v); valid {
-			return decided(d, b, codeAnnotation, fmt.Sprintf("annotation %s=%q", v1alpha1.SidecarInjectKey, v))
+			return decided(d, b, CodeAnnotation, fmt.Sprintf("annotation %s=%q", v1alpha1.SidecarInjectKey, v))
 		}
 		d.Warnings = append(d.Warnings, fmt.Sprintf("ignored annotation %s=%q: want true/false, y/n, yes/no or on/off", v1alpha1.SidecarInjectKey, short(v, 63)))
 	}
 	set := labels.Set(pod.Labels)
 	for i, s := range cfg.neverInject {
 		if s.Matches(set) {
-			return decided(d, false, codeNeverInjectSelector, fmt.Sprintf("pod labels match neverInjectSelector[%d] %s", cfg.neverIdx[i], s))
+			return decided(d, false, CodeNeverInjectSelector, fmt.Sprintf("pod labels match neverInjectSelector[%d] %s", cfg.neverIdx[i], s))
 		}
 	}
 	for i, s := range cfg.alwaysInject {
 		if s.Matches(set) {
-			return decided(d, true, codeAlwaysInjectSelector, fmt.Sprintf("pod labels match alwaysInjectSelector[%d] %s", cfg.alwaysIdx[i], s))
+			return decided(d, true, CodeAlwaysInjectSelector, fmt.Sprintf("pod labels match alwaysInjectSelector[%d] %s", cfg.alwaysIdx[i], s))
 		}
 	}
 	if cfg.Policy == v1alpha1.PolicyDisabled {
-		return decided(d, false, codePolicy, "pod says nothing and policy is Disabled")
+		return decided(d, false, CodePolicy, "pod says nothing and policy is Disabled")
 	}
-	return decided(d, true, codePolicy, "pod says nothing and policy is Enabled")
+	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
 }
 
 // staleStatus returns the containers a status annotation lists that the pod
 // does not have (in either list), nil when it has them all or the annotation
 // lists none or does not parse (then the pod counts as injected, as before).
-func staleStatus(annotation string, in decideInput) []string {
-	var st status
+func staleStatus(annotation string, in DecideInput) []string {
+	var st Status
 	if json.Unmarshal([]byte(annotation), &st) != nil || len(st.InitContainers)+len(st.Containers) == 0 {
 		return nil
 	}
@@ -186,7 +209,7 @@ func staleStatus(annotation string, in decideInput) []string {
 	return missing
 }
 
-func decided(d decision, inject bool, c code, reason string) decision {
+func decided(d Decision, inject bool, c Code, reason string) Decision {
 	d.Inject, d.Code, d.Reason = inject, c, reason
 	return d
 }

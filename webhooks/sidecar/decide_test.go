@@ -16,7 +16,8 @@ func TestParseBool(t *testing.T) {
 			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
 		}
 	}
-	for _, s := range []string{"false", "FALSE", "n", "N", "no", "No", "off", "OFF"} {
+	// The operator's objectSelector lists these as opt-outs: each must be one.
+	for _, s := range append([]string{"fALSE", "oFf"}, v1alpha1.SidecarOptOutLabelValues...) {
 		if v, ok := ParseBool(s); !ok || v {
 			t.Errorf("ParseBool(%q) = %v, %v", s, v, ok)
 		}
@@ -51,54 +52,55 @@ func TestDecide(t *testing.T) {
 		nsLabels map[string]string
 		pod      pod
 		inject   bool
-		code     code
+		code     Code
 		warn     string
 	}{
-		{name: "policy enabled", ns: "shop", inject: true, code: codePolicy},
-		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: codePolicy},
-		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: codePolicy},
-		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: codeAlreadyInjected},
+		{name: "policy enabled", ns: "shop", inject: true, code: CodePolicy},
+		{name: "policy disabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop", code: CodePolicy},
+		{name: "empty policy defaults to enabled", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = "" }, ns: "shop", inject: true, code: CodePolicy},
+		{name: "already injected", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: "{}"}}, code: CodeAlreadyInjected},
 		{name: "status with its containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
-			containers: []string{"init", "app", "proxy"}}, code: codeAlreadyInjected},
+			containers: []string{"init", "app", "proxy"}}, code: CodeAlreadyInjected},
 		{name: "status naming absent containers", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"t","initContainers":["init"],"containers":["proxy"]}`},
-			containers: []string{"init", "app"}}, inject: true, code: codePolicy, warn: "names containers the pod lacks (proxy): injecting again"},
+			containers: []string{"init", "app"}}, inject: true, code: CodePolicy, warn: "names containers the pod lacks (proxy): injecting again"},
 		{name: "another injector's stale status", ns: "shop", pod: pod{annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"other","containers":["log"]}`},
-			containers: []string{"app"}}, inject: true, code: codePolicy, warn: "(log)"},
+			containers: []string{"app"}}, inject: true, code: CodePolicy, warn: "(log)"},
 		{name: "stale status, opted out", ns: "shop", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "false"}, annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"containers":["proxy"]}`}},
-			code: codeLabel, warn: "names containers the pod lacks"},
-		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeSystemNamespace},
-		{name: "kube-public", ns: "kube-public", code: codeSystemNamespace},
-		{name: "kube-node-lease", ns: "kube-node-lease", code: codeSystemNamespace},
-		{name: "operator namespace", ns: "hookwright-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeOperatorNamespace},
-		{name: "injector server namespace", ns: "injector-ns", code: codeOperatorNamespace},
-		{name: "namespace labels match", ns: "shop", nsLabels: map[string]string{"sidecar-injection": "enabled"}, inject: true, code: codePolicy},
-		{name: "namespace labels do not match", ns: "shop", nsLabels: map[string]string{}, code: codeNamespaceSelector},
+			code: CodeLabel, warn: "names containers the pod lacks"},
+		{name: "kube-system", ns: "kube-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeSystemNamespace},
+		{name: "kube-public", ns: "kube-public", code: CodeSystemNamespace},
+		{name: "kube-node-lease", ns: "kube-node-lease", code: CodeSystemNamespace},
+		{name: "operator namespace", ns: "hookwright-system", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeOperatorNamespace},
+		{name: "injector server namespace", ns: "injector-ns", code: CodeOperatorNamespace},
+		{name: "another allowed server namespace (Params.ExcludedNamespaces)", ns: "edge-servers", pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeOperatorNamespace},
+		{name: "namespace labels match", ns: "shop", nsLabels: map[string]string{"sidecar-injection": "enabled"}, inject: true, code: CodePolicy},
+		{name: "namespace labels do not match", ns: "shop", nsLabels: map[string]string{}, code: CodeNamespaceSelector},
 		{name: "object selector", mutate: func(s *v1alpha1.SidecarInjectorSpec) {
 			s.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"mesh": "on"}}
-		}, ns: "shop", code: codeObjectSelector},
-		{name: "hostNetwork skipped even when opted in", ns: "shop", pod: pod{hostNetwork: true, labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: codeHostNetwork},
-		{name: "hostNetwork allowed", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.InjectHostNetwork = true }, ns: "shop", pod: pod{hostNetwork: true}, inject: true, code: codePolicy},
+		}, ns: "shop", code: CodeObjectSelector},
+		{name: "hostNetwork skipped even when opted in", ns: "shop", pod: pod{hostNetwork: true, labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}, code: CodeHostNetwork},
+		{name: "hostNetwork allowed", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.InjectHostNetwork = true }, ns: "shop", pod: pod{hostNetwork: true}, inject: true, code: CodePolicy},
 		{name: "label true", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "TRUE"}}, inject: true, code: codeLabel},
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "TRUE"}}, inject: true, code: CodeLabel},
 		{name: "label wins over annotation", ns: "shop",
-			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "off"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "yes"}}, code: codeLabel},
+			pod: pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "off"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "yes"}}, code: CodeLabel},
 		{name: "invalid label ignored, annotation decides", ns: "shop",
 			pod:  pod{labels: map[string]string{v1alpha1.SidecarInjectKey: "maybe"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "N"}},
-			code: codeAnnotation, warn: `ignored label sidecar.hookwright.io/inject="maybe"`},
+			code: CodeAnnotation, warn: `ignored label sidecar.hookwright.io/inject="maybe"`},
 		{name: "invalid annotation ignored, policy decides", ns: "shop",
 			pod:    pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "enabled"}},
-			inject: true, code: codePolicy, warn: `ignored annotation sidecar.hookwright.io/inject="enabled"`},
+			inject: true, code: CodePolicy, warn: `ignored annotation sidecar.hookwright.io/inject="enabled"`},
 		{name: "annotation y", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "y"}}, inject: true, code: codeAnnotation},
+			pod: pod{annotations: map[string]string{v1alpha1.SidecarInjectKey: "y"}}, inject: true, code: CodeAnnotation},
 		{name: "explicit opt-in beats neverInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"tier": "batch", v1alpha1.SidecarInjectKey: "on"}}, inject: true, code: codeLabel},
+			pod: pod{labels: map[string]string{"tier": "batch", v1alpha1.SidecarInjectKey: "on"}}, inject: true, code: CodeLabel},
 		{name: "neverInjectSelector wins over alwaysInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"tier": "batch"}}, code: codeNeverInjectSelector},
+			pod: pod{labels: map[string]string{"tier": "batch"}}, code: CodeNeverInjectSelector},
 		{name: "alwaysInjectSelector beats disabled policy", mutate: func(s *v1alpha1.SidecarInjectorSpec) { s.Policy = v1alpha1.PolicyDisabled }, ns: "shop",
-			pod: pod{labels: map[string]string{"mesh": "always"}}, inject: true, code: codeAlwaysInjectSelector},
+			pod: pod{labels: map[string]string{"mesh": "always"}}, inject: true, code: CodeAlwaysInjectSelector},
 		{name: "explicit opt-out beats alwaysInjectSelector", ns: "shop",
-			pod: pod{labels: map[string]string{"mesh": "always"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "false"}}, code: codeAnnotation},
-		{name: "empty neverInjectSelector matches nothing", ns: "shop", pod: pod{labels: map[string]string{"x": "y"}}, inject: true, code: codePolicy},
+			pod: pod{labels: map[string]string{"mesh": "always"}, annotations: map[string]string{v1alpha1.SidecarInjectKey: "false"}}, code: CodeAnnotation},
+		{name: "empty neverInjectSelector matches nothing", ns: "shop", pod: pod{labels: map[string]string{"x": "y"}}, inject: true, code: CodePolicy},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,7 +117,9 @@ func TestDecide(t *testing.T) {
 			for _, c := range tc.pod.containers {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
 			}
-			d := decide(cfg, testParams, decideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
+			params := testParams
+			params.ExcludedNamespaces = []string{"edge-servers"}
+			d := Decide(cfg, params, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
 			if d.Inject != tc.inject || d.Code != tc.code {
 				t.Fatalf("got inject=%v code=%s (%s), want inject=%v code=%s", d.Inject, d.Code, d.Reason, tc.inject, tc.code)
 			}

@@ -86,7 +86,7 @@ func FuzzSampleTemplates(f *testing.F) {
 			"metadata": fuzzData(cfg, s, false).ObjectMeta,
 			"spec":     map[string]any{"containers": []any{map[string]any{"name": "app", "image": "app"}}},
 		})
-		if _, err := inject(cfg, testParams, input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
+		if _, err := Inject(cfg, testParams, Input{Raw: pod, Namespace: "shop", WantPatch: true}); err != nil {
 			t.Fatalf("inject with %q: %v", s, err)
 		}
 	})

@@ -23,14 +23,42 @@ const goldenDir = "testdata/inject"
 // a second kube-inject pass is byte-identical, and that the webhook's patch
 // applied to each input pod gives the kube-inject pod, and is empty for the
 // injected pod.
-func TestGolden(t *testing.T) {
-	cfg := sampleConfig(t)
-	inputs, err := filepath.Glob(filepath.Join(goldenDir, "*.yaml"))
+func TestGolden(t *testing.T) { runGolden(t, sampleConfig(t), goldenDir) }
+
+// TestGoldenPlacement is TestGolden for initContainerPlacement, with the
+// SidecarInjector of testdata/placement/injector.yaml: templates placed
+// First, After the pod's own agent, and by default, with native sidecars
+// and without, with the named init container present and absent. Each
+// X.yaml.warnings holds the warnings kube-inject gave (the webhook returns
+// the same as admission warnings).
+func TestGoldenPlacement(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(placementDir, "injector.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := DecodeSidecarInjector(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Compile(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGolden(t, cfg, placementDir)
+}
+
+const placementDir = "testdata/placement"
+
+func runGolden(t *testing.T, cfg *Config, dir string) {
+	inputs, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(inputs) == 0 {
 		t.Fatalf("no inputs: %v", err)
 	}
 	refresh := os.Getenv("REFRESH_GOLDEN") != ""
 	for _, in := range inputs {
+		if filepath.Base(in) == "injector.yaml" {
+			continue
+		}
 		t.Run(filepath.Base(in), func(t *testing.T) {
 			src, err := os.ReadFile(in)
 			if err != nil {
@@ -51,6 +79,21 @@ func TestGolden(t *testing.T) {
 				t.Errorf("kube-inject output differs from %s (REFRESH_GOLDEN=1 to accept):\n%s", golden, lineDiff(string(want), string(got)))
 			}
 			t.Logf("warnings: %q", warnings)
+			if wf := in + ".warnings"; dir == placementDir {
+				gotW := []byte(strings.Join(warnings, "\n") + "\n")
+				if refresh {
+					if err := os.WriteFile(wf, gotW, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				wantW, err := os.ReadFile(wf)
+				if err != nil {
+					t.Fatalf("missing warnings golden (run with REFRESH_GOLDEN=1): %v", err)
+				}
+				if !bytes.Equal(gotW, wantW) {
+					t.Errorf("warnings differ from %s:\n%s", wf, lineDiff(string(wantW), string(gotW)))
+				}
+			}
 
 			again, _ := kubeInject(t, cfg, got)
 			if !bytes.Equal(again, got) {
@@ -61,9 +104,10 @@ func TestGolden(t *testing.T) {
 		})
 	}
 	t.Run("no stale goldens", func(t *testing.T) {
-		goldens, _ := filepath.Glob(filepath.Join(goldenDir, "*.injected"))
-		for _, g := range goldens {
-			if _, err := os.Stat(strings.TrimSuffix(g, ".injected")); err != nil {
+		goldens, _ := filepath.Glob(filepath.Join(dir, "*.injected"))
+		warns, _ := filepath.Glob(filepath.Join(dir, "*.warnings"))
+		for _, g := range append(goldens, warns...) {
+			if _, err := os.Stat(strings.TrimSuffix(strings.TrimSuffix(g, ".injected"), ".warnings")); err != nil {
 				t.Errorf("stale golden %s has no input", g)
 			}
 		}

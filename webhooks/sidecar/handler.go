@@ -141,9 +141,9 @@ func (h *Handler) reviewContext(ctx context.Context, cfg *Config, req *admission
 		resp.Warnings = []string{fmt.Sprintf("%s: not injected: operation %s (only CREATE is handled)", injector, req.Operation)}
 		return resp
 	}
-	res, err := inject(cfg, h.Params, input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true, Context: ctx})
-	var rerr *renderError
-	var derr *decodeError
+	res, err := Inject(cfg, h.Params, Input{Raw: req.Object.Raw, Namespace: req.Namespace, WantPatch: true, Context: ctx})
+	var rerr *RenderError
+	var derr *DecodeError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return deny(http.StatusGatewayTimeout, failCanceled, fmt.Sprintf("%s: request abandoned: %v", injector, err))
@@ -179,7 +179,7 @@ func (h *Handler) reviewContext(ctx context.Context, cfg *Config, req *admission
 		h.Metrics.requests.WithLabelValues(injector, outcomeSkipped).Inc()
 		// Reinvocation and kube-injected pods come back already injected:
 		// that is expected, so it is logged at V(1) and not warned about.
-		if d.Code == codeAlreadyInjected {
+		if d.Code == CodeAlreadyInjected {
 			log.V(1).Info("pod not injected", "pod", res.PodName, "reason", d.Reason)
 		} else {
 			log.Info("pod not injected", "pod", res.PodName, "reason", d.Reason)

@@ -147,12 +147,12 @@ func TestHandlerNoConfig(t *testing.T) {
 func TestHandlerInjectAndMetrics(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(codePolicy)))
+	before := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy)))
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(nginxPod), "shop", false), "application/json"))
 	if !resp.Allowed || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch || len(resp.Patch) == 0 {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(codePolicy))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.injections.WithLabelValues(cfg.Name, string(CodePolicy))); got != before+1 {
 		t.Errorf("injections counter %v, want %v", got, before+1)
 	}
 	if testutil.CollectAndCount(h.Metrics.duration) == 0 {
@@ -186,13 +186,13 @@ func patchesEquivalent(t *testing.T, doc, a, b []byte) bool {
 func TestHandlerSkipWarnings(t *testing.T) {
 	cfg := sampleConfig(t)
 	h := newTestHandler(t, cfg)
-	before := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(codeLabel)))
+	before := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel)))
 	pod := `{"metadata":{"generateName":"web-","labels":{"sidecar.hookwright.io/inject":"no"}},"spec":{"containers":[{"name":"a","image":"a"}]}}`
 	resp := decodeReview(t, serve(h, reviewFor(t, []byte(pod), "shop", false), "application/json"))
 	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "not injected: label") {
 		t.Fatalf("%+v", resp)
 	}
-	if got := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(codeLabel))); got != before+1 {
+	if got := testutil.ToFloat64(h.Metrics.skips.WithLabelValues(cfg.Name, string(CodeLabel))); got != before+1 {
 		t.Errorf("skips counter %v", got)
 	}
 	// An ignored value is warned about, and injection goes on by policy.
@@ -334,7 +334,7 @@ func TestTemplatesAnnotationBounded(t *testing.T) {
 		t.Errorf("warnings %q", resp.Warnings)
 	}
 	// Order of first occurrence is kept.
-	res, err := inject(cfg, testParams, input{Raw: podWith(" logging , proxy,logging,,proxy "), Namespace: "shop"})
+	res, err := Inject(cfg, testParams, Input{Raw: podWith(" logging , proxy,logging,,proxy "), Namespace: "shop"})
 	if err != nil || !slices.Equal(res.Templates, []string{"logging", "proxy"}) {
 		t.Fatalf("templates %v, err %v", res.Templates, err)
 	}
@@ -398,7 +398,7 @@ func TestInjectedByOtherInjector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := inject(first, testParams, input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
+	res, err := Inject(first, testParams, Input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
 	if err != nil || !res.Injected {
 		t.Fatal(res, err)
 	}

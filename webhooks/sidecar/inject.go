@@ -1,7 +1,8 @@
 // Package sidecar is the SidecarInjector engine: the injection decision,
 // template rendering and merging, the status annotation and the JSON patch
 // (all pure functions of their inputs), plus the admission handler, its
-// metrics, the hot-reloaded config store and the kube-inject file processing.
+// metrics, the hot-reloaded config store (fed by the informer shell in
+// webhooks/configwatch) and the kube-inject file processing.
 //
 // Semantics follow Istio's injector (istio/istio pkg/kube/inject); see
 // decide and inject for where they differ.
@@ -14,8 +15,10 @@
 // SidecarInjector and select them with the templates annotation.
 //
 // It must not import controllers, internal/ packages or the other server
-// (webhooks/oversell): it uses api/v1alpha1, webhooks/serving and
-// webhooks/jsonscan only.
+// (webhooks/oversell), nor anything that links a Kubernetes client: it
+// uses api/v1alpha1, webhooks/serving and webhooks/jsonscan only, so the
+// operator can call its decisions without a client
+// (internal/importrules checks the whole dependency closure).
 package sidecar
 
 import (
@@ -34,13 +37,14 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
-// codeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
-const codeNoTemplates code = "NoTemplates"
+// CodeNoTemplates means the pod selects no template (empty annotation list and no defaultTemplates).
+const CodeNoTemplates Code = "NoTemplates"
 
-// status is the JSON of the sidecar.hookwright.io/status annotation: what an
+// Status is the JSON of the sidecar.hookwright.io/status annotation: what an
 // injection added, so that a later pass (webhook after kube-inject, API server
-// reinvocation) leaves the pod alone.
-type status struct {
+// reinvocation) leaves the pod alone. Lists hold container, volume and
+// secret names, in the order they were added; ConfigHash is Config.Hash.
+type Status struct {
 	Injector         string   `json:"injector"`
 	Templates        []string `json:"templates"`
 	InitContainers   []string `json:"initContainers"`
@@ -51,17 +55,18 @@ type status struct {
 	ConfigHash       string   `json:"configHash"`
 }
 
-// input is one pod to inject.
-type input struct {
+// Input is one pod for Inject.
+type Input struct {
 	// Raw is the pod as valid JSON (the admission request's object, which
 	// the AdmissionReview decode has validated). Parts the engine does not
 	// change are located, not re-validated.
 	Raw []byte
 	// Namespace of the pod; defaults to the pod's metadata.namespace.
 	Namespace string
-	// NamespaceLabels, when non-nil, are checked against spec.namespaceSelector.
+	// NamespaceLabels, when non-nil, are checked against spec.namespaceSelector
+	// (see DecideInput.NamespaceLabels).
 	NamespaceLabels map[string]string
-	// WantPatch asks for result.Patch, WantJSON for result.JSON.
+	// WantPatch asks for Result.Patch, WantJSON for Result.JSON.
 	WantPatch, WantJSON bool
 	// Context, when set, is checked before each template is rendered: the
 	// webhook stops work the API server has given up on (its timeout).
@@ -98,32 +103,40 @@ func parseTemplateNames(v string) (names []string, dups int, err error) {
 	return names, dups, nil
 }
 
-// result of inject. JSON and Patch are nil when the pod is not injected.
-type result struct {
-	Decision decision
+// Result of Inject. JSON and Patch are nil when the pod is not injected.
+type Result struct {
+	// Decision is Decide's (with CodeNoTemplates when it said inject but
+	// no template is selected).
+	Decision Decision
 	// PodName is the pod's name, or its generateName followed by "*".
 	PodName string
 	// Injected is true when templates were applied.
-	Injected  bool
-	Native    bool
+	Injected bool
+	// Native tells whether sidecars went in as native sidecars (KEP-753).
+	Native bool
+	// Templates are the names rendered, in order.
 	Templates []string
-	Status    *status
-	// JSON is the injected pod (with input.WantJSON). Top-level, metadata and spec keys are
+	// Status is what the status annotation records, nil when not injected.
+	Status *Status
+	// JSON is the injected pod (with Input.WantJSON). Top-level, metadata and spec keys are
 	// sorted; the pod's own containers, volumes and other spec fields are
 	// copied byte for byte from the input.
 	JSON []byte
 	// Patch is the RFC 6902 JSON patch from the input (managedFields
-	// stripped) to JSON, marshalled; only with input.WantPatch.
+	// stripped) to JSON, marshalled; only with Input.WantPatch.
 	Patch []byte
 	// Warnings are ignored inputs, to return as admission warnings.
 	Warnings []string
 }
 
-// decodeError is a pod that does not decode.
-type decodeError struct{ Err error }
+// DecodeError is a pod that does not decode; Err says where.
+type DecodeError struct{ Err error }
 
-func (e *decodeError) Error() string { return "cannot decode pod: " + e.Err.Error() }
-func (e *decodeError) Unwrap() error { return e.Err }
+// Error is "cannot decode pod: " and Err's message.
+func (e *DecodeError) Error() string { return "cannot decode pod: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *DecodeError) Unwrap() error { return e.Err }
 
 var (
 	specSchema      = mustSchema(strategicpatch.NewPatchMetaFromStruct(corev1.PodSpec{}))
@@ -138,7 +151,14 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 	return s
 }
 
-// inject decides for the pod and, when it is to be injected, renders the
+// Inject is what the engine does to one pod: the webhook calls it for each
+// admission (WantPatch), kube-inject and check-inject for each pod and pod
+// template of a manifest (WantJSON), and the operator may call it to know
+// what a running pod would get now. It needs no client: cfg is Compile's
+// SidecarInjector, p the operator namespace and, for nativeSidecars Auto,
+// the API server's version.
+//
+// It decides for the pod (Decide) and, when it is to be injected, renders the
 // selected templates (sidecar.hookwright.io/templates, else
 // spec.defaultTemplates) in order and merges each onto the pod:
 //
@@ -156,7 +176,9 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 //     go ahead of the pod's own init containers; without, injected init
 //     containers are appended after the pod's (a traffic-capturing init
 //     container must not break the pod's init containers) and sidecars
-//     after the pod's containers;
+//     after the pod's containers; a template's initContainerPlacement puts
+//     its init containers first or right after a named init container of
+//     the pod instead (placeInit);
 //   - volumes and imagePullSecrets are added when the pod has none of that
 //     name; labels and annotations when the pod lacks the key;
 //   - any other spec field is strategic-merged with the template winning,
@@ -168,19 +190,21 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 // Nothing the pod already has is removed or reordered. The status annotation
 // records what was added. Only the parts of the pod that are read or changed
 // are decoded: a pod's own containers are copied as raw JSON, so cost grows
-// with the pod's size only through scanning. Errors are *decodeError or
-// *renderError.
-func inject(cfg *Config, p Params, in input) (*result, error) {
+// with the pod's size only through scanning. Errors are a *DecodeError (the
+// pod is not a pod), a *RenderError (a template failed or the pod's
+// templates annotation is bad: the webhook's failurePolicy applies), or the
+// context's error.
+func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	d, err := parsePod(in.Raw, cfg.needsSpec)
 	if err != nil {
-		return nil, &decodeError{Err: err}
+		return nil, &DecodeError{Err: err}
 	}
 	pod := d.pod
 	ns := in.Namespace
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	res := &result{PodName: pod.Name}
+	res := &Result{PodName: pod.Name}
 	if res.PodName == "" && pod.GenerateName != "" {
 		res.PodName = pod.GenerateName + "*"
 	}
@@ -191,7 +215,7 @@ func inject(cfg *Config, p Params, in input) (*result, error) {
 			return nil, err
 		}
 	}
-	res.Decision = decide(cfg, p, decideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels, Containers: containers})
+	res.Decision = Decide(cfg, p, DecideInput{Pod: pod, Namespace: ns, NamespaceLabels: in.NamespaceLabels, Containers: containers})
 	res.Warnings = res.Decision.Warnings
 	if !res.Decision.Inject {
 		return res, nil
@@ -210,21 +234,21 @@ func inject(cfg *Config, p Params, in input) (*result, error) {
 	if byPod {
 		var dups int
 		if names, dups, err = parseTemplateNames(v); err != nil {
-			return nil, &renderError{Err: err, ByPod: true}
+			return nil, &RenderError{Err: err, ByPod: true}
 		}
 		if dups > 0 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("ignored %d duplicate name(s) in annotation %s", dups, v1alpha1.SidecarTemplatesKey))
 		}
 	}
 	if len(names) == 0 {
-		res.Decision = decision{Code: codeNoTemplates, Reason: "no template selected: annotation " + v1alpha1.SidecarTemplatesKey + " is empty and spec.defaultTemplates is empty", Warnings: res.Warnings}
+		res.Decision = Decision{Code: CodeNoTemplates, Reason: "no template selected: annotation " + v1alpha1.SidecarTemplatesKey + " is empty and spec.defaultTemplates is empty", Warnings: res.Warnings}
 		return res, nil
 	}
 	tmpls := make([]*compiledTemplate, len(names))
 	for i, n := range names {
 		t, ok := cfg.templates[n]
 		if !ok {
-			return nil, &renderError{Template: n, ByPod: byPod, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
+			return nil, &RenderError{Template: n, ByPod: byPod, Err: fmt.Errorf("no such template in SidecarInjector %s (annotation %s)", cfg.Name, v1alpha1.SidecarTemplatesKey)}
 		}
 		tmpls[i] = t
 	}
@@ -252,17 +276,17 @@ func inject(cfg *Config, p Params, in input) (*result, error) {
 		if j == nil {
 			continue
 		}
-		if err := m.add(j); err != nil {
-			return nil, &renderError{Template: t.name, Err: err}
+		if err := m.add(j, t); err != nil {
+			return nil, &RenderError{Template: t.name, Err: err}
 		}
 	}
-	st := &status{Injector: cfg.Name, Templates: names, NativeSidecars: res.Native, ConfigHash: cfg.Hash}
+	st := &Status{Injector: cfg.Name, Templates: names, NativeSidecars: res.Native, ConfigHash: cfg.Hash}
 	if err := m.apply(d, st); err != nil {
-		var de *decodeError
+		var de *DecodeError
 		if errors.As(err, &de) {
 			return nil, err
 		}
-		return nil, &renderError{Template: strings.Join(names, ","), Err: err}
+		return nil, &RenderError{Template: strings.Join(names, ","), Err: err}
 	}
 	res.Warnings = append(res.Warnings, m.warnings...)
 	sj, _ := json.Marshal(st)
@@ -314,6 +338,10 @@ type injected struct {
 	init           bool
 	raw, nativeRaw []byte
 	m              map[string]any
+	// from is the last template that rendered the element: its
+	// initContainerPlacement places it (later template wins, as for the
+	// element's fields).
+	from *compiledTemplate
 }
 
 func (e *injected) mapped() (map[string]any, error) {
@@ -355,7 +383,7 @@ type merger struct {
 	warnings []string
 }
 
-func (m *merger) add(p *preparedPart) error {
+func (m *merger) add(p *preparedPart, t *compiledTemplate) error {
 	if p.labels != nil {
 		m.labels = mergeFlat(m.labels, p.labels)
 	}
@@ -363,13 +391,13 @@ func (m *merger) add(p *preparedPart) error {
 		m.annotations = mergeFlat(m.annotations, p.annotations)
 	}
 	var err error
-	if m.containers, err = addNamed(m.containers, p.containers, containerSchema); err != nil {
+	if m.containers, err = addNamed(m.containers, p.containers, containerSchema, t); err != nil {
 		return err
 	}
-	if m.volumes, err = addNamed(m.volumes, p.volumes, volumeSchema); err != nil {
+	if m.volumes, err = addNamed(m.volumes, p.volumes, volumeSchema, t); err != nil {
 		return err
 	}
-	if m.pullSecrets, err = addNamed(m.pullSecrets, p.pullSecrets, nil); err != nil {
+	if m.pullSecrets, err = addNamed(m.pullSecrets, p.pullSecrets, nil, t); err != nil {
 		return err
 	}
 	if p.rest != nil {
@@ -394,15 +422,16 @@ func mergeFlat(dst, src map[string]any) map[string]any {
 	return dst
 }
 
-// addNamed adds entries to acc; an entry named like an earlier one is
-// strategic-merged onto it (later template wins).
-func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.LookupPatchMeta) ([]*injected, error) {
+// addNamed adds entries of template t to acc; an entry named like an
+// earlier one is strategic-merged onto it (later template wins).
+func addNamed(acc []*injected, entries []preparedEntry, schema strategicpatch.LookupPatchMeta, t *compiledTemplate) ([]*injected, error) {
 	for _, pe := range entries {
 		prev := findInjected(acc, pe.name)
 		if prev == nil {
-			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw})
+			acc = append(acc, &injected{name: pe.name, init: pe.init, raw: pe.raw, nativeRaw: pe.nativeRaw, from: t})
 			continue
 		}
+		prev.from = t
 		next := &injected{raw: pe.raw}
 		nm, err := next.mapped()
 		if err != nil {
@@ -432,7 +461,7 @@ func findInjected(acc []*injected, name string) *injected {
 	return nil
 }
 
-func (m *merger) apply(d *podDoc, st *status) error {
+func (m *merger) apply(d *podDoc, st *Status) error {
 	if err := d.mergeRest(m.rest); err != nil {
 		return err
 	}
@@ -470,17 +499,13 @@ func (m *merger) apply(d *podDoc, st *status) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case m.native:
-			inits.front = append(inits.front, b)
-			st.InitContainers = append(st.InitContainers, e.name)
-		case e.init:
-			inits.back = append(inits.back, b)
-			st.InitContainers = append(st.InitContainers, e.name)
-		default:
+		if !m.native && !e.init {
 			containers.back = append(containers.back, b)
 			st.Containers = append(st.Containers, e.name)
+			continue
 		}
+		m.placeInit(inits, e, b)
+		st.InitContainers = append(st.InitContainers, e.name)
 	}
 	if st.Volumes, err = d.appendAbsent("volumes", m.volumes); err != nil {
 		return err
@@ -495,6 +520,42 @@ func (m *merger) apply(d *podDoc, st *status) error {
 		addAbsentKeys(childMap(d.meta, "annotations"), m.annotations)
 	}
 	return nil
+}
+
+// placeInit queues an injected init container (a template's init
+// container, or with native sidecars any of its containers) where its
+// template's initContainerPlacement says: First ahead of the pod's init
+// containers, After right after the pod's own init container of that name.
+// Without a placement, or when the pod lacks that init container (then
+// with a warning, once per template), it goes ahead of the pod's init
+// containers with native sidecars (so they start before the pod's own,
+// Istio's order) and after them without (a traffic-capturing init
+// container must not break the pod's init containers).
+func (m *merger) placeInit(inits *rawList, e *injected, b json.RawMessage) {
+	pl := e.from.placement
+	switch pl.Position {
+	case v1alpha1.InitContainersFirst:
+		inits.front = append(inits.front, b)
+		return
+	case v1alpha1.InitContainersAfter:
+		if i := slices.Index(inits.names, pl.After); i >= 0 {
+			inits.insertAfter(i, b)
+			return
+		}
+		where := "after the pod's init containers"
+		if m.native {
+			where = "ahead of the pod's init containers"
+		}
+		w := fmt.Sprintf("template %q: the pod has no init container %q (initContainerPlacement.after): its init containers go %s", e.from.name, short(pl.After, 63), where)
+		if !slices.Contains(m.warnings, w) {
+			m.warnings = append(m.warnings, w)
+		}
+	}
+	if m.native {
+		inits.front = append(inits.front, b)
+	} else {
+		inits.back = append(inits.back, b)
+	}
 }
 
 func addAbsentKeys(dst, src map[string]any) {

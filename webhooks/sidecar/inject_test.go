@@ -42,7 +42,7 @@ func patchOps(t *testing.T, p []byte) []jsonpatch.Operation {
 // webhook's init container and the pod's own entries are never rewritten.
 func TestPatchLeavesForeignContainers(t *testing.T) {
 	cfg := sampleConfig(t)
-	res, err := inject(cfg, testParams, input{Raw: goldenPodJSON(t, "pod-foreign-init.yaml"), Namespace: "payments", WantPatch: true})
+	res, err := Inject(cfg, testParams, Input{Raw: goldenPodJSON(t, "pod-foreign-init.yaml"), Namespace: "payments", WantPatch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestPatchLeavesForeignContainers(t *testing.T) {
 func TestManagedFieldsStripped(t *testing.T) {
 	cfg := sampleConfig(t)
 	pod := `{"metadata":{"name":"m","managedFields":[{"manager":"kubectl","operation":"Update"}]},"spec":{"containers":[{"name":"a","image":"a"}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantPatch: true, WantJSON: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantPatch: true, WantJSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ spec:
 	}
 	pod := `{"metadata":{"name":"o","labels":{"tier":"web"},"annotations":{"sidecar.hookwright.io/templates":"proxy,debug","sidecar.hookwright.io/native-sidecar":"off"}},
 	"spec":{"initContainers":[{"name":"proxy-init","image":"my-init","args":["custom"]}],"containers":[{"name":"a","image":"a"}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantJSON: true, WantPatch: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true, WantPatch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestInitContainerOverride(t *testing.T) {
 	for _, c := range cases {
 		pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/native-sidecar":"` + c.native + `"}},` +
 			`"spec":{"initContainers":[{"name":"proxy","image":"x"` + c.podRP + `}],"containers":[{"name":"a","image":"a"}]}}`
-		res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+		res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -257,7 +257,7 @@ func TestInitContainerOverride(t *testing.T) {
 	}
 	// A pod's own probe on such an init container is the pod's choice: kept.
 	pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/native-sidecar":"false"}},"spec":{"initContainers":[{"name":"proxy","image":"x","readinessProbe":{"exec":{"command":["true"]}}}],"containers":[{"name":"a","image":"a"}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
 	if err != nil || !strings.Contains(string(res.JSON), `"readinessProbe":{"exec"`) {
 		t.Fatalf("pod probe lost: %v %s", err, res.JSON)
 	}
@@ -274,7 +274,7 @@ func TestContainerOverrideNoRestartPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/templates":"agent"}},"spec":{"containers":[{"name":"agent","image":"mine"}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func injectObject(cfg *Config, p Params, obj map[string]any, defaultNamespace st
 		if err != nil {
 			return changed, err
 		}
-		res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
+		res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, WantJSON: true})
 		if err != nil {
 			return changed, fmt.Errorf("%s: %w", s.Ref, err)
 		}
@@ -291,8 +291,8 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 		}
 		labels := nsLabels(s.Namespace)
 		for _, cfg := range cfgs {
-			res, err := inject(cfg, p, input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels})
-			var rerr *renderError
+			res, err := Inject(cfg, p, Input{Raw: raw, Namespace: s.Namespace, NamespaceLabels: labels, WantJSON: true})
+			var rerr *RenderError
 			switch {
 			case errors.As(err, &rerr):
 				fmt.Fprintf(&b, "  %s: would try to inject, but rendering fails: %v (failurePolicy %s: pod would be %s)\n",
@@ -309,6 +309,10 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 					mode = "native sidecars (initContainers, restartPolicy Always)"
 				}
 				fmt.Fprintf(&b, "  %s: would inject [%s]: %s; templates %s; %s\n", cfg.Name, d.Code, d.Reason, strings.Join(res.Templates, ","), mode)
+				if inits := initContainerNames(res.JSON); len(inits) > 0 {
+					// Where initContainerPlacement put them.
+					fmt.Fprintf(&b, "    init containers, in start order: %s\n", strings.Join(inits, ", "))
+				}
 			} else {
 				fmt.Fprintf(&b, "  %s: would NOT inject [%s]: %s\n", cfg.Name, d.Code, d.Reason)
 			}
@@ -322,6 +326,25 @@ func CheckPods(w io.Writer, cfgs []*Config, p Params, sites []PodSite, nsLabels 
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// initContainerNames lists spec.initContainers of an injected pod's JSON.
+func initContainerNames(pod []byte) []string {
+	var p struct {
+		Spec struct {
+			InitContainers []struct {
+				Name string `json:"name"`
+			} `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(pod, &p) != nil {
+		return nil
+	}
+	names := make([]string, len(p.Spec.InitContainers))
+	for i, c := range p.Spec.InitContainers {
+		names[i] = c.Name
+	}
+	return names
 }
 
 // ReadObjects parses a multi-document YAML or JSON stream into objects. An

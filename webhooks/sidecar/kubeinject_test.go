@@ -168,7 +168,7 @@ func TestTemplateReadingSpec(t *testing.T) {
 		t.Fatal("needsSpec not detected")
 	}
 	pod := `{"metadata":{"name":"p","annotations":{"sidecar.hookwright.io/templates":"ports"}},"spec":{"containers":[{"name":"a","image":"a","ports":[{"containerPort":80},{"containerPort":443}]}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "shop", WantJSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestKubeInjectMatchesWebhookForWorkloads(t *testing.T) {
 	}
 	pod := `{"metadata":{"generateName":"web-7d9f8b6c5-","namespace":"prod","labels":{"tier":"web","pod-template-hash":"7d9f8b6c5"},` +
 		`"annotations":{"sidecar.hookwright.io/templates":"proxy,logging"}},"spec":{"containers":[{"name":"web","image":"nginx"}]}}`
-	res, err := inject(cfg, testParams, input{Raw: []byte(pod), Namespace: "prod", WantJSON: true})
+	res, err := Inject(cfg, testParams, Input{Raw: []byte(pod), Namespace: "prod", WantJSON: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ const (
 	outcomeRenderAllow = "RenderFailedAllowed"
 )
 
-// recordConfig sets the served-generation gauge; Store.Watch calls it after
+// recordConfig sets the served-generation gauge; Store.Offer calls it after
 // every swap.
 func (m *Metrics) recordConfig(c *Config) {
 	m.configGeneration.WithLabelValues(c.Name).Set(float64(c.Generation))

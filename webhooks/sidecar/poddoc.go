@@ -45,15 +45,38 @@ type readList struct {
 }
 
 // rawList is a spec list (containers, initContainers, volumes,
-// imagePullSecrets) as raw elements plus what injection inserts.
+// imagePullSecrets) as raw elements plus what injection inserts: ahead of
+// the pod's own (front), right after the pod's element i (after[i], an
+// initContainerPlacement), or at the end (back).
 type rawList struct {
 	key      string
 	present  bool
 	orig     []json.RawMessage
 	names    []string
 	front    []json.RawMessage
+	after    map[int][]json.RawMessage
 	back     []json.RawMessage
 	replaced map[int]json.RawMessage
+}
+
+// insertAfter queues b right after the pod's element i, behind what was
+// queued there before.
+func (l *rawList) insertAfter(i int, b json.RawMessage) {
+	if l.after == nil {
+		l.after = map[int][]json.RawMessage{}
+	}
+	l.after[i] = append(l.after[i], b)
+}
+
+// inserted counts the elements queued after the pod's own elements 0..i-1.
+func (l *rawList) inserted(i int) int {
+	n := 0
+	for j, a := range l.after {
+		if j < i {
+			n += len(a)
+		}
+	}
+	return n
 }
 
 // parsePod splits raw into the parts decide and the templates read: typed
@@ -201,7 +224,7 @@ func (d *podDoc) list(key string) (*rawList, error) {
 			l.orig, l.names, err = jsonscan.NamedArray(r)
 		}
 		if err != nil {
-			return nil, &decodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
+			return nil, &DecodeError{Err: fmt.Errorf("spec.%s: %w", key, err)}
 		}
 		if l.names == nil {
 			l.names = []string{}
@@ -258,7 +281,7 @@ func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []str
 	}
 	pm, err := decodeMap(l.orig[i])
 	if err != nil {
-		return nil, &decodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
+		return nil, &DecodeError{Err: fmt.Errorf("spec.%s[%d]: %w", l.key, i, err)}
 	}
 	base := make(map[string]any, len(tm)+1)
 	for k, v := range tm {
@@ -299,18 +322,42 @@ func (l *rawList) overlay(i int, e *injected, nativeSidecar bool) (dropped []str
 	return dropped, nil
 }
 
-func (l *rawList) changed() bool { return len(l.front)+len(l.back)+len(l.replaced) > 0 }
+func (l *rawList) changed() bool {
+	return len(l.front)+len(l.after)+len(l.back)+len(l.replaced) > 0
+}
 
-func (l *rawList) elements() []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(l.front)+len(l.orig)+len(l.back))
-	out = append(out, l.front...)
+// walk calls f with each element of the final list, in order.
+func (l *rawList) walk(f func(json.RawMessage)) {
+	for _, e := range l.front {
+		f(e)
+	}
 	for i, e := range l.orig {
 		if r, ok := l.replaced[i]; ok {
 			e = r
 		}
-		out = append(out, e)
+		f(e)
+		for _, a := range l.after[i] {
+			f(a)
+		}
 	}
-	return append(out, l.back...)
+	for _, e := range l.back {
+		f(e)
+	}
+}
+
+// joined is the final list as one JSON array, built in one allocation.
+func (l *rawList) joined() json.RawMessage {
+	n := 2
+	l.walk(func(e json.RawMessage) { n += len(e) + 1 })
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	l.walk(func(e json.RawMessage) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	})
+	return append(b, ']')
 }
 
 // appendAbsent appends the injected entries whose name the list lacks and
@@ -356,7 +403,7 @@ func (d *podDoc) mergeRest(patches []map[string]any) error {
 				dec := json.NewDecoder(bytes.NewReader(r))
 				dec.UseNumber()
 				if err := dec.Decode(&v); err != nil {
-					return &decodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
+					return &DecodeError{Err: fmt.Errorf("spec.%s: %w", k, err)}
 				}
 				partial[k] = v
 			}
@@ -388,26 +435,10 @@ func (d *podDoc) mergeRest(patches []map[string]any) error {
 func (d *podDoc) finalSpec() map[string]json.RawMessage {
 	for _, l := range d.lists {
 		if l.changed() {
-			d.spec[l.key] = joinRaw(l.elements())
+			d.spec[l.key] = l.joined()
 		}
 	}
 	return d.spec
-}
-
-func joinRaw(elems []json.RawMessage) json.RawMessage {
-	n := 2
-	for _, e := range elems {
-		n += len(e) + 1
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '[')
-	for i, e := range elems {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, e...)
-	}
-	return append(b, ']')
 }
 
 // writeObject writes m as a JSON object with sorted keys and raw values.
@@ -500,23 +531,36 @@ func (d *podDoc) patch() ([]byte, error) {
 				ops = append(ops, jsonpatch.NewOperation("add", path, spec[k]))
 				continue
 			}
+			// In final index order, so each add lands where it ends up and
+			// each replaced element is diffed at its final index.
 			for i, f := range l.front {
 				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(i), f))
 			}
-			idx := make([]int, 0, len(l.replaced))
+			idx := make([]int, 0, len(l.replaced)+len(l.after))
 			for i := range l.replaced {
 				idx = append(idx, i)
 			}
+			for i := range l.after {
+				if _, ok := l.replaced[i]; !ok {
+					idx = append(idx, i)
+				}
+			}
 			sort.Ints(idx)
 			for _, i := range idx {
-				sub, err := jsonpatch.CreatePatch(l.orig[i], l.replaced[i])
-				if err != nil {
-					return nil, err
+				at := len(l.front) + i + l.inserted(i)
+				if r, ok := l.replaced[i]; ok {
+					sub, err := jsonpatch.CreatePatch(l.orig[i], r)
+					if err != nil {
+						return nil, err
+					}
+					ops = append(ops, prefixed(path+"/"+strconv.Itoa(at), sub)...)
 				}
-				ops = append(ops, prefixed(path+"/"+strconv.Itoa(len(l.front)+i), sub)...)
+				for j, b := range l.after[i] {
+					ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(at+1+j), b))
+				}
 			}
 			for i, b := range l.back {
-				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(len(l.front)+len(l.orig)+i), b))
+				ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(len(l.front)+len(l.orig)+l.inserted(len(l.orig))+i), b))
 			}
 			continue
 		}

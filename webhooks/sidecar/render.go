@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"text/template"
@@ -33,27 +34,31 @@ type templateData struct {
 	NativeSidecars bool
 }
 
-// renderError is a template that failed to execute or rendered something
+// RenderError is a template that failed to execute or rendered something
 // that is not a partial pod.
-type renderError struct {
+type RenderError struct {
 	// Template is the template's name, empty when the error is about the
 	// selection of templates rather than one of them.
 	Template string
-	Err      error
+	// Err is the failure.
+	Err error
 	// ByPod marks errors caused by the pod itself (its templates
 	// annotation), not by the SidecarInjector: the webhook answers them
 	// with 400, never 500.
 	ByPod bool
 }
 
-func (e *renderError) Error() string {
+// Error names the template, when there is one, and the failure.
+func (e *RenderError) Error() string {
 	if e.Template == "" {
 		// Not about one template (e.g. a malformed templates annotation).
 		return e.Err.Error()
 	}
 	return fmt.Sprintf("template %q: %v", e.Template, e.Err)
 }
-func (e *renderError) Unwrap() error { return e.Err }
+
+// Unwrap returns Err (a *limitError when a render limit stopped it).
+func (e *RenderError) Unwrap() error { return e.Err }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
@@ -100,15 +105,15 @@ func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *templ
 	}
 	j, err := yaml.YAMLToJSONStrict(buf.Bytes())
 	if err != nil {
-		return nil, &renderError{Template: t.name, Err: fmt.Errorf("rendered invalid YAML: %w", err)}
+		return nil, &RenderError{Template: t.name, Err: fmt.Errorf("rendered invalid YAML: %w", err)}
 	}
 	var p *preparedPart
 	if !bytes.Equal(j, []byte("null")) {
 		if err := checkPartialPod(j); err != nil {
-			return nil, &renderError{Template: t.name, Err: err}
+			return nil, &RenderError{Template: t.name, Err: err}
 		}
 		if p, err = prepare(j); err != nil {
-			return nil, &renderError{Template: t.name, Err: err}
+			return nil, &RenderError{Template: t.name, Err: err}
 		}
 	}
 	t.cache.put(buf.Bytes(), p)
@@ -116,24 +121,34 @@ func (c *Config) renderOne(ctx context.Context, t *compiledTemplate, data *templ
 }
 
 // execute runs t into buf within the render limits; errors are *renderError.
+//
+// The execution runs on one OS thread, locked for its duration, so that
+// the thread's CPU clock is the render's own CPU time (renderState). All of
+// it runs there: text/template executes synchronously in the calling
+// goroutine, and no function of the FuncMap (sprig's, the bounded
+// replacements, the pod accessors) starts a goroutine or waits for one.
+// The YAML decoding that follows is not metered: maxRenderBytes bounds it.
 func (t *compiledTemplate) execute(ctx context.Context, buf *bytes.Buffer, data *templateData) error {
 	u, err := t.unit()
 	if err != nil {
-		return &renderError{Template: t.name, Err: err}
+		return &RenderError{Template: t.name, Err: err}
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	u.st.reset(ctx, time.Now())
 	u.w.buf = buf
 	err = u.tmpl.Execute(&u.w, data)
 	if err == nil {
-		// The clock is read every 64 steps; a slow last call (one regexp
-		// match can take seconds) must not finish a render past its limit.
+		// The clocks are read every 64 steps; a slow last call (sortAlpha of
+		// a long list takes tens of ms) must not finish a render past its
+		// limit.
 		err = u.st.checkTime()
 	}
 	u.w.buf = nil
 	u.st.ctx = nil // the pool must not keep a request alive
 	t.units.Put(u)
 	if err != nil {
-		return &renderError{Template: t.name, Err: err}
+		return &RenderError{Template: t.name, Err: err}
 	}
 	return nil
 }

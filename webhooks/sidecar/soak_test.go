@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/hookwright/hookwright/webhooks/serving"
+	"github.com/hookwright/hookwright/webhooks/listener"
 	"github.com/hookwright/hookwright/webhooks/serving/servingtest"
 )
 
@@ -26,7 +26,7 @@ const (
 	soakMemoryLimit = 256 << 20
 )
 
-// TestSoakSlowClients runs the real handler on a serving.Server on
+// TestSoakSlowClients runs the real handler on a listener.Server on
 // 127.0.0.1 with TLS and the flag defaults of the server binary, under
 // soakSlowClients connections that each declare a 3 MiB body and trickle it
 // (servingtest.SlowClients), while valid reviews arrive at soakValidPerSec.
@@ -39,7 +39,7 @@ func TestSoakSlowClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a one-minute soak; runs without -short")
 	}
-	var o serving.Options
+	var o listener.Options
 	fs := pflag.NewFlagSet("soak", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	if err := fs.Parse(nil); err != nil {
@@ -47,7 +47,7 @@ func TestSoakSlowClients(t *testing.T) {
 	}
 	h := newTestHandler(t, sampleConfig(t))
 	h.Envelope = o.Envelope()
-	srv := servingtest.Start(t, o, func(s *serving.Server) { s.Register("/inject", h) })
+	srv := servingtest.Start(t, o, func(s *listener.Server) { s.Register("/inject", h) })
 
 	heap := servingtest.StartPeakSampler(250*time.Millisecond, func() uint64 {
 		var ms runtime.MemStats

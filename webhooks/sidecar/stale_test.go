@@ -100,13 +100,13 @@ func TestStaleStatusReinjectedByKubeInject(t *testing.T) {
 // checked against its containers before it is skipped.
 func BenchmarkAlreadyInjected(b *testing.B) {
 	cfg := sampleConfig(b)
-	first, err := inject(cfg, testParams, input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
+	first, err := Inject(cfg, testParams, Input{Raw: []byte(nginxPod), Namespace: "shop", WantJSON: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		res, err := inject(cfg, testParams, input{Raw: first.JSON, Namespace: "shop", WantPatch: true})
+		res, err := Inject(cfg, testParams, Input{Raw: first.JSON, Namespace: "shop", WantPatch: true})
 		if err != nil || res.Injected {
 			b.Fatal(err, res.Injected)
 		}

@@ -71,6 +71,7 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 	if err != nil {
 		return err
 	}
+	e.olmInstall = in
 	r.timing("bundle/ through OLM: catalog, Subscription → CSV Succeeded", time.Since(start), 0)
 
 	const prefix = "hookwright-"

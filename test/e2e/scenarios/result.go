@@ -93,19 +93,42 @@ func fmtDur(d time.Duration) string {
 type Scenario struct {
 	Name string
 	Run  func(ctx context.Context, e *Env, r *Result) error
+	// Timeout bounds the scenario; DefaultTimeout when zero.
+	Timeout time.Duration
+}
+
+// DefaultTimeout bounds a scenario that sets no Timeout.
+const DefaultTimeout = 5 * time.Minute
+
+// Context returns ctx bounded by the scenario's timeout.
+func (s Scenario) Context(ctx context.Context) (context.Context, context.CancelFunc) {
+	t := s.Timeout
+	if t == 0 {
+		t = DefaultTimeout
+	}
+	return context.WithTimeout(ctx, t)
 }
 
 // All are the scenarios in the order they must run (each leaves the stack
-// as the next expects it).
+// as the next expects it). A new one goes at the end: from scenario 7 on,
+// the operator is the one `make run-bundle-upgrade VERSION=0.1.1`
+// installed (CSV hookwright.v0.1.1 in OperatorNamespace) with
+// config/samples applied and Ready.
 var All = []Scenario{
-	{"1. Injection", Injection},
-	{"2. Oversell", Oversell},
-	{"3. Hot reload", HotReload},
-	{"4. Self-healing webhooks", SelfHealing},
-	{"5. OLM", OLMInstall},
-	{"6. CA rotation under load", Rotation},
-	{"9. Usage-aware oversell and held cuts", UsageAware},
+	{Name: "1. Injection", Run: Injection},
+	{Name: "2. Oversell", Run: Oversell},
+	{Name: "3. Hot reload", Run: HotReload},
+	{Name: "4. Self-healing webhooks", Run: SelfHealing},
+	{Name: "5. OLM", Run: OLMInstall},
+	{Name: "6. CA rotation under load", Run: Rotation},
+	// Two image builds and two OLM installs: longer than the others.
+	{Name: "7. operator-sdk run bundle", Run: RunBundle, Timeout: 15 * time.Minute},
+	{Name: "9. Usage-aware oversell and held cuts", Run: UsageAware},
 }
+
+// README is the README's "OLM without Docker" block (READMEOLM), which
+// test/e2e runs after All.
+var README = Scenario{Name: "README: OLM without Docker", Run: READMEOLM, Timeout: 15 * time.Minute}
 
 // Run runs s and returns its result.
 func Run(ctx context.Context, e *Env, s Scenario) *Result {

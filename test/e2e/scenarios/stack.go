@@ -21,10 +21,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,6 +41,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/demoenv"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -100,8 +103,13 @@ type Env struct {
 	Cluster *cluster.Cluster
 	// Node is SystemNode.
 	Node *cluster.RealNode
-	// Registry serves the images on 127.0.0.1 (the node's only registry).
+	// Registry serves the images on 127.0.0.1 (the node's only registry),
+	// over HTTP (Addr) and HTTPS (TLSAddr).
 	Registry *ociimage.Registry
+	// RegistryFiles are the HTTPS listener's CA and trust store.
+	RegistryFiles ociimage.TLSFiles
+	// EnvFile is Dir/env (internal/demoenv): `. EnvFile` sets up a shell.
+	EnvFile string
 	// Kubectl is bin/k8s/kubectl.
 	Kubectl string
 	// ValidationTarget is the egress target (ClusterIP:443) of the Service
@@ -115,6 +123,12 @@ type Env struct {
 	// which replaces them with OLM's).
 	deployed []*unstructured.Unstructured
 	olm      *olm.OLM
+	// olmInstall is scenario 5's catalog install (scenario 7 removes it).
+	olmInstall *olm.Installation
+	// allKinds is client()'s client.
+	clientOnce sync.Once
+	allKinds   client.Client
+	clientErr  error
 }
 
 func (e *Env) figure(format string, args ...any) {
@@ -164,8 +178,12 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	e.Registry = reg
 	e.figure("%d images (operator, pause, stand-ins) built without Docker and pushed to the registry on %s in %s",
 		len(imgs), reg.Addr, time.Since(start).Round(time.Millisecond))
+	if err = e.startRegistryTLS(root); err != nil {
+		return e, err
+	}
 	if e.Node, err = c.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: SystemNode, Labels: map[string]string{PoolLabel: "system"}, Registry: reg.Addr,
+		RegistryTLS: reg.TLSAddr, RegistryCA: e.RegistryFiles.CA,
 	}); err != nil {
 		return e, err
 	}
@@ -219,6 +237,42 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		}
 	}
 	return e, nil
+}
+
+// startRegistryTLS starts the registry's HTTPS listener (operator-sdk
+// reads images over HTTPS only), writes its CA and a trust store under
+// Dir/registry and the env file a user's shell sources (KUBECONFIG,
+// SSL_CERT_FILE, IMAGE_REGISTRY: the HTTPS address, and bin/ on PATH),
+// from which the run-bundle targets take their defaults
+// (DEMO_DIR=Dir).
+func (e *Env) startRegistryTLS(root string) error {
+	c := e.Cluster
+	if err := e.Registry.StartTLS(); err != nil {
+		return err
+	}
+	// The trust store starts with the CAs the user's shell trusts.
+	system := os.Getenv("SSL_CERT_FILE")
+	if system == "" {
+		system = ociimage.DefaultCACertificates
+	}
+	files, err := e.Registry.WriteTLSFiles(filepath.Join(c.Dir, "registry"), system)
+	if err != nil {
+		return err
+	}
+	e.RegistryFiles = files
+	env, err := demoenv.Render(map[string]string{
+		demoenv.Kubeconfig: c.Kubeconfig, demoenv.SSLCertFile: files.Trust, demoenv.ImageRegistry: e.Registry.TLSAddr,
+	}, filepath.Join(root, "bin"), filepath.Join(root, "bin", "k8s"))
+	if err != nil {
+		return err
+	}
+	e.EnvFile = filepath.Join(c.Dir, demoenv.FileName)
+	if err := os.WriteFile(e.EnvFile, env, 0o644); err != nil {
+		return err
+	}
+	e.figure("registry also serves HTTPS on %s (its CA %s, trusted by %s's containerd); a shell's setup: . %s",
+		e.Registry.TLSAddr, files.CA, SystemNode, e.EnvFile)
+	return nil
 }
 
 // scheduledToReady are the times of p's PodScheduled and Ready conditions.

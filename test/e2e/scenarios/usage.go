@@ -428,7 +428,12 @@ func (e *Env) bindNodeTaints(ctx context.Context, r *Result) error {
 	sa := ""
 	for _, p := range pods.Items {
 		for _, ct := range p.Spec.Containers {
-			if ct.Image == ServerImage && len(ct.Args) > 0 && ct.Args[0] == "manager" || len(ct.Command) > 1 && ct.Command[1] == "manager" {
+			// Any version of the operator image (scenario 7 leaves 0.1.1).
+			repo, _, _ := strings.Cut(ServerImage, ":")
+			if !strings.HasPrefix(ct.Image, repo+":") {
+				continue
+			}
+			if len(ct.Args) > 0 && ct.Args[0] == "manager" || len(ct.Command) > 1 && ct.Command[1] == "manager" {
 				sa = p.Namespace + ":" + p.Spec.ServiceAccountName
 			}
 		}
@@ -437,7 +442,7 @@ func (e *Env) bindNodeTaints(ctx context.Context, r *Result) error {
 		}
 	}
 	if sa == "" {
-		return fmt.Errorf("no pod runs the operator (image %s, manager)", ServerImage)
+		return fmt.Errorf("no pod runs the operator (image %s or another tag of it, manager)", ServerImage)
 	}
 	root, err := cluster.RepoRoot()
 	if err != nil {

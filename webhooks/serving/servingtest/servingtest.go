@@ -1,6 +1,6 @@
-// Package servingtest starts a serving.Server on 127.0.0.1 with a fresh
-// serving certificate, for tests of the HTTP envelope under real TLS
-// connections.
+// Package servingtest starts a listener.Server on 127.0.0.1 with a fresh
+// serving certificate, for tests of the HTTP envelope (webhooks/serving)
+// and the listener under real TLS connections.
 //
 // It is for tests only: no non-test package may import it.
 package servingtest
@@ -19,12 +19,12 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/webhooks/serving"
+	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
-// Server is a started serving.Server.
+// Server is a started listener.Server.
 type Server struct {
-	*serving.Server
+	*listener.Server
 	// Addr is host:port on 127.0.0.1.
 	Addr string
 	// ClientTLS trusts the server's CA and names "localhost".
@@ -35,7 +35,7 @@ type Server struct {
 // directory, starts a server with o (Host, Port and CertDir are set here)
 // and the handlers register adds, and waits until it accepts connections.
 // The server stops when the test ends.
-func Start(tb testing.TB, o serving.Options, register func(*serving.Server)) *Server {
+func Start(tb testing.TB, o listener.Options, register func(*listener.Server)) *Server {
 	tb.Helper()
 	// The server and certwatcher log through controller-runtime's root.
 	ctrllog.SetLogger(logr.Discard())

@@ -1,4 +1,4 @@
-package serving_test
+package listener_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hookwright/hookwright/webhooks/listener"
 	"github.com/hookwright/hookwright/webhooks/serving"
 	"github.com/hookwright/hookwright/webhooks/serving/servingtest"
 )
@@ -26,9 +27,9 @@ func echo(e *serving.Envelope) http.Handler {
 	})
 }
 
-func start(t *testing.T, o serving.Options) *servingtest.Server {
+func start(t *testing.T, o listener.Options) *servingtest.Server {
 	e := o.Envelope()
-	return servingtest.Start(t, o, func(s *serving.Server) {
+	return servingtest.Start(t, o, func(s *listener.Server) {
 		s.Register("/echo", echo(e))
 		s.Register("/slow", slowAnswer(e, serving.BodyGrace+time.Second))
 	})
@@ -58,7 +59,7 @@ func slowAnswer(e *serving.Envelope, d time.Duration) http.Handler {
 // the body's rate deadline must not outlive the body (net/http clears it
 // when the body reaches EOF; this guards that the envelope relies on).
 func TestSlowAnswerKeepsContext(t *testing.T) {
-	s := start(t, serving.Options{})
+	s := start(t, listener.Options{})
 	resp, err := s.Client(30*time.Second).Post(s.URL("/slow"), "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func readAll(t *testing.T, c *tls.Conn, limit time.Duration) string {
 // connection closed; controller-runtime's server kept such connections open
 // for as long as the client liked.
 func TestSlowBodyTimesOut(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Second})
+	s := start(t, listener.Options{RequestTimeout: time.Second})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145728\r\n\r\n{"); err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 
 // The API server's timeout parameter shortens the body deadline.
 func TestSlowBodyTimeoutParameter(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Hour})
+	s := start(t, listener.Options{RequestTimeout: time.Hour})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo?timeout=1s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestSlowBodyTimeoutParameter(t *testing.T) {
 }
 
 func TestSlowHeadersTimeOut(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Second})
+	s := start(t, listener.Options{RequestTimeout: time.Second})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\n"); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestSlowHeadersTimeOut(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Second, IdleTimeout: time.Second})
+	s := start(t, listener.Options{RequestTimeout: time.Second, IdleTimeout: time.Second})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 // HTTP/2 stays off unless enabled: a client offering only h2 is refused at
 // the handshake, one offering both gets HTTP/1.1.
 func TestHTTP2Off(t *testing.T) {
-	s := start(t, serving.Options{})
+	s := start(t, listener.Options{})
 	if p := dial(t, s, "h2", "http/1.1").ConnectionState().NegotiatedProtocol; p != "http/1.1" {
 		t.Fatalf("negotiated %q, want http/1.1", p)
 	}
@@ -174,14 +175,14 @@ func TestHTTP2Off(t *testing.T) {
 }
 
 func TestHTTP2On(t *testing.T) {
-	s := start(t, serving.Options{EnableHTTP2: true})
+	s := start(t, listener.Options{EnableHTTP2: true})
 	if p := dial(t, s, "h2", "http/1.1").ConnectionState().NegotiatedProtocol; p != "h2" {
 		t.Fatalf("negotiated %q with --enable-http2, want h2", p)
 	}
 }
 
 func TestStartedChecker(t *testing.T) {
-	o := serving.Options{MinTLSVersion: "1.3"}
+	o := listener.Options{MinTLSVersion: "1.3"}
 	srv, err := o.NewServer()
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestStartedChecker(t *testing.T) {
 	if err := srv.StartedChecker()(nil); err == nil {
 		t.Fatal("checker passed before Start")
 	}
-	s := start(t, serving.Options{})
+	s := start(t, listener.Options{})
 	if err := s.StartedChecker()(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestStartedChecker(t *testing.T) {
 // BodyGrace even under a long request timeout: it must not hold its
 // buffer and budget for the whole timeout.
 func TestTrickledBodyCutByRate(t *testing.T) {
-	s := start(t, serving.Options{RequestTimeout: time.Hour})
+	s := start(t, listener.Options{RequestTimeout: time.Hour})
 	c := dial(t, s)
 	if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3145728\r\n\r\n"); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package serving
+package listener
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 // The server's timeouts from the flag defaults: reading and writing are
@@ -23,8 +25,8 @@ func TestServerTimeoutsFromFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := o.httpServer(context.Background(), http.NotFoundHandler())
-	if srv.ReadHeaderTimeout != defaultTimeout || srv.ReadTimeout != defaultTimeout || srv.WriteTimeout <= srv.ReadTimeout {
-		t.Errorf("read header %v, read %v, write %v: want %v, %v and a little more", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, defaultTimeout, defaultTimeout)
+	if srv.ReadHeaderTimeout != serving.DefaultTimeout || srv.ReadTimeout != serving.DefaultTimeout || srv.WriteTimeout <= srv.ReadTimeout {
+		t.Errorf("read header %v, read %v, write %v: want %v, %v and a little more", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, serving.DefaultTimeout, serving.DefaultTimeout)
 	}
 	clientIdle := http.DefaultTransport.(*http.Transport).IdleConnTimeout
 	if srv.IdleTimeout <= clientIdle {

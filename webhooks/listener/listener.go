@@ -1,19 +1,19 @@
-// Package serving holds what every hookwright webhook server shares: TLS
-// settings, the certificate directory (reloaded by controller-runtime's
-// certwatcher when the kubelet swaps a mounted Secret), flag wiring, and the
-// HTTP envelope that bounds what any client, however hostile or slow, can
-// make a server hold: timeouts on every phase of a request, a connection
-// limit, a body size limit, and one budget for the bytes of all in-flight
-// bodies (Envelope); and the request skeleton both admission handlers
-// answer through (Serve: method, content type, body, pooled answer
-// buffers), so a server adds only its decode, decision and metrics.
+// Package listener is the HTTPS listener every hookwright webhook server
+// runs (the injector, the oversell server and the manager's validating
+// webhook): TLS settings, the certificate directory (reloaded by
+// controller-runtime's certwatcher when the kubelet swaps a mounted
+// Secret), flag wiring, timeouts on every phase of a request and a
+// connection limit, as a controller-runtime webhook.Server (Server). The
+// handlers it serves read their bodies through webhooks/serving's
+// Envelope, which Options.Envelope sizes from the same flags.
 //
-// Files: serving.go options and flags, server.go the listener and TLS,
-// body.go the Envelope, review.go Serve.
+// Files: listener.go options and flags, server.go the listener and TLS.
 //
-// It must not import any other hookwright package: both servers and the
-// manager build on it.
-package serving
+// It may import webhooks/serving and controller-runtime, nothing else of
+// ours: both servers' command wiring and the manager build on it. The
+// engines never import it (they would pull in controller-runtime's
+// manager and clients).
+package listener
 
 import (
 	"crypto/tls"
@@ -23,6 +23,8 @@ import (
 
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/hookwright/hookwright/webhooks/serving"
 )
 
 var log = ctrl.Log.WithName("webhook-server")
@@ -42,7 +44,7 @@ type Options struct {
 	// EnableHTTP2 is off by default (CVE-2023-44487, rapid reset).
 	EnableHTTP2 bool
 	// RequestTimeout bounds reading a request's headers and body and
-	// writing its response; 0 means defaultTimeout
+	// writing its response; 0 means serving.DefaultTimeout
 	// (30 s, the largest webhook timeoutSeconds). A request carrying the
 	// API server's timeout parameter gets the smaller of the two for its
 	// body (Envelope.Deadline).
@@ -51,7 +53,7 @@ type Options struct {
 	// defaultIdleTimeout. Keep it above the callers' own idle timeout.
 	IdleTimeout time.Duration
 	// MaxInflightBytes bounds the body bytes held by all requests being
-	// served; 0 means defaultMaxInflight (32 MiB).
+	// served; 0 means serving.DefaultMaxInflight (32 MiB).
 	MaxInflightBytes int64
 	// MaxConnections bounds open connections (golang.org/x/net/netutil);
 	// further clients wait in the kernel's accept queue. 0 means no limit.
@@ -78,7 +80,7 @@ func (o *Options) timeout() time.Duration {
 	if o.RequestTimeout > 0 {
 		return o.RequestTimeout
 	}
-	return defaultTimeout
+	return serving.DefaultTimeout
 }
 
 // AddFlags registers the options on fs with their defaults.
@@ -90,9 +92,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KeyName, "key-name", "tls.key", "serving key file name in --cert-dir")
 	fs.StringVar(&o.MinTLSVersion, "tls-min-version", "1.3", "minimum TLS version: 1.2 or 1.3")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "serve HTTP/2 (off by default: CVE-2023-44487)")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", defaultTimeout, "bound on reading a request and writing its answer (at most the 30s webhook timeout is useful)")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", serving.DefaultTimeout, "bound on reading a request and writing its answer (at most the 30s webhook timeout is useful)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", defaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
-	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", defaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
+	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", serving.DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
 	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
 }
 
@@ -137,6 +139,6 @@ func (o *Options) NewServerWithTLS(extra ...func(*tls.Config)) (*Server, error) 
 
 // Envelope returns the body envelope for handlers of a server built from
 // these options: 3 MiB bodies, the in-flight budget and the request timeout.
-func (o *Options) Envelope() *Envelope {
-	return NewEnvelope(EnvelopeOptions{MaxInflight: o.MaxInflightBytes, Timeout: o.timeout()})
+func (o *Options) Envelope() *serving.Envelope {
+	return serving.NewEnvelope(serving.EnvelopeOptions{MaxInflight: o.MaxInflightBytes, Timeout: o.timeout()})
 }

@@ -1,12 +1,8 @@
 package olm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -17,51 +13,6 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
-
-// SDK runs bin/operator-sdk against a harness cluster the way a user runs
-// it against theirs: its kubeconfig, a working directory of its own (its
-// image caches land there) and a trust store holding the local registry's
-// certificate (SSL_CERT_FILE: Go's TLS on Linux reads it, and
-// operator-sdk reads every image over HTTPS, see ociimage.Registry.StartTLS).
-type SDK struct {
-	// Bin is the operator-sdk binary.
-	Bin string
-	// Kubeconfig is passed as --kubeconfig.
-	Kubeconfig string
-	// Dir is the working directory (created if missing).
-	Dir string
-	// CAFile is the PEM trust store for registries; empty for the system's.
-	CAFile string
-	// Logf receives each command and its output; nil discards them.
-	Logf func(format string, args ...any)
-}
-
-// Run runs operator-sdk with args (plus --kubeconfig) and returns its
-// combined output; an error carries it too.
-func (s *SDK) Run(ctx context.Context, args ...string) (string, error) {
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return "", err
-	}
-	args = append(args, "--kubeconfig="+s.Kubeconfig)
-	cmd := exec.CommandContext(ctx, s.Bin, args...)
-	cmd.Dir = s.Dir
-	// HOME keeps its caches and docker config lookups in Dir.
-	cmd.Env = append(os.Environ(), "HOME="+s.Dir, "KUBECONFIG="+s.Kubeconfig)
-	if s.CAFile != "" {
-		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+s.CAFile)
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err := cmd.Run()
-	if s.Logf != nil {
-		s.Logf("$ operator-sdk %s (%s)\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), strings.TrimSpace(out.String()))
-	}
-	if err != nil {
-		return out.String(), fmt.Errorf("operator-sdk %s: %w\n%s", args[0], err, out.String())
-	}
-	return out.String(), nil
-}
 
 // ObjectKey names one object of the cluster: its API group and resource
 // (not the version: one object served in two versions is one object), its
@@ -195,14 +146,4 @@ func NewObjects[V any](before, after map[ObjectKey]V) []ObjectKey {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
-}
-
-// WriteCAFile writes a registry's certificate (PEM) as a trust store in
-// dir and returns its path, for SDK.CAFile.
-func WriteCAFile(dir string, caPEM []byte) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, "registry-ca.pem")
-	return p, os.WriteFile(p, caPEM, 0o644)
 }
