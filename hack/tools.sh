@@ -76,11 +76,12 @@ spec() {
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
 TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
-# make demo runs these: the control plane, kwok, the real node, OLM and opm
-# (scenario 5), operator-sdk (scenario 7, make run-bundle). Not
+# make demo runs these: the control plane, kwok, metrics-server (scenario
+# 9), the real node, OLM and opm (scenario 5), operator-sdk (scenario 7,
+# make run-bundle). Not
 # controller-gen, golangci-lint, kustomize or scorecard-test, which only
 # make verify, make bundle and make scorecard run.
-DEMO_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kubelet kube-proxy containerd cni-plugins olm-crds olm catalog opm operator-sdk)
+DEMO_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server kubelet kube-proxy containerd cni-plugins olm-crds olm catalog opm operator-sdk)
 
 # build TOOL I N: builds tool I of N unless it is current.
 build() {
