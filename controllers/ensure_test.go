@@ -66,6 +66,13 @@ func TestForgetDeletedCR(t *testing.T) {
 	op := desired.SidecarCR(si)
 	other := testInjector()
 	other.Name = "mesh2"
+	other.UID = "mesh2-uid"
+	// Ensure creates children only for CRs the API server has.
+	for _, cr := range []client.Object{si.DeepCopy(), other.DeepCopy()} {
+		if err := api.Create(context.Background(), cr); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, o := range desired.BuildSidecarInjector(si, r.Settings.Settings).Objects() {
 		mustEnsure(t, r, op, o)
 	}
@@ -78,7 +85,12 @@ func TestForgetDeletedCR(t *testing.T) {
 	if n == 0 {
 		t.Fatal("nothing remembered")
 	}
-	// mesh does not exist in the API: Reconcile finds it gone.
+	for _, cr := range []client.Object{si.DeepCopy(), other.DeepCopy()} {
+		if err := api.Delete(context.Background(), cr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// mesh is gone from the API: Reconcile finds it gone.
 	if _, err := r.Reconcile(context.Background(), requestFor("mesh")); err != nil {
 		t.Fatal(err)
 	}

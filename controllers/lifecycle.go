@@ -334,6 +334,12 @@ func (r *reconciler) fail(ctx context.Context, op desired.CR, ph phase, err erro
 		r.Recorder.Eventf(op.Object, nil, corev1.EventTypeWarning, EventConflictingWriter, "Repair", ce.Error())
 		return ctrl.Result{RequeueAfter: ce.RetryAfter}, nil
 	}
+	var gone *apply.OwnerGoneError
+	if errors.As(err, &gone) {
+		// The CR's delete (or replacement) event queues what comes next.
+		log.FromContext(ctx).Info("CR gone during reconcile; stopping", "phase", ph.name, "reason", gone.Reason)
+		return ctrl.Result{}, nil
+	}
 	log.FromContext(ctx).V(1).Info("reconcile failed", "phase", ph.name, "error", err.Error())
 	r.setCondition(op, v1alpha1.ConditionReady, false, reasonApplyFailed, err.Error())
 	return ctrl.Result{}, err

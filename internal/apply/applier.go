@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -257,6 +258,11 @@ func (a *Applier) Ensure(ctx context.Context, owner Owner, obj client.Object) (b
 			return false, nil
 		}
 	}
+	if created {
+		if err := a.ownerLive(ctx, owner); err != nil {
+			return false, err
+		}
+	}
 	fromRV := live.GetResourceVersion()
 	now := a.now()
 	// Unknown (first write since start) or different from the last apply:
@@ -302,6 +308,50 @@ func (a *Applier) Ensure(ctx context.Context, owner Owner, obj client.Object) (b
 		a.Recorder.Eventf(owner.Object, obj, corev1.EventTypeNormal, EventDriftRepaired, "Repair", "repaired %s: %s", name, summarize(drift, 5))
 	}
 	return true, nil
+}
+
+// OwnerGoneError is Ensure refusing to create an object for an owner the
+// API server no longer has (or is deleting). A reconcile that read its CR
+// before the delete would otherwise create children nobody collects: when
+// the CR's CRD is deleted with it, the garbage collector cannot resolve the
+// owner's kind and leaves them (kube-controller-manager's garbage collector,
+// attemptToDeleteItem).
+type OwnerGoneError struct {
+	Kind, Name string
+	// Reason is "not found", "replaced" (another UID) or "being deleted".
+	Reason string
+}
+
+func (e *OwnerGoneError) Error() string {
+	return fmt.Sprintf("%s %s is %s; not creating its objects", e.Kind, e.Name, e.Reason)
+}
+
+// ownerLive confirms with one uncached GET that owner still exists with the
+// same UID and is not being deleted. Only creates pay for it: they are rare,
+// and an update of an existing child is collected with it anyway.
+func (a *Applier) ownerLive(ctx context.Context, owner Owner) error {
+	if a.APIReader == nil {
+		return nil
+	}
+	probe, ok := owner.Object.DeepCopyObject().(client.Object)
+	if !ok {
+		return nil
+	}
+	err := a.APIReader.Get(ctx, client.ObjectKeyFromObject(owner.Object), probe)
+	gone := &OwnerGoneError{Kind: owner.Kind, Name: owner.Object.GetName()}
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		gone.Reason = "not found"
+	case err != nil:
+		return fmt.Errorf("confirm %s %s exists: %w", owner.Kind, owner.Object.GetName(), err)
+	case probe.GetUID() != owner.Object.GetUID():
+		gone.Reason = "replaced"
+	case !probe.GetDeletionTimestamp().IsZero():
+		gone.Reason = "being deleted"
+	default:
+		return nil
+	}
+	return gone
 }
 
 // ownedKey identifies one owned object of one CR in the repairs, applied

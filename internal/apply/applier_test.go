@@ -2,12 +2,14 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -110,7 +112,7 @@ func newEnsureReconciler(t *testing.T) (*Applier, *laggingClient, client.Client)
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
-	api := fake.NewClientBuilder().WithScheme(s).Build()
+	api := fake.NewClientBuilder().WithScheme(s).WithObjects(testOwner().Object.DeepCopyObject().(client.Object)).Build()
 	lc := &laggingClient{Client: api}
 	r := &Applier{
 		Client: lc, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),
@@ -286,5 +288,47 @@ func testService() *corev1.Service {
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(o.Object, v1alpha1.GroupVersion.WithKind(o.Kind))},
 		},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app.kubernetes.io/name": "hookwright-sidecar"}, Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}
+}
+
+// TestEnsureOwnerGone: a reconcile that read its CR before the CR was
+// deleted (or replaced) creates nothing; the owner is checked uncached.
+func TestEnsureOwnerGone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, api client.Client)
+		reason string
+	}{
+		{"deleted", func(t *testing.T, api client.Client) {
+			if err := api.Delete(context.Background(), testOwner().Object.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+		}, "not found"},
+		{"replaced", func(t *testing.T, api client.Client) {
+			if err := api.Delete(context.Background(), testOwner().Object.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+			o := testOwner().Object.DeepCopyObject().(client.Object)
+			o.SetUID("99999999-2222-3333-4444-555555555555")
+			if err := api.Create(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+		}, "replaced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, lc, api := newEnsureReconciler(t)
+			tc.change(t, api)
+			wrote, err := r.Ensure(context.Background(), testOwner(), testService())
+			var gone *OwnerGoneError
+			if !errors.As(err, &gone) || gone.Reason != tc.reason || wrote {
+				t.Fatalf("Ensure = %v, %v; want OwnerGoneError %q and no write", wrote, err, tc.reason)
+			}
+			if lc.Writes() != 0 {
+				t.Fatalf("%d writes, want 0", lc.Writes())
+			}
+			if err := api.Get(context.Background(), client.ObjectKeyFromObject(testService()), &corev1.Service{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("Service exists (%v); want none created", err)
+			}
+		})
 	}
 }
