@@ -25,6 +25,10 @@ GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
 
 TEST_TIMEOUT ?= 40m
+# Test packages run at once. The cluster packages mostly wait on their
+# control planes and nodes (about a quarter of 2 cores busy at go test's
+# default of GOMAXPROCS), and every real node takes its own slot.
+TEST_PARALLEL ?= 4
 
 .PHONY: all
 all: build
@@ -76,7 +80,7 @@ verify: verify-fmt vet verify-tidy verify-generated lint ## gofmt, go vet, go mo
 
 .PHONY: test
 test: tools node-prereqs verify ## Run every test (builds the tools it needs first).
-	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: node-prereqs
 node-prereqs: ## Install the Debian packages the real test node needs, if missing (root).
