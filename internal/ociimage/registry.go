@@ -104,7 +104,18 @@ func (r *Registry) StartTLS() error {
 	r.tls = &http.Server{
 		Handler:           r.srv.Handler,
 		ReadHeaderTimeout: 30 * time.Second,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+		},
+		// HTTP/1.1 only. go-containerregistry's registry reads an upload's
+		// body while holding one lock for all blobs (pkg/registry/blobs.go).
+		// Over HTTP/2 a client's parallel uploads share one connection's
+		// flow-control window: the streams waiting for the lock fill it,
+		// and the stream holding the lock never gets its next bytes (a
+		// make bundle-image hung so for 14 minutes). A non-nil empty map
+		// turns net/http's automatic HTTP/2 off.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	r.tlsDone = make(chan error, 1)
 	go func() { r.tlsDone <- r.tls.ServeTLS(ln, "", "") }()

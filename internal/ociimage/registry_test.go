@@ -194,6 +194,17 @@ func TestRegistryTLS(t *testing.T) {
 	if d, _ := got.Digest(); d != want {
 		t.Errorf("TLS pull digest %s, want %s", d, want)
 	}
+	// HTTP/1.1 only, even to a client that offers h2: uploads sharing one
+	// HTTP/2 connection deadlock on the registry's blob lock.
+	h2 := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	resp, err := (&http.Client{Transport: h2}).Get("https://" + r.TLSAddr + "/v2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 1 {
+		t.Errorf("TLS listener answered %s, want HTTP/1.1", resp.Proto)
+	}
 	// Without the CA the certificate is not trusted.
 	if _, err := remote.Image(ref, remote.WithTransport(&http.Transport{})); err == nil {
 		t.Error("TLS pull without the registry's CA succeeded")
