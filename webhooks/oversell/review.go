@@ -129,8 +129,12 @@ func parseRequest(d []byte, i int, req *requestJSON, nodeErr *error) (int, error
 }
 
 // parseNode reads metadata.{name,labels,annotations} and
-// status.{capacity,allocatable}; everything else is skipped.
+// status.{capacity,allocatable}; everything else is skipped, but recorded
+// in n.scan for the hold check (hold.go): the raw bytes of every member
+// except metadata.managedFields, status.allocatable and status.conditions,
+// and each condition's members with lastHeartbeatTime apart.
 func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
+	n.scan.ok = true
 	return jsonscan.EachMember(d, i, "object", func(key []byte, vs int) (int, error) {
 		switch string(key) {
 		case "metadata":
@@ -144,8 +148,15 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 					n.Metadata.Labels, e, err = jsonscan.ReadStringMap(d, vs, "metadata.labels")
 				case "annotations":
 					n.Metadata.Annotations, e, err = jsonscan.ReadStringMap(d, vs, "metadata.annotations")
+				case "managedFields":
+					// Its timestamps change on every write; the API server
+					// reverts them when nothing else changed.
+					return jsonscan.SkipValue(d, vs)
 				default:
 					e, err = jsonscan.SkipValue(d, vs)
+				}
+				if err == nil {
+					n.scan.keep('m', k, d[vs:e])
 				}
 				return e, err
 			})
@@ -158,12 +169,51 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 					n.Status.Capacity, e, err = jsonscan.ReadStringMap(d, vs, "status.capacity")
 				case "allocatable":
 					n.Status.Allocatable, e, err = jsonscan.ReadStringMap(d, vs, "status.allocatable")
+					return e, err
+				case "conditions":
+					return parseConditions(d, vs, &n.scan)
 				default:
 					e, err = jsonscan.SkipValue(d, vs)
+				}
+				if err == nil {
+					n.scan.keep('s', k, d[vs:e])
 				}
 				return e, err
 			})
 		}
-		return jsonscan.SkipValue(d, vs)
+		e, err := jsonscan.SkipValue(d, vs)
+		if err == nil {
+			n.scan.keep('t', key, d[vs:e])
+		}
+		return e, err
 	})
+}
+
+// parseConditions records status.conditions in sc. A value of another
+// shape is skipped and leaves sc not ok: nothing is held for it.
+func parseConditions(d []byte, i int, sc *nodeScan) (int, error) {
+	end, err := jsonscan.EachElement(d, i, "status.conditions", func(vs int) (int, error) {
+		c := condScan{}
+		e, err := jsonscan.EachMember(d, vs, "status.conditions[]", func(k []byte, vs int) (int, error) {
+			e, err := jsonscan.SkipValue(d, vs)
+			if err != nil {
+				return e, err
+			}
+			if string(k) == "lastHeartbeatTime" {
+				c.heartbeat = d[vs:e]
+			} else {
+				c.rest = append(c.rest, member{key: k, val: d[vs:e]})
+			}
+			return e, nil
+		})
+		if err == nil {
+			sc.conds = append(sc.conds, c)
+		}
+		return e, err
+	})
+	if _, ok := err.(*jsonscan.TypeError); ok {
+		sc.ok = false
+		return jsonscan.SkipValue(d, i)
+	}
+	return end, err
 }
