@@ -36,7 +36,7 @@ import (
 
 // member is one JSON member: its raw name and raw value, slices of the body.
 type member struct {
-	parent byte // 't' top level, 'm' metadata, 's' status
+	parent byte // 't' top level, 'm' metadata, 's' status, 'f'/'F' managedFields
 	key    []byte
 	val    []byte
 }
@@ -52,8 +52,9 @@ type condScan struct {
 type nodeScan struct {
 	// ok is false when conditions had an unexpected shape.
 	ok bool
-	// residue is every member except metadata.managedFields,
-	// status.allocatable and status.conditions, in order.
+	// residue is every member except status.allocatable and
+	// status.conditions, in order, with managedFields entries' time left
+	// out ('F' starts an entry, 'f' is one of its members).
 	residue []member
 	conds   []condScan
 }
@@ -78,7 +79,9 @@ func sameMembers(a, b []member) bool {
 // write restates what old stores: d (applied, not a restore) keeps old's
 // cpu and memory allocatable and the engine annotations as obj has them,
 // every other allocatable and every other member equal old's byte for
-// byte, and the conditions differ from old's only in lastHeartbeatTime.
+// byte (managedFields apart from their time: a change of the fields a
+// manager owns is written whatever the webhook answers), and the
+// conditions differ from old's only in lastHeartbeatTime.
 // It reports false, leaving dst unchanged, when the write is anything else,
 // when obj already equals old, or when a stored heartbeat is maxAge old or
 // older at now (or does not parse): that write goes through.

@@ -131,8 +131,8 @@ func parseRequest(d []byte, i int, req *requestJSON, nodeErr *error) (int, error
 // parseNode reads metadata.{name,labels,annotations} and
 // status.{capacity,allocatable}; everything else is skipped, but recorded
 // in n.scan for the hold check (hold.go): the raw bytes of every member
-// except metadata.managedFields, status.allocatable and status.conditions,
-// and each condition's members with lastHeartbeatTime apart.
+// except status.allocatable and status.conditions (managedFields without
+// their time), and each condition's members with lastHeartbeatTime apart.
 func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 	n.scan.ok = true
 	return jsonscan.EachMember(d, i, "object", func(key []byte, vs int) (int, error) {
@@ -149,9 +149,7 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 				case "annotations":
 					n.Metadata.Annotations, e, err = jsonscan.ReadStringMap(d, vs, "metadata.annotations")
 				case "managedFields":
-					// Its timestamps change on every write; the API server
-					// reverts them when nothing else changed.
-					return jsonscan.SkipValue(d, vs)
+					return parseManagedFields(d, vs, &n.scan)
 				default:
 					e, err = jsonscan.SkipValue(d, vs)
 				}
@@ -187,6 +185,30 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 		}
 		return e, err
 	})
+}
+
+// parseManagedFields records metadata.managedFields in sc without the
+// entries' time: the field manager stamps it on every write and the API
+// server reverts it when nothing else changed
+// (fieldmanager.IgnoreManagedFieldsTimestampsTransformer), while a change
+// of the fields an entry owns is a write. A value of another shape is
+// skipped and leaves sc not ok.
+func parseManagedFields(d []byte, i int, sc *nodeScan) (int, error) {
+	end, err := jsonscan.EachElement(d, i, "metadata.managedFields", func(vs int) (int, error) {
+		sc.keep('F', nil, nil) // entry boundary
+		return jsonscan.EachMember(d, vs, "metadata.managedFields[]", func(k []byte, vs int) (int, error) {
+			e, err := jsonscan.SkipValue(d, vs)
+			if err == nil && string(k) != "time" {
+				sc.keep('f', k, d[vs:e])
+			}
+			return e, err
+		})
+	})
+	if _, ok := err.(*jsonscan.TypeError); ok {
+		sc.ok = false
+		return jsonscan.SkipValue(d, i)
+	}
+	return end, err
 }
 
 // parseConditions records status.conditions in sc. A value of another
