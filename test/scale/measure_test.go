@@ -59,12 +59,10 @@ func measureFull(t *testing.T) {
 	}
 	ctx := ctxT(t, 3*time.Hour)
 	certDir, svc := setup(t, ctx)
-	amp := startServer(t, ctx, "amplify", certDir, "--max-heartbeat-age=0")
-	hold := startServer(t, ctx, "hold", certDir)
 	var results []fleetResult
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			r := measureFleet(t, ctx, svc, amp, hold, n, window)
+			r := measureFleet(t, ctx, certDir, svc, n, window)
 			results = append(results, r)
 			// Each fleet's figures land even if a later one fails.
 			if err := writeReport(results, window); err != nil {
@@ -74,9 +72,16 @@ func measureFull(t *testing.T) {
 	}
 }
 
-func measureFleet(t *testing.T, ctx context.Context, svc *corev1.Service, amp, hold *server, n int, window time.Duration) fleetResult {
+// measureFleet measures n nodes plain, amplified by a server that never
+// holds, and amplified by one that holds (the default). Each fleet has its
+// own two servers: the API server keeps its connections to a webhook
+// through the egress tunnel it opened, so a route change takes effect only
+// once the old server is gone.
+func measureFleet(t *testing.T, ctx context.Context, certDir string, svc *corev1.Service, n int, window time.Duration) fleetResult {
 	fleet := fmt.Sprintf("f%d", n)
 	r := fleetResult{nodes: n}
+	amp := startServer(t, ctx, "amplify", certDir, "--max-heartbeat-age=0")
+	hold := startServer(t, ctx, "hold", certDir)
 	if err := env.RouteService(svc, amp.addr); err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +107,15 @@ func measureFleet(t *testing.T, ctx context.Context, svc *corev1.Service, amp, h
 	r.amplifyAll = time.Since(start)
 	r.phases = append(r.phases, measureWindow(t, ctx, "amplified", amp, hb, window))
 
+	ac, err := amp.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ampRSS = ac.rss
 	if err := env.RouteService(svc, hold.addr); err != nil {
 		t.Fatal(err)
 	}
+	_ = amp.proc.Stop(5 * time.Second)
 	h0, err := hold.read(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -117,17 +128,11 @@ func measureFleet(t *testing.T, ctx context.Context, svc *corev1.Service, amp, h
 
 	setRatio(t, ctx, no, "3")
 	r.ratioChange = waitFleetCPU(t, ctx, fleet, n, "11400m", 5*time.Minute)
-	for _, s := range []*server{amp, hold} {
-		c, err := s.read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s == amp {
-			r.ampRSS = c.rss
-		} else {
-			r.holdRSS = c.rss
-		}
+	hc, err := hold.read(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r.holdRSS = hc.rss
 	t.Logf("%d nodes: amplified all in %s, ratio change on all in %s", n, r.amplifyAll.Round(time.Millisecond), r.ratioChange.Round(time.Millisecond))
 	return r
 }
