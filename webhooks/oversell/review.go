@@ -134,7 +134,9 @@ func parseRequest(d []byte, i int, req *requestJSON, nodeErr *error) (int, error
 // except status.allocatable and status.conditions (managedFields without
 // their time), and each condition's members with lastHeartbeatTime apart.
 func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
-	n.scan.ok = true
+	// About 45 members on a kubelet-registered node with four managers;
+	// sized once rather than grown.
+	n.scan = nodeScan{ok: true, residue: make([]member, 0, 48)}
 	return jsonscan.EachMember(d, i, "object", func(key []byte, vs int) (int, error) {
 		switch string(key) {
 		case "metadata":
@@ -214,8 +216,9 @@ func parseManagedFields(d []byte, i int, sc *nodeScan) (int, error) {
 // parseConditions records status.conditions in sc. A value of another
 // shape is skipped and leaves sc not ok: nothing is held for it.
 func parseConditions(d []byte, i int, sc *nodeScan) (int, error) {
+	sc.conds = make([]condScan, 0, 6)
 	end, err := jsonscan.EachElement(d, i, "status.conditions", func(vs int) (int, error) {
-		c := condScan{}
+		c := condScan{rest: make([]member, 0, 5)}
 		e, err := jsonscan.EachMember(d, vs, "status.conditions[]", func(k []byte, vs int) (int, error) {
 			e, err := jsonscan.SkipValue(d, vs)
 			if err != nil {
