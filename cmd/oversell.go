@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +24,7 @@ type oversellOptions struct {
 	webhookServerOptions
 	trustedReporters []string
 	nodeOversell     string
+	maxHeartbeatAge  time.Duration
 }
 
 func newOversellCommand() *cobra.Command {
@@ -47,6 +49,10 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 	fs.StringVar(&o.nodeOversell, "node-oversell", "",
 		"name of the NodeOversell this server acts for: it changes only nodes that NodeOversell wins and passes other writes through, "+
 			"so overlapping NodeOversells (one webhook each) never both amplify; empty acts for whichever NodeOversell wins (one server behind one webhook)")
+	fs.DurationVar(&o.maxHeartbeatAge, "max-heartbeat-age", oversell.DefaultMaxHeartbeatAge,
+		"hold a kubelet patch that only restates raw allocatable and heartbeat times (answered so that the API server stores nothing) "+
+			"while every stored lastHeartbeatTime of the node is younger than this; the default is the kubelet's nodeStatusReportFrequency, "+
+			"so conditions never get staler than on a plain node; 0 never holds")
 	o.addFlags(fs)
 	return cmd
 }
@@ -70,6 +76,7 @@ func runOversell(ctx context.Context, o *oversellOptions) error {
 	}
 	h := oversell.NewHandler(store, m, log.WithName("handler")).ForNodeOversell(o.nodeOversell)
 	h.Envelope = o.serving.Envelope()
+	h.MaxHeartbeatAge = o.maxHeartbeatAge
 	if err := registerWebhooks(mgr, map[string]http.Handler{
 		"/oversell": h,
 		"/configz":  oversell.ConfigzHandler(store),

@@ -32,8 +32,8 @@
 //     kubernetes Service's endpoint)?
 //   - pki.go: which certificates do the API server and the kubelets use?
 //   - kwok.go: how are simulated nodes made (NodeSpec, AddNode, NodeReady)?
-//   - heartbeat.go: how is a kubelet's status loop played without a kubelet
-//     (Heartbeater)?
+//   - heartbeat.go: how are a kubelet's status loop and node Lease played
+//     without a kubelet (Heartbeater)?
 //   - metrics.go: how is metrics.k8s.io served (metrics-server through the
 //     aggregation layer, kwok's emulated kubelet metrics, SetPodUsage,
 //     StopMetricsServer)?

@@ -3,20 +3,23 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	listersv1 "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/utils/clock"
 )
 
 // SimulatedKubeletTaint (NoSchedule) is on every Heartbeater node.
@@ -32,15 +35,27 @@ type KubeletNode struct {
 }
 
 // Heartbeater reports node status the way the kubelet does
-// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus): it reads the
-// node from an informer's lister, sets capacity, allocatable and the Ready
-// heartbeat on a copy, and PATCHes nodes/status with a two-way strategic
-// merge patch from the cached copy to the computed one, as system:node:<name>
-// in group system:nodes. It patches when the status changed (heartbeat times
-// ignored) or the report period passed, checking every Period.
+// (pkg/kubelet/kubelet_node_status.go, tryUpdateNodeStatus): every Period
+// (with the kubelet's 4 % jitter) it GETs the node from the API server's
+// cache (resourceVersion "0"), sets capacity, allocatable and the
+// heartbeats of its four conditions (MemoryPressure, DiskPressure,
+// PIDPressure, Ready) on a copy, and PATCHes nodes/status with a two-way
+// strategic merge patch from the read copy to the computed one
+// (component-helpers/node/util.PatchNodeStatus), as system:node:<name> in
+// group system:nodes. It patches only when the status changed, heartbeat
+// times ignored (nodeStatusHasChanged), or Report passed since its last
+// successful patch, plus, after a change, the kubelet's one-time random
+// delay of -50 %..+50 % of Report (delayAfterNodeStatusChange). Like the kubelet's NodeLease controller
+// (pkg/kubelet/nodelease, built on component-helpers/apimachinery/lease) it
+// renews the Lease kube-node-lease/<name> every Lease/4 with a 40 s
+// duration, owned by the Node. The nodes start at random offsets within
+// Period, as a fleet's kubelets do.
 type Heartbeater struct {
 	Period time.Duration // nodeStatusUpdateFrequency, default 10 s
 	Report time.Duration // nodeStatusReportFrequency, default 5 min
+	// Lease is the node lease duration (default 40 s, renewed every
+	// quarter); zero or negative runs no lease.
+	Lease time.Duration
 
 	c      *Cluster
 	mu     sync.Mutex
@@ -51,9 +66,10 @@ type Heartbeater struct {
 
 type hbNode struct {
 	spec       KubeletNode
-	lister     listersv1.NodeLister
+	uid        types.UID
 	client     kubernetes.Interface
 	lastReport time.Time
+	delay      time.Duration // delayAfterNodeStatusChange
 	patches    int
 	errors     int
 	lastErr    error
@@ -62,7 +78,7 @@ type hbNode struct {
 // NewHeartbeater registers the nodes (creating missing Node objects with
 // the given status) but does not start reporting; call Start.
 func (c *Cluster) NewHeartbeater(ctx context.Context, nodes ...KubeletNode) (*Heartbeater, error) {
-	h := &Heartbeater{Period: 10 * time.Second, Report: 5 * time.Minute, c: c, nodes: map[string]*hbNode{}}
+	h := &Heartbeater{Period: 10 * time.Second, Report: 5 * time.Minute, Lease: 40 * time.Second, c: c, nodes: map[string]*hbNode{}}
 	for _, n := range nodes {
 		labels := map[string]string{"kubernetes.io/hostname": n.Name}
 		for k, v := range n.Labels {
@@ -75,52 +91,64 @@ func (c *Cluster) NewHeartbeater(ctx context.Context, nodes ...KubeletNode) (*He
 			Status: corev1.NodeStatus{
 				Capacity:    n.Capacity,
 				Allocatable: n.Allocatable,
-				Conditions:  []corev1.NodeCondition{readyCondition(time.Now())},
+				Conditions:  kubeletConditions(time.Now()),
 			},
 		}
-		if _, err := c.Clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		created, err := c.Clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
 			return nil, fmt.Errorf("create node %s: %w", n.Name, err)
 		}
 		cs, err := kubernetes.NewForConfig(c.KubeletConfig(n.Name))
 		if err != nil {
 			return nil, err
 		}
-		h.nodes[n.Name] = &hbNode{spec: n, client: cs}
+		h.nodes[n.Name] = &hbNode{spec: n, uid: created.UID, client: cs}
 	}
 	return h, nil
 }
 
-// Start begins reporting every Period until Stop or ctx ends.
+// Start begins reporting every Period, and renewing each node's Lease,
+// until Stop or ctx ends.
 func (h *Heartbeater) Start(ctx context.Context) error {
 	ctx, h.cancel = context.WithCancel(ctx)
 	for name, n := range h.nodes {
-		// The kubelet's informer watches only its own node.
-		f := informers.NewSharedInformerFactoryWithOptions(n.client, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-			}))
-		inf := f.Core().V1().Nodes()
-		n.lister = inf.Lister()
-		f.Start(ctx.Done())
-		if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-			return fmt.Errorf("heartbeater: node informer for %s did not sync", name)
+		if h.Lease > 0 {
+			lc := lease.NewController(clock.RealClock{}, n.client, name, int32(h.Lease/time.Second), nil, h.Lease/4,
+				name, corev1.NamespaceNodeLease, h.leaseOwner(name, n))
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				// Run, not Start: the kubelet keeps its lease across restarts.
+				lc.Run(ctx)
+			}()
 		}
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			t := time.NewTicker(h.Period)
-			defer t.Stop()
-			for {
-				h.beat(ctx, name, n)
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			// Kubelets start at unrelated times; a fleet started at once
+			// would otherwise beat in step.
+			offset := time.Duration(rand.Int64N(int64(h.Period) + 1))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(offset):
 			}
+			wait.JitterUntilWithContext(ctx, func(ctx context.Context) { h.beat(ctx, name, n) }, h.Period, 0.04, true)
 		}()
 	}
 	return nil
+}
+
+// leaseOwner makes the Node own its Lease, as the kubelet's
+// setNodeOwnerFunc does, so deleting the node lets the garbage collector
+// remove the lease.
+func (h *Heartbeater) leaseOwner(name string, n *hbNode) lease.ProcessLeaseFunc {
+	return func(l *coordinationv1.Lease) error {
+		if len(l.OwnerReferences) == 0 {
+			l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: n.uid}}
+		}
+		return nil
+	}
 }
 
 // Stop ends reporting and waits for the loops.
@@ -129,6 +157,30 @@ func (h *Heartbeater) Stop() {
 		h.cancel()
 	}
 	h.wg.Wait()
+}
+
+// Delete stops h and deletes its nodes and their Leases.
+func (h *Heartbeater) Delete(ctx context.Context) error {
+	h.Stop()
+	var errs []error
+	for name := range h.nodes {
+		if err := h.c.Clientset.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+		if err := h.c.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Nodes are the names of h's nodes.
+func (h *Heartbeater) Nodes() []string {
+	out := make([]string, 0, len(h.nodes))
+	for name := range h.nodes {
+		out = append(out, name)
+	}
+	return out
 }
 
 // Beat reports node now, out of schedule (a kubelet restart does this).
@@ -146,6 +198,19 @@ func (h *Heartbeater) Beat(ctx context.Context, node string) error {
 	return n.lastErr
 }
 
+// SetAllocatable changes the allocatable node's kubelet computes from its
+// next beat on (a changed reservation or a resized machine).
+func (h *Heartbeater) SetAllocatable(node string, alloc corev1.ResourceList) error {
+	n := h.nodes[node]
+	if n == nil {
+		return fmt.Errorf("heartbeater: unknown node %s", node)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n.spec.Allocatable = alloc.DeepCopy()
+	return nil
+}
+
 // Stats are the patches sent and failed for node.
 func (h *Heartbeater) Stats(node string) (patches, errors int, lastErr error) {
 	h.mu.Lock()
@@ -155,27 +220,33 @@ func (h *Heartbeater) Stats(node string) (patches, errors int, lastErr error) {
 }
 
 func (h *Heartbeater) beat(ctx context.Context, name string, n *hbNode) {
-	var cached *corev1.Node
-	var err error
-	if n.lister != nil {
-		cached, err = n.lister.Get(name)
-	} else {
-		cached, err = n.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	}
+	// The kubelet's first try reads from the API server's cache.
+	cached, err := n.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
 		h.record(n, false, err)
 		return
 	}
 	now := time.Now()
 	updated := cached.DeepCopy()
+	h.mu.Lock()
 	updated.Status.Capacity = n.spec.Capacity.DeepCopy()
 	updated.Status.Allocatable = n.spec.Allocatable.DeepCopy()
-	setReady(updated, now)
-
-	h.mu.Lock()
-	due := now.Sub(n.lastReport) >= h.Report
 	h.mu.Unlock()
-	if !due && !statusChanged(&cached.Status, &updated.Status) {
+	setHeartbeats(updated, now)
+
+	changed := statusChanged(&cached.Status, &updated.Status)
+	h.mu.Lock()
+	due := now.Sub(n.lastReport) >= h.Report+n.delay
+	if changed || due {
+		// A change draws a new delay so a fleet's reports spread; a
+		// periodic report keeps the plain cadence.
+		n.delay = 0
+		if changed {
+			n.delay = time.Duration(float64(h.Report) * (rand.Float64() - 0.5))
+		}
+	}
+	h.mu.Unlock()
+	if !due && !changed {
 		return
 	}
 	patch, err := nodeStatusPatch(cached, updated)
@@ -232,19 +303,34 @@ func statusChanged(a, b *corev1.NodeStatus) bool {
 	return !apiequality.Semantic.DeepEqual(strip(a), strip(b))
 }
 
-func readyCondition(now time.Time) corev1.NodeCondition {
-	return corev1.NodeCondition{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
-		LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
+// kubeletConditions are the conditions the kubelet's setters own
+// (pkg/kubelet/nodestatus/setters.go), all healthy.
+func kubeletConditions(now time.Time) []corev1.NodeCondition {
+	t := metav1.NewTime(now)
+	c := func(typ corev1.NodeConditionType, st corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: typ, Status: st, Reason: reason, Message: msg, LastHeartbeatTime: t, LastTransitionTime: t}
+	}
+	return []corev1.NodeCondition{
+		c(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+		c(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+		c(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+		c(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
 	}
 }
 
-func setReady(n *corev1.Node, now time.Time) {
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == corev1.NodeReady {
-			n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(now)
-			return
+// setHeartbeats sets the heartbeat of every kubelet condition to now, as
+// each setter does on every status update, adding missing ones.
+func setHeartbeats(n *corev1.Node, now time.Time) {
+	for _, want := range kubeletConditions(now) {
+		found := false
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == want.Type {
+				n.Status.Conditions[i].LastHeartbeatTime = want.LastHeartbeatTime
+				found = true
+			}
+		}
+		if !found {
+			n.Status.Conditions = append(n.Status.Conditions, want)
 		}
 	}
-	n.Status.Conditions = append(n.Status.Conditions, readyCondition(now))
 }

@@ -296,11 +296,11 @@ func EachMember(d []byte, i int, field string, fn func(key []byte, vs int) (int,
 	}
 }
 
-// eachElement calls fn for every element of the array at d[i] (leading
+// EachElement calls fn for every element of the array at d[i] (leading
 // whitespace allowed) with the index where it starts; fn returns the index
 // after it. It returns the index after the array. null is an empty array;
 // any other value is a *TypeError naming field.
-func eachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (int, error) {
+func EachElement(d []byte, i int, field string, fn func(vs int) (int, error)) (int, error) {
 	i, done, err := enter(d, i, '[', ']', field, "an array")
 	if err != nil || done {
 		return i, err
@@ -520,7 +520,7 @@ func ReadBool(d []byte, i int, field string) (bool, int, error) {
 // ReadStrings decodes an array of strings (or null, as nil).
 func ReadStrings(d []byte, i int, field string) ([]string, int, error) {
 	var out []string
-	end, err := eachElement(d, i, field, func(vs int) (int, error) {
+	end, err := EachElement(d, i, field, func(vs int) (int, error) {
 		s, end, err := ReadString(d, vs, field)
 		out = append(out, s)
 		return end, err

@@ -46,7 +46,7 @@ func Array(b []byte) ([]json.RawMessage, error) {
 		return nil, errors.New("not a JSON array")
 	}
 	var out []json.RawMessage
-	end, err := eachElement(b, i, "array", func(vs int) (int, error) {
+	end, err := EachElement(b, i, "array", func(vs int) (int, error) {
 		ve, err := SkipValue(b, vs)
 		if err != nil {
 			return 0, err
@@ -81,7 +81,7 @@ func NamedArray(b []byte) ([]json.RawMessage, []string, error) {
 // value that is not an array, or an element that is neither an object nor
 // null, is a *TypeError naming field ("" names none).
 func NamedArrayAt(d []byte, i int, field string) (elems []json.RawMessage, names []string, end int, err error) {
-	end, err = eachElement(d, i, field, func(vs int) (int, error) {
+	end, err = EachElement(d, i, field, func(vs int) (int, error) {
 		name := ""
 		ve, err := EachMember(d, vs, field, func(key []byte, vs int) (int, error) {
 			if !isName(key) {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
@@ -88,6 +89,34 @@ func BenchmarkHandler(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		rd.Reset(body)
 		h.ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkHandlerHeld is BenchmarkHandler on a restatement that is held
+// (hold.go): heartbeat times 30 s newer than the stored ones, answered with
+// a patch that puts the stored values back.
+func BenchmarkHandlerHeld(b *testing.B) {
+	now := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	obj, old := restatement(now)
+	body := reviewFor(b, "system:node:n1", kubeletGroups, obj, old)
+	h, m := testHandler(b, poolSnapshot(b))
+	h.now = func() time.Time { return now }
+	req := httptest.NewRequest(http.MethodPost, "/oversell", nil)
+	req.Header.Set("Content-Type", "application/json")
+	rd := bytes.NewReader(body)
+	req.Body = io.NopCloser(rd)
+	req.ContentLength = int64(len(body))
+	w := &discardWriter{h: http.Header{}}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rd.Reset(body)
+		h.ServeHTTP(w, req)
+	}
+	b.StopTimer()
+	if held := testutil.ToFloat64(m.Mutations.WithLabelValues(outcomeHeld, "kubelet", string(reasonKubeletReport))); held != float64(b.N) {
+		b.Fatalf("%v of %d reviews held", held, b.N)
 	}
 }
 

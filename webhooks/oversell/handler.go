@@ -20,6 +20,7 @@ const maxBodyBytes = serving.DefaultMaxBody
 const (
 	outcomePatched   = "patched"   // a JSON patch was returned
 	outcomeUnchanged = "unchanged" // decided; the stored values are already right
+	outcomeHeld      = "held"      // a kubelet restatement answered so the stored node stays unchanged (hold.go)
 	outcomeSkipped   = "skipped"   // no safe decision; admitted unchanged with a warning
 	outcomeIgnored   = "ignored"   // not an UPDATE of nodes/status; admitted unchanged with a warning
 	outcomeError     = "error"     // internal problem; admitted unchanged with a warning
@@ -66,6 +67,11 @@ type SnapshotSource interface {
 //   - 200 allowed with a JSONPatch on /status/allocatable/{cpu,memory} and
 //     the oversell.hookwright.io/ annotations otherwise (sideEffects: None;
 //     metrics are not side effects on the cluster).
+//   - 200 allowed with a JSONPatch putting back the stored allocatable and
+//     conditions' lastHeartbeatTime for a kubelet patch that only restates
+//     raw allocatable and heartbeat times, while the stored heartbeats are
+//     younger than MaxHeartbeatAge: the API server then stores nothing
+//     (hold.go; counted with outcome "held").
 type Handler struct {
 	src     SnapshotSource
 	metrics *Metrics
@@ -75,12 +81,23 @@ type Handler struct {
 	// Envelope bounds body size, read time and in-flight bytes; nil means
 	// the process-wide Envelope with the default bounds (serving.Serve).
 	Envelope *serving.Envelope
+	// MaxHeartbeatAge bounds holding (hold.go): a reporting writer's
+	// restatement is answered so that nothing is stored only while every
+	// stored lastHeartbeatTime is younger than this. Zero or negative
+	// never holds. NewHandler sets DefaultMaxHeartbeatAge.
+	MaxHeartbeatAge time.Duration
+	// now is the clock of the hold check; nil is time.Now.
+	now func() time.Time
 }
+
+// DefaultMaxHeartbeatAge is the kubelet's nodeStatusReportFrequency
+// default (5 min): a plain node's heartbeat is written at least that often.
+const DefaultMaxHeartbeatAge = 5 * time.Minute
 
 // NewHandler returns a handler reading configuration from src and
 // recording into m (required; see NewMetrics).
 func NewHandler(src SnapshotSource, m *Metrics, log logr.Logger) *Handler {
-	return &Handler{src: src, metrics: m, log: log}
+	return &Handler{src: src, metrics: m, log: log, MaxHeartbeatAge: DefaultMaxHeartbeatAge}
 }
 
 // ForNodeOversell makes h the server of NodeOversell name: it changes only
@@ -121,6 +138,8 @@ type nodeJSON struct {
 		Capacity    map[string]string `json:"capacity"`
 		Allocatable map[string]string `json:"allocatable"`
 	} `json:"status"`
+	// scan is what parseNode records for the hold check (hold.go).
+	scan nodeScan
 }
 
 func (n *nodeJSON) state() NodeState {
@@ -193,6 +212,7 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		writer  WriterClass
 		patch   []byte
 		patched bool
+		held    bool
 		act     bool
 	)
 	if perr := func() (err error) {
@@ -214,6 +234,16 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 			in.Old = &old
 		}
 		d = Decide(in)
+		if writer.reportsRaw() && req.OldObject != nil {
+			now := time.Now
+			if h.now != nil {
+				now = h.now
+			}
+			if patch, held = appendHoldPatch(make([]byte, 0, 512), &req.Object, req.OldObject, &d, now(), h.MaxHeartbeatAge); held {
+				patched = true
+				return nil
+			}
+		}
 		patch, patched = appendPatch(make([]byte, 0, 512), obj, d)
 		return nil
 	}(); perr != nil {
@@ -241,7 +271,9 @@ func (h *Handler) review(dst []byte, req *requestJSON, decodeErr error) []byte {
 		h.metrics.observeNode(name, &d)
 	}
 	outcome := outcomeUnchanged
-	if patched {
+	if held {
+		outcome = outcomeHeld
+	} else if patched {
 		outcome = outcomePatched
 	} else {
 		patch = nil

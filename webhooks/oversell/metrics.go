@@ -110,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"node", "resource"}),
 		Mutations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookwright_oversell_mutations_total",
-			Help: "Node status reviews by outcome (patched, unchanged, skipped, ignored, error), writer class and reason.",
+			Help: "Node status reviews by outcome (patched, held, unchanged, skipped, ignored, error), writer class and reason.",
 		}, []string{"outcome", "writer", "reason"}),
 		UntrustedAllocatableWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hookwright_oversell_untrusted_allocatable_writes_total",

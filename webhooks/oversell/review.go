@@ -129,8 +129,14 @@ func parseRequest(d []byte, i int, req *requestJSON, nodeErr *error) (int, error
 }
 
 // parseNode reads metadata.{name,labels,annotations} and
-// status.{capacity,allocatable}; everything else is skipped.
+// status.{capacity,allocatable}; everything else is skipped, but recorded
+// in n.scan for the hold check (hold.go): the raw bytes of every member
+// except status.allocatable and status.conditions (managedFields without
+// their time), and each condition's members with lastHeartbeatTime apart.
 func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
+	// About 45 members on a kubelet-registered node with four managers;
+	// sized once rather than grown.
+	n.scan = nodeScan{ok: true, residue: make([]member, 0, 48)}
 	return jsonscan.EachMember(d, i, "object", func(key []byte, vs int) (int, error) {
 		switch string(key) {
 		case "metadata":
@@ -144,8 +150,13 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 					n.Metadata.Labels, e, err = jsonscan.ReadStringMap(d, vs, "metadata.labels")
 				case "annotations":
 					n.Metadata.Annotations, e, err = jsonscan.ReadStringMap(d, vs, "metadata.annotations")
+				case "managedFields":
+					return parseManagedFields(d, vs, &n.scan)
 				default:
 					e, err = jsonscan.SkipValue(d, vs)
+				}
+				if err == nil {
+					n.scan.keep('m', k, d[vs:e])
 				}
 				return e, err
 			})
@@ -158,12 +169,76 @@ func parseNode(d []byte, i int, n *nodeJSON) (int, error) {
 					n.Status.Capacity, e, err = jsonscan.ReadStringMap(d, vs, "status.capacity")
 				case "allocatable":
 					n.Status.Allocatable, e, err = jsonscan.ReadStringMap(d, vs, "status.allocatable")
+					return e, err
+				case "conditions":
+					return parseConditions(d, vs, &n.scan)
 				default:
 					e, err = jsonscan.SkipValue(d, vs)
+				}
+				if err == nil {
+					n.scan.keep('s', k, d[vs:e])
 				}
 				return e, err
 			})
 		}
-		return jsonscan.SkipValue(d, vs)
+		e, err := jsonscan.SkipValue(d, vs)
+		if err == nil {
+			n.scan.keep('t', key, d[vs:e])
+		}
+		return e, err
 	})
+}
+
+// parseManagedFields records metadata.managedFields in sc without the
+// entries' time: the field manager stamps it on every write and the API
+// server reverts it when nothing else changed
+// (fieldmanager.IgnoreManagedFieldsTimestampsTransformer), while a change
+// of the fields an entry owns is a write. A value of another shape is
+// skipped and leaves sc not ok.
+func parseManagedFields(d []byte, i int, sc *nodeScan) (int, error) {
+	end, err := jsonscan.EachElement(d, i, "metadata.managedFields", func(vs int) (int, error) {
+		sc.keep('F', nil, nil) // entry boundary
+		return jsonscan.EachMember(d, vs, "metadata.managedFields[]", func(k []byte, vs int) (int, error) {
+			e, err := jsonscan.SkipValue(d, vs)
+			if err == nil && string(k) != "time" {
+				sc.keep('f', k, d[vs:e])
+			}
+			return e, err
+		})
+	})
+	if _, ok := err.(*jsonscan.TypeError); ok {
+		sc.ok = false
+		return jsonscan.SkipValue(d, i)
+	}
+	return end, err
+}
+
+// parseConditions records status.conditions in sc. A value of another
+// shape is skipped and leaves sc not ok: nothing is held for it.
+func parseConditions(d []byte, i int, sc *nodeScan) (int, error) {
+	sc.conds = make([]condScan, 0, 6)
+	end, err := jsonscan.EachElement(d, i, "status.conditions", func(vs int) (int, error) {
+		c := condScan{rest: make([]member, 0, 5)}
+		e, err := jsonscan.EachMember(d, vs, "status.conditions[]", func(k []byte, vs int) (int, error) {
+			e, err := jsonscan.SkipValue(d, vs)
+			if err != nil {
+				return e, err
+			}
+			if string(k) == "lastHeartbeatTime" {
+				c.heartbeat = d[vs:e]
+			} else {
+				c.rest = append(c.rest, member{key: k, val: d[vs:e]})
+			}
+			return e, nil
+		})
+		if err == nil {
+			sc.conds = append(sc.conds, c)
+		}
+		return e, err
+	})
+	if _, ok := err.(*jsonscan.TypeError); ok {
+		sc.ok = false
+		return jsonscan.SkipValue(d, i)
+	}
+	return end, err
 }

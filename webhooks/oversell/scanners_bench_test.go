@@ -23,9 +23,18 @@ func BenchmarkScanners(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The hold check's record is ours alone.
+	want.req.Object.scan, want.req.OldObject.scan = nodeScan{}, nodeScan{}
 	run := func(name string, read func([]byte) (*requestJSON, error)) {
 		b.Run(name, func(b *testing.B) {
 			got, err := read(body)
+			if err == nil {
+				// The hold check's record is ours alone.
+				got.Object.scan = nodeScan{}
+				if got.OldObject != nil {
+					got.OldObject.scan = nodeScan{}
+				}
+			}
 			if err != nil || !reflect.DeepEqual(got, want.req) {
 				b.Fatalf("%s read %+v, %v\nwant %+v", name, got, err, want.req)
 			}

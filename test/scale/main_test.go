@@ -1,0 +1,52 @@
+// Package scale measures what NodeOversell costs the control plane, issue 19
+// item 6, against a real kube-apiserver and etcd and the real oversell
+// server (`hookwright oversell`, a child process behind its Service).
+//
+// The nodes are played by cluster.Heartbeater, which writes node status at
+// the kubelet's rhythm (a GET from the API server's cache every
+// nodeStatusUpdateFrequency, 10 s; a PATCH of nodes/status when the status
+// changed or the 5 min report period passed) and renews each node's Lease
+// every 10 s. They are not kwok nodes: kwok's own heartbeat stage would be
+// a second status writer that a real node does not have, and nothing here
+// runs pods.
+//
+// By default (`make test`) TestScale runs 50 nodes and asserts facts only:
+// every node is amplified, a kubelet patch that only restates raw
+// allocatable and heartbeat times is held (the stored node keeps its
+// resourceVersion: etcd wrote nothing), a changed status goes through, a
+// heartbeat still goes through once the stored one is --max-heartbeat-age
+// old, and a ratio change reaches every node. With HOOKWRIGHT_SCALE=full
+// (`make scale`) it measures 10, 100 and 1,000 nodes plain, amplified and
+// amplified with holding, and writes _scale/report-full.md.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var err error
+	env, err = cluster.New(ctx, cluster.Options{
+		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start cluster:", err)
+		cancel()
+		os.Exit(1)
+	}
+	code := m.Run()
+	cancel()
+	cluster.RemoveHookwrightBinary()
+	if !env.StopChecked(os.Stderr) {
+		code = 1
+	}
+	os.Exit(code)
+}
