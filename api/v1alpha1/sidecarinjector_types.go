@@ -11,6 +11,13 @@ const (
 	SidecarInjectKey = "sidecar.hookwright.io/inject"
 	// SidecarStatusKey records what was injected, so re-injection is idempotent.
 	SidecarStatusKey = "sidecar.hookwright.io/status"
+	// SidecarRevisionKey is the pod label naming the revision of the
+	// injector's output the pod got (16 hex digits, the status
+	// annotation's configHash), so pods are selectable by revision.
+	SidecarRevisionKey = "sidecar.hookwright.io/revision"
+	// SidecarInjectorLabelKey labels a SidecarInjector's ControllerRevisions
+	// with its name.
+	SidecarInjectorLabelKey = "sidecar.hookwright.io/injector"
 	// SidecarTemplatesKey is a comma-separated list of template names to apply
 	// instead of spec.defaultTemplates.
 	SidecarTemplatesKey = "sidecar.hookwright.io/templates"

@@ -24,6 +24,8 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
@@ -321,14 +323,38 @@ func selectorList(in []metav1.LabelSelector) ([]labels.Selector, []int, error) {
 
 // specHash covers everything that changes what gets injected.
 func specHash(s *v1alpha1.SidecarInjectorSpec) string {
-	b, _ := json.Marshal(struct {
-		Templates        []v1alpha1.NamedTemplate
-		DefaultTemplates []string
-		Values           any
-		Native           v1alpha1.NativeSidecarMode
-	}{s.Templates, s.DefaultTemplates, s.Values, s.NativeSidecars})
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(revisionData(s))
 	return hex.EncodeToString(sum[:8])
+}
+
+// revisionData is the JSON of the spec fields that shape what is injected:
+// templates (with their placement), default templates, values and the
+// native sidecar mode. Selectors, policy, replicas and certificates are
+// left out, so changing them keeps the revision.
+func revisionData(s *v1alpha1.SidecarInjectorSpec) []byte {
+	b, _ := json.Marshal(RevisionContent{Templates: s.Templates, DefaultTemplates: s.DefaultTemplates, Values: s.Values, NativeSidecars: s.NativeSidecars})
+	return b
+}
+
+// RevisionContent is what a revision records of a SidecarInjector: the
+// data of its ControllerRevisions. The field names are part of the hash,
+// so they never change.
+type RevisionContent struct {
+	Templates        []v1alpha1.NamedTemplate   `json:"Templates"`
+	DefaultTemplates []string                   `json:"DefaultTemplates"`
+	Values           *apiextensionsv1.JSON      `json:"Values"`
+	NativeSidecars   v1alpha1.NativeSidecarMode `json:"Native"`
+}
+
+// Revision is the revision of what cr injects (after the API's defaults):
+// 16 hex digits of the sha256 of RevisionContent's JSON, the value of the
+// pod label sidecar.hookwright.io/revision and of the status annotation's
+// configHash. It changes only when templates, default templates, values or
+// the native sidecar mode change. data is that JSON (a ControllerRevision's
+// data).
+func Revision(cr *v1alpha1.SidecarInjector) (revision string, data []byte) {
+	s := &cr.WithDefaults().Spec
+	return specHash(s), revisionData(s)
 }
 
 // Store holds the config being served. Update swaps it atomically; a config
