@@ -128,13 +128,14 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 	for i := range crs {
 		cr := crs[i].WithDefaults()
 		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}}
-		cfg, err := sidecar.Compile(cr)
+		eff, rev, _ := sidecar.Served(cr)
+		cfg, err := sidecar.Compile(eff)
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)
 			continue
 		}
-		st.Revision, _ = sidecar.Revision(cr)
+		st.Revision = rev
 		inj := fleet.Injector{Config: cfg, Revision: st.Revision, Params: sidecar.Params{
 			OperatorNamespace:  operatorNS,
 			ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),

@@ -75,6 +75,7 @@ type fleetReconciler struct {
 type compiledInjector struct {
 	uid        types.UID
 	generation int64
+	revision   string
 	inj        fleet.Injector
 }
 
@@ -106,25 +107,26 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 		Complete(r)
 }
 
-// injector compiles cr once per generation.
+// injector compiles what cr's servers serve (sidecar.Served: pinned to
+// spec.revision once resolved) once per generation and revision.
 func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector, error) {
+	eff, rev, _ := sidecar.Served(cr)
 	r.mu.Lock()
 	c, ok := r.compiled[cr.Name]
 	r.mu.Unlock()
-	if ok && c.uid == cr.UID && c.generation == cr.Generation {
+	if ok && c.uid == cr.UID && c.generation == cr.Generation && c.revision == rev {
 		return c.inj, nil
 	}
-	cfg, err := sidecar.Compile(cr)
+	cfg, err := sidecar.Compile(eff)
 	if err != nil {
 		return fleet.Injector{}, err
 	}
-	rev, _ := sidecar.Revision(cr)
 	inj := fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
 		OperatorNamespace:  r.settings.Namespace,
 		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, r.settings.Settings),
 	}}
 	r.mu.Lock()
-	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, inj: inj}
+	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, revision: rev, inj: inj}
 	r.mu.Unlock()
 	return inj, nil
 }
@@ -183,6 +185,12 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	r.mu.Lock()
 	wait := FleetWriteInterval - r.now().Sub(r.lastWrite[cr.Name])
 	r.mu.Unlock()
+	// Same counts, other conditions: the lifecycle reconciler's merge
+	// patch of status.conditions (a whole list) put back ones it read
+	// before our last write. Repair them at once; no count moved.
+	if equality.Semantic.DeepEqual(orig.Status.Fleet, cr.Status.Fleet) {
+		wait = 0
+	}
 	if wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -32,24 +33,51 @@ type revisionKeeper struct {
 	Namespace string
 }
 
-// AfterApply sets status.revision and, with a keeper, records it in the
-// revision history.
+// AfterApply records the spec's revision in the history (with a keeper),
+// resolves spec.revision into status.pinned from its ControllerRevision,
+// and sets status.revision to the revision served. A spec.revision that is
+// not kept is an error of the reconcile (Ready False naming it); the
+// servers then keep what they serve.
 func (k sidecarKind) AfterApply(ctx context.Context, cr v1alpha1.Object) (time.Duration, error) {
 	si := cr.(*v1alpha1.SidecarInjector)
 	rev, data := sidecar.Revision(si)
-	si.Status.Revision = rev
 	if k.revisions == nil {
+		if si.Spec.Revision == "" {
+			si.Status.Revision, si.Status.Pinned = rev, nil
+		}
 		return 0, nil
 	}
-	return 0, k.revisions.keep(ctx, si, rev, data)
+	kept, err := k.revisions.keep(ctx, si, rev, data)
+	if err != nil {
+		return 0, err
+	}
+	if si.Spec.Revision == "" {
+		si.Status.Revision, si.Status.Pinned = rev, nil
+		return 0, nil
+	}
+	cr0, ok := kept[si.Spec.Revision]
+	if !ok {
+		si.Status.Pinned = nil
+		return 0, fmt.Errorf("spec.revision %s is not a kept revision of SidecarInjector %s (ControllerRevisions %s-<revision> in %s)", si.Spec.Revision, si.Name, si.Name, k.revisions.Namespace)
+	}
+	var rc sidecar.RevisionContent
+	if err := json.Unmarshal(cr0.Data.Raw, &rc); err != nil {
+		return 0, fmt.Errorf("ControllerRevision %s: %w", cr0.Name, err)
+	}
+	si.Status.Pinned = &v1alpha1.PinnedRevision{Revision: si.Spec.Revision, Templates: rc.Templates,
+		DefaultTemplates: rc.DefaultTemplates, Values: rc.Values, NativeSidecars: rc.NativeSidecars}
+	si.Status.Revision = si.Spec.Revision
+	return 0, nil
 }
 
 func revisionName(cr, rev string) string { return cr + "-" + rev }
 
-func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector, rev string, data []byte) error {
+// keep records rev in si's history and prunes it (never the pinned
+// revision); it returns the kept ControllerRevisions by revision.
+func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector, rev string, data []byte) (map[string]*appsv1.ControllerRevision, error) {
 	list := &appsv1.ControllerRevisionList{}
 	if err := k.Client.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingLabels{v1alpha1.SidecarInjectorLabelKey: si.Name}); err != nil {
-		return fmt.Errorf("list ControllerRevisions: %w", err)
+		return nil, fmt.Errorf("list ControllerRevisions: %w", err)
 	}
 	var kept []fleet.Kept
 	byName := map[string]*appsv1.ControllerRevision{}
@@ -61,7 +89,11 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 		byName[cr.Name] = cr
 		kept = append(kept, fleet.Kept{Name: cr.Name, Hash: cr.Labels[v1alpha1.SidecarRevisionKey], Number: cr.Revision})
 	}
-	plan := fleet.PlanHistory(kept, rev, fleet.HistoryLimit)
+	byHash := map[string]*appsv1.ControllerRevision{}
+	for _, c := range byName {
+		byHash[c.Labels[v1alpha1.SidecarRevisionKey]] = c
+	}
+	plan := fleet.PlanHistory(kept, rev, si.Spec.Revision, fleet.HistoryLimit)
 	if plan.Create != 0 {
 		obj := &appsv1.ControllerRevision{
 			ObjectMeta: metav1.ObjectMeta{
@@ -80,23 +112,27 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 		}
 		// AlreadyExists: the cache has not seen our last create yet.
 		if err := k.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create ControllerRevision %s: %w", obj.Name, err)
+			return nil, fmt.Errorf("create ControllerRevision %s: %w", obj.Name, err)
 		}
+		byHash[rev] = obj
 	}
 	if plan.Renumber != nil {
 		obj := byName[plan.Renumber.Name]
 		patch := client.MergeFrom(obj.DeepCopy())
 		obj.Revision = plan.RenumberTo
 		if err := k.Client.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("renumber ControllerRevision %s: %w", obj.Name, err)
+			return nil, fmt.Errorf("renumber ControllerRevision %s: %w", obj.Name, err)
 		}
 	}
 	for _, d := range plan.Delete {
 		if err := k.Client.Delete(ctx, byName[d.Name]); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete ControllerRevision %s: %w", d.Name, err)
+			return nil, fmt.Errorf("delete ControllerRevision %s: %w", d.Name, err)
+		}
+		if byHash[d.Hash] == byName[d.Name] {
+			delete(byHash, d.Hash)
 		}
 	}
-	return nil
+	return byHash, nil
 }
 
 func ownedBy(o metav1.Object, si *v1alpha1.SidecarInjector) bool {

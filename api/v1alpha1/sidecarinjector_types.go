@@ -218,6 +218,34 @@ type SidecarInjectorSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Serving Certificate"
 	Certificate CertificateSpec `json:"certificate,omitempty"`
+
+	// Revision pins what the servers inject to a kept revision (the
+	// status.revision of an earlier spec, kept as ControllerRevision
+	// <name>-<revision>): its templates, default templates, values and
+	// native sidecar mode replace the spec's. Empty: the spec's own.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pinned Revision"
+	Revision string `json:"revision,omitempty"`
+}
+
+// PinnedRevision is the content of a pinned revision, copied by the
+// operator from its ControllerRevision so the servers, which read only
+// their CR, inject it.
+type PinnedRevision struct {
+	// Revision is spec.revision.
+	Revision string `json:"revision"`
+	// +optional
+	Templates []NamedTemplate `json:"templates,omitempty"`
+	// +optional
+	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+	// +optional
+	NativeSidecars NativeSidecarMode `json:"nativeSidecars,omitempty"`
 }
 
 // SidecarInjectorStatus is filled by the operator.
@@ -230,13 +258,17 @@ type SidecarInjectorStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Served Generation"
 	ServedGeneration int64 `json:"servedGeneration,omitempty"`
-	// Revision is the revision of what the spec injects (16 hex digits,
-	// the pod label sidecar.hookwright.io/revision of pods injected with
-	// it). The operator keeps the last 10 revisions as ControllerRevisions
+	// Revision is the revision the servers inject (16 hex digits, the
+	// pod label sidecar.hookwright.io/revision of pods injected with it):
+	// spec.revision when pinned, else the spec's own. The operator keeps the last 10 revisions as ControllerRevisions
 	// named <name>-<revision> in its namespace, owned by this CR.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Revision"
 	Revision string `json:"revision,omitempty"`
+	// Pinned is the content of spec.revision while it is set and kept.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Pinned Revision"
+	Pinned *PinnedRevision `json:"pinned,omitempty"`
 	// Fleet counts the running pods by what they carry of this injector's
 	// sidecars, as the operator's pod informer last saw them.
 	// +optional

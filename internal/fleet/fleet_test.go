@@ -220,18 +220,20 @@ func TestPlanHistory(t *testing.T) {
 		create   int64
 		renumber string
 		delete   []string
+		protect  string
 	}{
-		{"first", nil, "a", 1, "", nil},
-		{"unchanged", []Kept{k("a", 1)}, "a", 0, "", nil},
-		{"new", []Kept{k("a", 1)}, "b", 2, "", nil},
-		{"back to an older one", []Kept{k("a", 1), k("b", 2)}, "a", 0, "mesh-a", nil},
-		{"new beyond the limit", many, "new", 11, "", []string{"mesh-h0"}},
-		{"current at the limit", many, "h9", 0, "", nil},
-		{"repeat of a hash", []Kept{k("a", 1), {Name: "dup", Hash: "a", Number: 2}}, "a", 0, "", []string{"mesh-a"}},
+		{"first", nil, "a", 1, "", nil, ""},
+		{"unchanged", []Kept{k("a", 1)}, "a", 0, "", nil, ""},
+		{"new", []Kept{k("a", 1)}, "b", 2, "", nil, ""},
+		{"back to an older one", []Kept{k("a", 1), k("b", 2)}, "a", 0, "mesh-a", nil, ""},
+		{"new beyond the limit", many, "new", 11, "", []string{"mesh-h0"}, ""},
+		{"current at the limit", many, "h9", 0, "", nil, ""},
+		{"repeat of a hash", []Kept{k("a", 1), {Name: "dup", Hash: "a", Number: 2}}, "a", 0, "", []string{"mesh-a"}, ""},
+		{"pinned one protected, kept beyond the limit", many, "new", 11, "", nil, "h0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := PlanHistory(tc.kept, tc.hash, HistoryLimit)
+			p := PlanHistory(tc.kept, tc.hash, tc.protect, HistoryLimit)
 			var del []string
 			for _, d := range p.Delete {
 				del = append(del, d.Name)

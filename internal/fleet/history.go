@@ -31,8 +31,9 @@ type HistoryPlan struct {
 }
 
 // PlanHistory plans kept revisions so that the current hash is the newest
-// and at most limit remain.
-func PlanHistory(kept []Kept, hash string, limit int) HistoryPlan {
+// and at most limit remain, besides protect (a pinned revision), which is
+// never deleted.
+func PlanHistory(kept []Kept, hash, protect string, limit int) HistoryPlan {
 	ks := slices.Clone(kept)
 	slices.SortFunc(ks, func(a, b Kept) int { return cmp.Or(cmp.Compare(b.Number, a.Number), cmp.Compare(a.Name, b.Name)) })
 	var p HistoryPlan
@@ -53,6 +54,9 @@ func PlanHistory(kept []Kept, hash string, limit int) HistoryPlan {
 		seen[k.Hash] = true
 		if k.Hash == hash {
 			cur = &ks[i]
+			continue
+		}
+		if k.Hash == protect {
 			continue
 		}
 		keep = append(keep, k)

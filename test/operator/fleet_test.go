@@ -23,8 +23,9 @@ import (
 // The fleet status of a SidecarInjector: pods created while its server is
 // absent (failurePolicy Ignore) are counted missing, injected pods current
 // and labelled with the revision, a template change makes them outdated
-// and is kept as a second ControllerRevision, and pod events that change
-// no count write nothing to the CR.
+// and is kept as a second ControllerRevision, pod events that change no
+// count write nothing to the CR, and pinning the first revision brings it
+// back.
 func TestFleetStatus(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	c := env.Client
@@ -80,10 +81,7 @@ func TestFleetStatus(t *testing.T) {
 		}
 	}
 	fleetIs("pods created during the outage missing", v1alpha1.FleetCounts{MatchedPods: 3, MissingPods: 3})
-	missing := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionPodsMissingSidecars)
-	if missing == nil || missing.Status != metav1.ConditionTrue || !strings.Contains(missing.Message, ns+"/bare-0 (should carry") {
-		t.Fatalf("PodsMissingSidecars %+v", missing)
-	}
+	condIs(t, ctx, si, v1alpha1.ConditionPodsMissingSidecars, metav1.ConditionTrue, ns+"/bare-0 (should carry")
 
 	// The server serves: new pods are injected and current.
 	base := desired.SidecarKind.BaseName(si.Name)
@@ -123,9 +121,7 @@ func TestFleetStatus(t *testing.T) {
 		}
 	}
 	fleetIs("injected pods current", v1alpha1.FleetCounts{MatchedPods: 5, InjectedPods: 2, CurrentPods: 2, MissingPods: 3})
-	if !apimeta.IsStatusConditionTrue(si.Status.Conditions, v1alpha1.ConditionPodsUpToDate) {
-		t.Errorf("PodsUpToDate not True: %s", fmtConds(si.Status.Conditions))
-	}
+	condIs(t, ctx, si, v1alpha1.ConditionPodsUpToDate, metav1.ConditionTrue, "2 injected pods at the current revision")
 	if ns0 := si.Status.Fleet.Namespaces; len(ns0) != 1 || ns0[0].Name != ns || ns0[0].MissingPods != 3 || si.Status.Fleet.NamespacesTotal != 1 {
 		t.Errorf("status.fleet.namespaces %+v total %d", ns0, si.Status.Fleet.NamespacesTotal)
 	}
@@ -187,10 +183,7 @@ func TestFleetStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleetIs("injected pods outdated after a template change", v1alpha1.FleetCounts{MatchedPods: 5, InjectedPods: 2, OutdatedPods: 2, MissingPods: 3})
-	up := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionPodsUpToDate)
-	if up == nil || up.Status != metav1.ConditionFalse || !strings.Contains(up.Message, "injected at revision "+rev) {
-		t.Errorf("PodsUpToDate %+v", up)
-	}
+	condIs(t, ctx, si, v1alpha1.ConditionPodsUpToDate, metav1.ConditionFalse, "injected at revision "+rev)
 	var revs appsv1.ControllerRevisionList
 	if err := cluster.WaitFor(ctx, 30*time.Second, "two ControllerRevisions", func(ctx context.Context) (bool, error) {
 		if err := c.List(ctx, &revs, client.InNamespace(operatorNS), client.MatchingLabels{v1alpha1.SidecarInjectorLabelKey: si.Name}); err != nil {
@@ -205,5 +198,53 @@ func TestFleetStatus(t *testing.T) {
 			t.Errorf("ControllerRevision %s owners %+v", r.Name, r.OwnerReferences)
 		}
 		t.Logf("ControllerRevision %s revision %d", r.Name, r.Revision)
+	}
+	pinFirstRevision(t, ctx, si, rev, ns, newPod, fleetIs)
+}
+
+// pinFirstRevision is the rollback in one field: spec.revision set to the
+// first revision makes the operator copy it into status.pinned, the
+// server inject it again and the old pods current.
+func pinFirstRevision(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector, rev, ns string, newPod func(string) *corev1.Pod, fleetIs func(string, v1alpha1.FleetCounts)) {
+	t.Helper()
+	c := env.Client
+	if err := update(ctx, si, func() { si.Spec.Revision = rev }); err != nil {
+		t.Fatal(err)
+	}
+	fleetIs("pinned to the first revision, the injected pods current again", v1alpha1.FleetCounts{MatchedPods: 5, InjectedPods: 2, CurrentPods: 2, MissingPods: 3})
+	if si.Status.Revision != rev || si.Status.Pinned == nil || si.Status.Pinned.Revision != rev {
+		t.Fatalf("status.revision %q, pinned %+v; want %s", si.Status.Revision, si.Status.Pinned, rev)
+	}
+	var p *corev1.Pod
+	if err := cluster.WaitFor(ctx, 30*time.Second, "the server injecting the pinned revision", func(ctx context.Context) (bool, error) {
+		p = newPod("pinned")
+		if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return p.Labels[v1alpha1.SidecarRevisionKey] == rev, nil
+	}); err != nil {
+		t.Fatalf("%v: label %q", err, p.Labels[v1alpha1.SidecarRevisionKey])
+	}
+	for _, ct := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		if ct.Name == "proxy" && ct.Image != "ghcr.io/hookwright/proxy:1.4.2" {
+			t.Errorf("pinned pod's proxy image %s, want the first revision's", ct.Image)
+		}
+	}
+	t.Logf("pinned to %s: new pods get it (labels %v)", rev, p.Labels)
+}
+
+// condIs waits for condition typ of si to have status st and a message
+// containing msg. The lifecycle reconciler's own status writes may put
+// back conditions it read before the fleet's last write, which the fleet
+// reconciler then repairs, so conditions are polled like the counts.
+func condIs(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector, typ string, st metav1.ConditionStatus, msg string) {
+	t.Helper()
+	var got *metav1.Condition
+	if err := cluster.WaitFor(ctx, 30*time.Second, fmt.Sprintf("%s %s (%s)", typ, st, msg), func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(si), si)
+		got = apimeta.FindStatusCondition(si.Status.Conditions, typ)
+		return got != nil && got.Status == st && strings.Contains(got.Message, msg), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, got)
 	}
 }

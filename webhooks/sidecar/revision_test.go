@@ -2,7 +2,11 @@ package sidecar
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,5 +77,58 @@ func TestRevisionLabel(t *testing.T) {
 	}
 	if res.Status.ConfigHash != rev {
 		t.Errorf("configHash %q, want %q", res.Status.ConfigHash, rev)
+	}
+}
+
+// TestServedPinned: spec.revision with status.pinned holding it serves the
+// pinned content under the pinned revision; unresolved, the store keeps
+// what it serves; unpinned again, the spec's.
+func TestServedPinned(t *testing.T) {
+	old := sampleCR(t)
+	oldRev, oldData := Revision(old)
+	var rc RevisionContent
+	if err := json.Unmarshal(oldData, &rc); err != nil {
+		t.Fatal(err)
+	}
+	cr := sampleCR(t)
+	cr.UID = "u1"
+	cr.Generation = 2
+	cr.Spec.Values = &apiextensionsv1.JSON{Raw: []byte(`{"proxy":{"image":"new","initImage":"new","port":1,"adminPort":2,"uid":3,"logLevel":"info","resources":{}},"logging":{"image":"l","endpoint":"e","resources":{}}}`)}
+	newRev, _ := Revision(cr)
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{}
+	s.Offer(cr.Name, cr, m, logr.Discard())
+	if got := s.Load().Hash; got != newRev {
+		t.Fatalf("unpinned: serving %s, want %s", got, newRev)
+	}
+	// Pinned, not resolved yet: the store keeps serving.
+	cr.Generation = 3
+	cr.Spec.Revision = oldRev
+	if _, _, resolved := Served(cr); resolved {
+		t.Fatal("resolved without status.pinned")
+	}
+	s.Offer(cr.Name, cr, m, logr.Discard())
+	if got := s.Load().Hash; got != newRev {
+		t.Fatalf("unresolved pin: serving %s, want %s still", got, newRev)
+	}
+	// Resolved: a status-only update swaps to the pinned content.
+	cr.Status.Pinned = &v1alpha1.PinnedRevision{Revision: oldRev, Templates: rc.Templates, DefaultTemplates: rc.DefaultTemplates, Values: rc.Values, NativeSidecars: rc.NativeSidecars}
+	s.Offer(cr.Name, cr, m, logr.Discard())
+	if got := s.Load().Hash; got != oldRev {
+		t.Fatalf("pinned: serving %s, want %s", got, oldRev)
+	}
+	res, err := Inject(s.Load(), testParams, Input{Raw: goldenPodJSON(t, "pod-foreign-init.yaml"), Namespace: "payments", WantJSON: true})
+	if err != nil || !strings.Contains(string(res.JSON), "ghcr.io/hookwright/proxy:1.4.2") || res.Status.ConfigHash != oldRev {
+		t.Fatalf("pinned injection: %v %s", err, res.JSON)
+	}
+	// Unpinned: the spec's again.
+	cr.Generation = 4
+	cr.Spec.Revision = ""
+	s.Offer(cr.Name, cr, m, logr.Discard())
+	if got := s.Load().Hash; got != newRev {
+		t.Fatalf("unpinned again: serving %s, want %s", got, newRev)
 	}
 }
