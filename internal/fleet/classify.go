@@ -110,14 +110,16 @@ func orUnknown(s string) string {
 	return s
 }
 
-// podRevision is the revision a pod was injected with: its status
-// annotation's configHash, else its revision label.
+// podRevision is the revision a pod was injected with: its revision
+// label (the same value, set with the annotation), else for pods injected
+// before the label existed its status annotation's configHash.
 func podRevision(pod *corev1.Pod) string {
-	var st sidecar.Status
-	if json.Unmarshal([]byte(pod.Annotations[v1alpha1.SidecarStatusKey]), &st) == nil && st.ConfigHash != "" {
-		return st.ConfigHash
+	if r := pod.Labels[v1alpha1.SidecarRevisionKey]; r != "" {
+		return r
 	}
-	return pod.Labels[v1alpha1.SidecarRevisionKey]
+	var st sidecar.Status
+	_ = json.Unmarshal([]byte(pod.Annotations[v1alpha1.SidecarStatusKey]), &st)
+	return st.ConfigHash
 }
 
 // injectedContainers are the containers the status annotation records.

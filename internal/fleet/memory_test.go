@@ -113,3 +113,35 @@ func TestTrimmedPodMemory(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReconcile10k is the pure part of one fleet reconcile at 10,000
+// trimmed pods: classify every pod and summarize.
+func BenchmarkReconcile10k(b *testing.B) {
+	t := &testing.T{}
+	inj := testInjector(t, "proxy:2")
+	one := realisticPod(t, inj, 0)
+	pods := make([]*corev1.Pod, 10000)
+	for i := range pods {
+		p := &corev1.Pod{}
+		if err := json.Unmarshal(one, p); err != nil {
+			b.Fatal(err)
+		}
+		p.Name = fmt.Sprintf("web-%05d", i)
+		p.Namespace = fmt.Sprintf("ns-%d", i%100)
+		tp, _ := TrimPod(p)
+		pods[i] = tp.(*corev1.Pod)
+	}
+	on := map[string]string{"inject": "on"}
+	b.ReportAllocs()
+	for b.Loop() {
+		out := make([]Pod, 0, len(pods))
+		for _, p := range pods {
+			if c, ok := Classify(inj, p, on); ok {
+				out = append(out, c)
+			}
+		}
+		if s := Summarize(out); s.Status.CurrentPods != 10000 {
+			b.Fatalf("current %d", s.Status.CurrentPods)
+		}
+	}
+}
