@@ -82,12 +82,15 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		Recorder: mgr.GetEventRecorder("hookwright-" + desired.OversellKind.Short), Now: s.Certificates.Now,
 		Settings: s.Settings,
 	}
-	for _, k := range []kind{sidecarKind{}, oversellKind{nodes: nodes}} {
+	for _, k := range []kind{sidecarKind{revisions: &revisionKeeper{Client: mgr.GetClient(), Namespace: s.Namespace}}, oversellKind{nodes: nodes}} {
 		r := newReconciler(mgr, s, k)
 		r.shared = sh
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
+	}
+	if err := setupFleet(mgr, s); err != nil {
+		return err
 	}
 	ca := &certsource.CAReconciler{
 		Env: certsource.Env{
@@ -149,6 +152,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 	}
 	by[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	by[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Label: sel}
+	// SidecarInjector revision history (revisions.go).
+	by[&appsv1.ControllerRevision{}] = cache.ByObject{Label: sel}
 	// The servers' EndpointSlices carry their Service's labels (the
 	// EndpointSlice controller copies them): watched for foreign endpoints.
 	by[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: sel}

@@ -13,7 +13,10 @@ import (
 )
 
 // sidecarKind adapts SidecarInjector to the lifecycle engine.
-type sidecarKind struct{}
+type sidecarKind struct {
+	// revisions keeps the revision history (nil: status.revision only).
+	revisions *revisionKeeper
+}
 
 var _ kind = sidecarKind{}
 

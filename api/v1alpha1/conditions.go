@@ -72,3 +72,14 @@ const (
 	// (bind config/node-taints); True otherwise, while it needs taints.
 	ConditionNodeTaints = "NodeTaints"
 )
+
+// Fleet conditions (SidecarInjector only), from status.fleet.
+// ConditionPodsUpToDate is True when no injected pod is outdated
+// (reason UpToDate), False (reason Outdated) naming up to 5 outdated pods.
+// ConditionPodsMissingSidecars is True (reason Missing) naming up to 5
+// pods that should carry the sidecars and do not, False (reason
+// NoneMissing) otherwise.
+const (
+	ConditionPodsUpToDate        = "PodsUpToDate"
+	ConditionPodsMissingSidecars = "PodsMissingSidecars"
+)

@@ -11,6 +11,13 @@ const (
 	SidecarInjectKey = "sidecar.hookwright.io/inject"
 	// SidecarStatusKey records what was injected, so re-injection is idempotent.
 	SidecarStatusKey = "sidecar.hookwright.io/status"
+	// SidecarRevisionKey is the pod label naming the revision of the
+	// injector's output the pod got (16 hex digits, the status
+	// annotation's configHash), so pods are selectable by revision.
+	SidecarRevisionKey = "sidecar.hookwright.io/revision"
+	// SidecarInjectorLabelKey labels a SidecarInjector's ControllerRevisions
+	// with its name.
+	SidecarInjectorLabelKey = "sidecar.hookwright.io/injector"
 	// SidecarTemplatesKey is a comma-separated list of template names to apply
 	// instead of spec.defaultTemplates.
 	SidecarTemplatesKey = "sidecar.hookwright.io/templates"
@@ -211,6 +218,34 @@ type SidecarInjectorSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Serving Certificate"
 	Certificate CertificateSpec `json:"certificate,omitempty"`
+
+	// Revision pins what the servers inject to a kept revision (the
+	// status.revision of an earlier spec, kept as ControllerRevision
+	// <name>-<revision>): its templates, default templates, values and
+	// native sidecar mode replace the spec's. Empty: the spec's own.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pinned Revision"
+	Revision string `json:"revision,omitempty"`
+}
+
+// PinnedRevision is the content of a pinned revision, copied by the
+// operator from its ControllerRevision so the servers, which read only
+// their CR, inject it.
+type PinnedRevision struct {
+	// Revision is spec.revision.
+	Revision string `json:"revision"`
+	// +optional
+	Templates []NamedTemplate `json:"templates,omitempty"`
+	// +optional
+	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+	// +optional
+	NativeSidecars NativeSidecarMode `json:"nativeSidecars,omitempty"`
 }
 
 // SidecarInjectorStatus is filled by the operator.
@@ -223,11 +258,64 @@ type SidecarInjectorStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Served Generation"
 	ServedGeneration int64 `json:"servedGeneration,omitempty"`
+	// Revision is the revision the servers inject (16 hex digits, the
+	// pod label sidecar.hookwright.io/revision of pods injected with it):
+	// spec.revision when pinned, else the spec's own. The operator keeps the last 10 revisions as ControllerRevisions
+	// named <name>-<revision> in its namespace, owned by this CR.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Revision"
+	Revision string `json:"revision,omitempty"`
+	// Pinned is the content of spec.revision while it is set and kept.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Pinned Revision"
+	Pinned *PinnedRevision `json:"pinned,omitempty"`
+	// Fleet counts the running pods by what they carry of this injector's
+	// sidecars, as the operator's pod informer last saw them.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Fleet"
+	Fleet *FleetStatus `json:"fleet,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FleetCounts are pod counts by state. A pod is matched when the
+// injector's own decision (namespace and object selectors, never/always
+// selectors, inject label and annotation, hostNetwork rule, policy) says it
+// should carry the sidecars; injected when it carries them (this
+// injector's status annotation, its containers present). Matched and
+// injected pods are current (at status.revision) or outdated (another
+// revision); matched pods without them are missing; injected pods that no
+// longer match are orphaned. Pods that have finished (Succeeded, Failed)
+// or are being deleted are not counted.
+type FleetCounts struct {
+	MatchedPods  int32 `json:"matchedPods"`
+	InjectedPods int32 `json:"injectedPods"`
+	CurrentPods  int32 `json:"currentPods"`
+	OutdatedPods int32 `json:"outdatedPods"`
+	MissingPods  int32 `json:"missingPods"`
+	OrphanedPods int32 `json:"orphanedPods"`
+}
+
+// NamespaceFleet is one namespace's counts.
+type NamespaceFleet struct {
+	Name        string `json:"name"`
+	FleetCounts `json:",inline"`
+}
+
+// FleetStatus is the state of the pods running with or without this
+// injector's sidecars.
+type FleetStatus struct {
+	FleetCounts `json:",inline"`
+	// Namespaces are the 20 namespaces with the most outdated plus missing
+	// pods (then by name), among those with a matched or injected pod.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	Namespaces []NamespaceFleet `json:"namespaces,omitempty"`
+	// NamespacesTotal is how many namespaces have a matched or injected pod.
+	NamespacesTotal int32 `json:"namespacesTotal"`
 }
 
 // SidecarInjector injects sidecar containers into pods at CREATE.
@@ -238,6 +326,12 @@ type SidecarInjectorStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policy`
 // +kubebuilder:printcolumn:name="Served",type=integer,JSONPath=`.status.servedGeneration`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision`,priority=1
+// +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.fleet.matchedPods`
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.fleet.currentPods`
+// +kubebuilder:printcolumn:name="Outdated",type=integer,JSONPath=`.status.fleet.outdatedPods`
+// +kubebuilder:printcolumn:name="Missing",type=integer,JSONPath=`.status.fleet.missingPods`
+// +kubebuilder:printcolumn:name="Orphaned",type=integer,JSONPath=`.status.fleet.orphanedPods`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SidecarInjector struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -24,6 +24,8 @@ import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
@@ -249,6 +251,12 @@ func CompileContext(ctx context.Context, cr *v1alpha1.SidecarInjector) (*Config,
 		}
 	}
 	c.Hash = specHash(s)
+	if cr.Spec.Revision != "" && cr.Status.Pinned != nil && cr.Status.Pinned.Revision == cr.Spec.Revision {
+		// Served pins the spec to a kept revision: its name is the
+		// ControllerRevision's, whatever the API server's re-encoding of
+		// the values did to the bytes.
+		c.Hash = cr.Spec.Revision
+	}
 	// A trial render catches templates that parse but fail at execution or
 	// emit invalid YAML, before this config can replace a working one.
 	for _, t := range s.Templates {
@@ -321,14 +329,62 @@ func selectorList(in []metav1.LabelSelector) ([]labels.Selector, []int, error) {
 
 // specHash covers everything that changes what gets injected.
 func specHash(s *v1alpha1.SidecarInjectorSpec) string {
-	b, _ := json.Marshal(struct {
-		Templates        []v1alpha1.NamedTemplate
-		DefaultTemplates []string
-		Values           any
-		Native           v1alpha1.NativeSidecarMode
-	}{s.Templates, s.DefaultTemplates, s.Values, s.NativeSidecars})
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(revisionData(s))
 	return hex.EncodeToString(sum[:8])
+}
+
+// revisionData is the JSON of the spec fields that shape what is injected:
+// templates (with their placement), default templates, values and the
+// native sidecar mode. Selectors, policy, replicas and certificates are
+// left out, so changing them keeps the revision.
+func revisionData(s *v1alpha1.SidecarInjectorSpec) []byte {
+	b, _ := json.Marshal(RevisionContent{Templates: s.Templates, DefaultTemplates: s.DefaultTemplates, Values: s.Values, NativeSidecars: s.NativeSidecars})
+	return b
+}
+
+// RevisionContent is what a revision records of a SidecarInjector: the
+// data of its ControllerRevisions. The field names are part of the hash,
+// so they never change.
+type RevisionContent struct {
+	Templates        []v1alpha1.NamedTemplate   `json:"Templates"`
+	DefaultTemplates []string                   `json:"DefaultTemplates"`
+	Values           *apiextensionsv1.JSON      `json:"Values"`
+	NativeSidecars   v1alpha1.NativeSidecarMode `json:"Native"`
+}
+
+// Revision is the revision of what cr injects (after the API's defaults):
+// 16 hex digits of the sha256 of RevisionContent's JSON, the value of the
+// pod label sidecar.hookwright.io/revision and of the status annotation's
+// configHash. It changes only when templates, default templates, values or
+// the native sidecar mode change. data is that JSON (a ControllerRevision's
+// data).
+func Revision(cr *v1alpha1.SidecarInjector) (revision string, data []byte) {
+	s := &cr.WithDefaults().Spec
+	return specHash(s), revisionData(s)
+}
+
+// Served is what cr's servers inject: cr itself, or with spec.revision
+// set and status.pinned holding that revision (the operator copies it from
+// the ControllerRevision), cr with the pinned templates, default
+// templates, values and native sidecar mode in place of the spec's.
+// revision is the revision served; resolved is false when spec.revision is
+// set and status.pinned does not hold it yet (then eff is cr unchanged).
+func Served(cr *v1alpha1.SidecarInjector) (eff *v1alpha1.SidecarInjector, revision string, resolved bool) {
+	if cr.Spec.Revision == "" {
+		rev, _ := Revision(cr)
+		return cr, rev, true
+	}
+	p := cr.Status.Pinned
+	if p == nil || p.Revision != cr.Spec.Revision {
+		rev, _ := Revision(cr)
+		return cr, rev, false
+	}
+	eff = cr.DeepCopy()
+	eff.Spec.Templates = p.Templates
+	eff.Spec.DefaultTemplates = p.DefaultTemplates
+	eff.Spec.Values = p.Values
+	eff.Spec.NativeSidecars = p.NativeSidecars
+	return eff, cr.Spec.Revision, true
 }
 
 // Store holds the config being served. Update swaps it atomically; a config
@@ -364,18 +420,28 @@ func (s *Store) update(cr *v1alpha1.SidecarInjector) (*Config, error) {
 
 // Offer hands the store a version of the SidecarInjector it serves, as a
 // watch delivers it (webhooks/configwatch). A version of another name, or
-// of the generation and UID already served (a status-only update, a
-// resync), is ignored; a new one is compiled and served at once. One that
+// of the generation, UID and revision already served (a status-only
+// update, a resync), is ignored; a new one is compiled and served at once,
+// pinned to spec.revision when status.pinned holds it (Served). While a
+// pin is not resolved the last config stays (the spec's when none). One that
 // does not compile is counted in m and logged, and the last good version
 // stays. m records the served generation.
 func (s *Store) Offer(name string, cr *v1alpha1.SidecarInjector, m *Metrics, log logr.Logger) {
 	if cr == nil || cr.Name != name {
 		return
 	}
-	if cur := s.Load(); cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID {
+	eff, rev, resolved := Served(cr)
+	cur := s.Load()
+	if !resolved {
+		log.Info("spec.revision is not in status.pinned yet", "revision", cr.Spec.Revision)
+		if cur != nil {
+			return // the operator's copy of the pinned revision is on its way
+		}
+	}
+	if cur != nil && cur.Generation == cr.Generation && cur.UID == cr.UID && cur.Hash == rev {
 		return
 	}
-	c, err := s.update(cr)
+	c, err := s.update(eff)
 	if err != nil {
 		m.recordConfigError(name)
 		log.Error(err, "new SidecarInjector version rejected; still serving the last good one", "generation", cr.Generation)

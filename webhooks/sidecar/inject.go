@@ -291,6 +291,8 @@ func Inject(cfg *Config, p Params, in Input) (*Result, error) {
 	res.Warnings = append(res.Warnings, m.warnings...)
 	sj, _ := json.Marshal(st)
 	childMap(d.meta, "annotations")[v1alpha1.SidecarStatusKey] = string(sj)
+	// The revision label lets pods be selected by what they got.
+	childMap(d.meta, "labels")[v1alpha1.SidecarRevisionKey] = cfg.Hash
 	res.Status = st
 	res.Injected = true
 	if in.WantJSON {

@@ -50,6 +50,7 @@ func TestPatchLeavesForeignContainers(t *testing.T) {
 		"/spec/initContainers/0": true, "/spec/initContainers/1": true, "/spec/volumes/1": true,
 		"/metadata/annotations/prometheus.io~1path": true, "/metadata/annotations/prometheus.io~1port": true,
 		"/metadata/annotations/prometheus.io~1scrape": true, "/metadata/annotations/sidecar.hookwright.io~1status": true,
+		"/metadata/labels/sidecar.hookwright.io~1revision": true,
 	}
 	ops := patchOps(t, res.Patch)
 	for _, op := range ops {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+func init() {
+	subcommands = append(subcommands, newStatusCommand)
+}
+
+// statusReport is what `hookwright status` prints (-o json|yaml).
+type statusReport struct {
+	Injectors []injectorStatus `json:"injectors"`
+}
+
+// injectorStatus is one SidecarInjector's fleet as the command classified
+// it from the live pods, next to what the operator last wrote.
+type injectorStatus struct {
+	Name string `json:"name"`
+	// Revision is the spec's current revision.
+	Revision string                    `json:"revision"`
+	Counts   v1alpha1.FleetCounts      `json:"counts"`
+	Reported *v1alpha1.FleetStatus     `json:"reported,omitempty"`
+	Spaces   []v1alpha1.NamespaceFleet `json:"namespaces"`
+	// Pods are every counted pod (--pods).
+	Pods []fleet.Pod `json:"pods,omitempty"`
+	// Error is set when the SidecarInjector does not compile.
+	Error string `json:"error,omitempty"`
+}
+
+func newStatusCommand() *cobra.Command { return statusCommand(&injectorSource{}) }
+
+func statusCommand(src *injectorSource) *cobra.Command {
+	var (
+		pods   bool
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "status [INJECTOR...]",
+		Short: "Which running pods carry which revision of each SidecarInjector's sidecars, and which should and do not",
+		Long: `Read the SidecarInjectors (all, or those named), every pod and namespace with
+the kubeconfig kubectl uses (--kubeconfig, KUBECONFIG, ~/.kube/config or
+in-cluster), classify each pod with the injector's own decision (the
+function the webhook runs) as the operator does for status.fleet, and print
+per injector its revision and counts (matched, injected, current, outdated,
+missing, orphaned), the operator's last reported counts, and a table per
+namespace; --pods adds one line per counted pod with its state and why
+(outdated: the revision it has and the injected containers; missing: the
+rule that matched and when the pod was created; orphaned: the rule that no
+longer matches). -o json or yaml prints the same as data. It needs list of
+sidecarinjectors, pods and namespaces; it changes nothing.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("-o %q: want json or yaml (default: tables)", output)
+			}
+			c, err := src.clusterClient()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var crs []v1alpha1.SidecarInjector
+			if len(args) == 0 {
+				var list v1alpha1.SidecarInjectorList
+				if err := c.List(ctx, &list); err != nil {
+					return fmt.Errorf("list SidecarInjectors: %w", err)
+				}
+				crs = list.Items
+			}
+			for _, name := range args {
+				cr := v1alpha1.SidecarInjector{}
+				if err := c.Get(ctx, client.ObjectKey{Name: name}, &cr); err != nil {
+					return fmt.Errorf("SidecarInjector %s: %w", name, err)
+				}
+				crs = append(crs, cr)
+			}
+			var podList corev1.PodList
+			if err := c.List(ctx, &podList); err != nil {
+				return fmt.Errorf("list pods: %w", err)
+			}
+			var nsList corev1.NamespaceList
+			if err := c.List(ctx, &nsList); err != nil {
+				return fmt.Errorf("list namespaces: %w", err)
+			}
+			nsLabels := map[string]map[string]string{}
+			for _, ns := range nsList.Items {
+				l := ns.Labels
+				if l == nil {
+					l = map[string]string{}
+				}
+				nsLabels[ns.Name] = l
+			}
+			rep := buildStatus(crs, podList.Items, nsLabels, src.operatorNamespace, pods)
+			return writeStatus(cmd.OutOrStdout(), rep, output, time.Now())
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&pods, "pods", false, "one line per counted pod with its state and why")
+	fs.StringVarP(&output, "output", "o", "", "json or yaml (default: tables)")
+	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
+	fs.StringVar(&src.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
+	fs.StringVar(&src.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
+	// Decide does not read the version; skip asking for it.
+	if src.kubeVersion == "" {
+		src.kubeVersion = offlineKubeVersion
+	}
+	return cmd
+}
+
+// buildStatus classifies pods for every cr as the operator does.
+func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
+	rep := statusReport{Injectors: []injectorStatus{}}
+	for i := range crs {
+		cr := crs[i].WithDefaults()
+		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}}
+		eff, rev, _ := sidecar.Served(cr)
+		cfg, err := sidecar.Compile(eff)
+		if err != nil {
+			st.Error = err.Error()
+			rep.Injectors = append(rep.Injectors, st)
+			continue
+		}
+		st.Revision = rev
+		inj := fleet.Injector{Config: cfg, Revision: st.Revision, Params: sidecar.Params{
+			OperatorNamespace:  operatorNS,
+			ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
+		}}
+		var classified []fleet.Pod
+		for j := range pods {
+			if p, ok := fleet.Classify(inj, &pods[j], nsLabels[pods[j].Namespace]); ok {
+				classified = append(classified, p)
+			}
+		}
+		sum := fleet.Summarize(classified)
+		st.Counts = sum.Status.FleetCounts
+		if sum.Namespaces != nil {
+			st.Spaces = sum.Namespaces
+		}
+		if withPods {
+			st.Pods = sortedPods(classified)
+		}
+		rep.Injectors = append(rep.Injectors, st)
+	}
+	return rep
+}
+
+// sortedPods orders pods by namespace and name.
+func sortedPods(pods []fleet.Pod) []fleet.Pod {
+	out := slices.Clone(pods)
+	slices.SortFunc(out, func(a, b fleet.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+func writeStatus(w io.Writer, rep statusReport, output string, now time.Time) error {
+	switch output {
+	case "json":
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := sigsyaml.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(rep.Injectors) == 0 {
+		fmt.Fprintln(tw, "no SidecarInjectors")
+	}
+	for i, st := range rep.Injectors {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		if st.Error != "" {
+			fmt.Fprintf(tw, "SidecarInjector %s: does not compile: %s\n", st.Name, st.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "SidecarInjector %s, revision %s\n", st.Name, st.Revision)
+		fmt.Fprintln(tw, "\tMATCHED\tINJECTED\tCURRENT\tOUTDATED\tMISSING\tORPHANED")
+		row := func(label string, c v1alpha1.FleetCounts) {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", label, c.MatchedPods, c.InjectedPods, c.CurrentPods, c.OutdatedPods, c.MissingPods, c.OrphanedPods)
+		}
+		row("live", st.Counts)
+		if st.Reported != nil {
+			row("reported", st.Reported.FleetCounts)
+		}
+		if len(st.Spaces) > 0 {
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "NAMESPACE\tMATCHED\tINJECTED\tCURRENT\tOUTDATED\tMISSING\tORPHANED")
+			for _, ns := range st.Spaces {
+				row(ns.Name, ns.FleetCounts)
+			}
+		}
+		if len(st.Pods) > 0 {
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "NAMESPACE\tPOD\tSTATE\tREVISION\tAGE\tWHY")
+			for _, p := range st.Pods {
+				rev := p.Revision
+				if rev == "" {
+					rev = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, rev, age(now, p.Created), p.Reason)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// age is kubectl's coarse age of a creation time.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

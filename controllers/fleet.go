@@ -1,0 +1,223 @@
+package controllers
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+
+// The fleet status of each SidecarInjector (status.fleet, conditions
+// PodsUpToDate and PodsMissingSidecars, the hookwright_sidecar_fleet_pods
+// metric) comes from a cache of its own holding every pod of the cluster
+// trimmed by fleet.TrimPod and every namespace's labels: the manager's
+// cache holds only the servers' pods. It only reports; it never acts on a
+// pod.
+
+// FleetWriteInterval is the least time between two status writes of one
+// CR's fleet status: a scale-up of thousands of pods becomes one write per
+// interval, and a quiet fleet none.
+const FleetWriteInterval = 5 * time.Second
+
+var fleetPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "hookwright_sidecar_fleet_pods",
+	Help: "Pods by state for each SidecarInjector (matched, injected, current, outdated, missing, orphaned), as in its status.fleet.",
+}, []string{"name", "state"})
+
+func init() { metrics.Registry.MustRegister(fleetPods) }
+
+// newFleetCache is the cache of trimmed pods and namespace labels; the
+// manager starts it.
+func newFleetCache(mgr ctrl.Manager) (cache.Cache, error) {
+	return cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:       {Transform: fleet.TrimPod},
+			&corev1.Namespace{}: {Transform: fleet.TrimNamespace},
+		},
+	})
+}
+
+// fleetReconciler writes one SidecarInjector's fleet status.
+type fleetReconciler struct {
+	client   client.Client
+	pods     cache.Cache
+	settings Settings
+	now      func() time.Time
+
+	mu sync.Mutex
+	// lastWrite is when each CR's fleet status was last written.
+	lastWrite map[string]time.Time
+	// compiled is each CR's last compiled config, by UID and generation.
+	compiled map[string]compiledInjector
+}
+
+type compiledInjector struct {
+	uid        types.UID
+	generation int64
+	revision   string
+	inj        fleet.Injector
+}
+
+func setupFleet(mgr ctrl.Manager, s Settings) error {
+	c, err := newFleetCache(mgr)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(c); err != nil {
+		return err
+	}
+	r := &fleetReconciler{client: mgr.GetClient(), pods: c, settings: s, now: time.Now,
+		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{}}
+	all := func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := &v1alpha1.SidecarInjectorList{}
+		if err := r.client.List(ctx, list); err != nil {
+			log.FromContext(ctx).Error(err, "list SidecarInjectors for a pod event")
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
+		return reqs
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
+		WatchesRawSource(source.Kind(c, client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(all))).
+		WatchesRawSource(source.Kind(c, client.Object(&corev1.Namespace{}), handler.EnqueueRequestsFromMapFunc(all))).
+		Complete(r)
+}
+
+// injector compiles what cr's servers serve (sidecar.Served: pinned to
+// spec.revision once resolved) once per generation and revision.
+func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector, error) {
+	eff, rev, _ := sidecar.Served(cr)
+	r.mu.Lock()
+	c, ok := r.compiled[cr.Name]
+	r.mu.Unlock()
+	if ok && c.uid == cr.UID && c.generation == cr.Generation && c.revision == rev {
+		return c.inj, nil
+	}
+	cfg, err := sidecar.Compile(eff)
+	if err != nil {
+		return fleet.Injector{}, err
+	}
+	inj := fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
+		OperatorNamespace:  r.settings.Namespace,
+		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, r.settings.Settings),
+	}}
+	r.mu.Lock()
+	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, revision: rev, inj: inj}
+	r.mu.Unlock()
+	return inj, nil
+}
+
+// Reconcile classifies every cached pod for one SidecarInjector and writes
+// its fleet status when a count or condition changed, at most once per
+// FleetWriteInterval.
+func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	cr := &v1alpha1.SidecarInjector{}
+	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	cr.Default()
+	inj, err := r.injector(cr)
+	if err != nil {
+		// The lifecycle reconciler reports a spec that does not compile.
+		return ctrl.Result{}, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.pods.List(ctx, pods); err != nil {
+		return ctrl.Result{}, err
+	}
+	nss := &corev1.NamespaceList{}
+	if err := r.pods.List(ctx, nss); err != nil {
+		return ctrl.Result{}, err
+	}
+	nsLabels := make(map[string]map[string]string, len(nss.Items))
+	for i := range nss.Items {
+		l := nss.Items[i].Labels
+		if l == nil {
+			l = map[string]string{}
+		}
+		nsLabels[nss.Items[i].Name] = l
+	}
+	var classified []fleet.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if c, ok := fleet.Classify(inj, p, nsLabels[p.Namespace]); ok {
+			classified = append(classified, c)
+		}
+	}
+	sum := fleet.Summarize(classified)
+	recordFleet(cr.Name, sum.Status.FleetCounts)
+	orig := cr.DeepCopy()
+	cr.Status.Fleet = &sum.Status
+	fleet.SetConditions(&cr.Status.Conditions, sum, cr.Generation)
+	if equality.Semantic.DeepEqual(orig.Status, cr.Status) {
+		return ctrl.Result{}, nil
+	}
+	r.mu.Lock()
+	wait := FleetWriteInterval - r.now().Sub(r.lastWrite[cr.Name])
+	r.mu.Unlock()
+	// Same counts, other conditions: the lifecycle reconciler's merge
+	// patch of status.conditions (a whole list) put back ones it read
+	// before our last write. Repair them at once; no count moved.
+	if equality.Semantic.DeepEqual(orig.Status.Fleet, cr.Status.Fleet) {
+		wait = 0
+	}
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	// The optimistic lock keeps the lifecycle reconciler's conditions: a
+	// conflict retries on the newer version.
+	if err := r.client.Status().Patch(ctx, cr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	r.mu.Lock()
+	r.lastWrite[cr.Name] = r.now()
+	r.mu.Unlock()
+	return ctrl.Result{}, nil
+}
+
+func (r *fleetReconciler) forget(name string) {
+	r.mu.Lock()
+	delete(r.lastWrite, name)
+	delete(r.compiled, name)
+	r.mu.Unlock()
+	fleetPods.DeletePartialMatch(prometheus.Labels{"name": name})
+}
+
+func recordFleet(name string, c v1alpha1.FleetCounts) {
+	for state, n := range map[string]int32{
+		"matched": c.MatchedPods, "injected": c.InjectedPods, "current": c.CurrentPods,
+		"outdated": c.OutdatedPods, "missing": c.MissingPods, "orphaned": c.OrphanedPods,
+	} {
+		fleetPods.WithLabelValues(name, state).Set(float64(n))
+	}
+}
