@@ -17,7 +17,12 @@
 // heartbeat still goes through once the stored one is --max-heartbeat-age
 // old, and a ratio change reaches every node. With HOOKWRIGHT_SCALE=full
 // (`make scale`) it measures 10, 100 and 1,000 nodes plain, amplified and
-// amplified with holding, and writes _scale/report-full.md.
+// amplified with holding, and writes _scale/report-full.md. The full run
+// also runs the operator (`hookwright manager`, a child process, so its
+// RSS is its own) reconciling each fleet's NodeOversell; its server has no
+// pod here (no kube-controller-manager), so its webhook call fails and is
+// ignored, and with ConfigLoaded never True it reconciles the NodeOversell
+// again every 5 s (controllers/configloaded.go).
 package scale
 
 import (

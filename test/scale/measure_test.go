@@ -32,6 +32,12 @@ type fleetResult struct {
 	ratioChange     time.Duration // ratio 2 → 3 until every node publishes it (holding server)
 	amplifyAll      time.Duration // NodeOversell created until every node is amplified
 	holdRSS, ampRSS float64
+	// The operator over the fleet's whole run (nodes registered until the
+	// ratio change reached them): counter deltas, VmRSS after the held
+	// window (steady) and the highest VmRSS sampled (peak).
+	op               operatorCounters
+	opSeconds        float64
+	opSteady, opPeak float64
 }
 
 // measureFull runs the fleets of HOOKWRIGHT_SCALE_SIZES (default
@@ -59,10 +65,11 @@ func measureFull(t *testing.T) {
 	}
 	ctx := ctxT(t, 3*time.Hour)
 	certDir, svc := setup(t, ctx)
+	op := startOperator(t, ctx)
 	var results []fleetResult
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			r := measureFleet(t, ctx, certDir, svc, n, window)
+			r := measureFleet(t, ctx, op, certDir, svc, n, window)
 			results = append(results, r)
 			// Each fleet's figures land even if a later one fails.
 			if err := writeReport(results, window); err != nil {
@@ -77,9 +84,15 @@ func measureFull(t *testing.T) {
 // own two servers: the API server keeps its connections to a webhook
 // through the egress tunnel it opened, so a route change takes effect only
 // once the old server is gone.
-func measureFleet(t *testing.T, ctx context.Context, certDir string, svc *corev1.Service, n int, window time.Duration) fleetResult {
+func measureFleet(t *testing.T, ctx context.Context, op *operator, certDir string, svc *corev1.Service, n int, window time.Duration) fleetResult {
 	fleet := fmt.Sprintf("f%d", n)
 	r := fleetResult{nodes: n}
+	o0, err := op.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opStart := time.Now()
+	peak := op.rssPeak(ctx)
 	amp := startServer(t, ctx, "amplify", certDir, "--max-heartbeat-age=0")
 	hold := startServer(t, ctx, "hold", certDir)
 	if err := env.RouteService(svc, amp.addr); err != nil {
@@ -125,6 +138,7 @@ func measureFleet(t *testing.T, ctx context.Context, certDir string, svc *corev1
 		return err == nil && h.held-h0.held >= float64(n), err
 	})
 	r.phases = append(r.phases, measureWindow(t, ctx, "amplified, held", hold, hb, window))
+	r.opSteady = procStatus(op.proc.Pid(), "VmRSS")
 
 	setRatio(t, ctx, no, "3")
 	r.ratioChange = waitFleetCPU(t, ctx, fleet, n, "11400m", 5*time.Minute)
@@ -133,6 +147,14 @@ func measureFleet(t *testing.T, ctx context.Context, certDir string, svc *corev1
 		t.Fatal(err)
 	}
 	r.holdRSS = hc.rss
+	o1, err := op.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.op, r.opSeconds, r.opPeak = o1.minus(o0), time.Since(opStart).Seconds(), peak()
+	if done, perr := op.proc.Exited(); done {
+		t.Fatalf("manager exited: %v", perr)
+	}
 	t.Logf("%d nodes: amplified all in %s, ratio change on all in %s", n, r.amplifyAll.Round(time.Millisecond), r.ratioChange.Round(time.Millisecond))
 	return r
 }
@@ -220,6 +242,17 @@ func writeReport(results []fleetResult, window time.Duration) error {
 	b.WriteString("\n| nodes | NodeOversell served → every node amplified (one forced report each) | ratio 2 → 3 → every node updated | server RSS MiB (no hold / hold) |\n|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %d | %s | %s | %.1f / %.1f |\n", r.nodes, r.amplifyAll.Round(100*time.Millisecond), r.ratioChange.Round(100*time.Millisecond), r.ampRSS/(1<<20), r.holdRSS/(1<<20))
+	}
+	b.WriteString("\nThe operator (`hookwright manager`, its own process) from the fleet's registration to the ratio change reaching it; its NodeOversell server has no pod here, so ConfigLoaded stays False and the NodeOversell is reconciled again every 5 s besides node events. Steady RSS after the held window, peak sampled every second; API requests from its rest_client_requests_total.\n")
+	b.WriteString("\n| nodes | operator RSS MiB steady / peak | NodeOversell reconciles/min | reconcile time ms/reconcile | operator API requests/min | operator CPU ms/min |\n|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		m := r.opSeconds / 60
+		perRec := "-"
+		if r.op.reconciles > 0 {
+			perRec = fmt.Sprintf("%.1f", r.op.reconcileSecs/r.op.reconciles*1e3)
+		}
+		fmt.Fprintf(&b, "| %d | %.1f / %.1f | %.1f | %s | %.1f | %.0f |\n", r.nodes, r.opSteady/(1<<20), r.opPeak/(1<<20),
+			r.op.reconciles/m, perRec, r.op.requests/m, r.op.cpu/m*1e3)
 	}
 	dir := filepath.Join(root, "_scale")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

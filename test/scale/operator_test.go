@@ -1,0 +1,177 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// operator is one `hookwright manager` process (HOOKWRIGHT_SCALE=full
+// only), so its memory is its own. Its NodeOversell webhook has no pod
+// here (no kube-controller-manager): the Service it creates is not routed,
+// so the API server's call to it fails at once and is ignored
+// (failurePolicy Ignore); the fleet is amplified by the measured servers.
+type operator struct {
+	proc        *cluster.Process
+	metricsPort int
+}
+
+// startOperator runs the manager with the admin kubeconfig in the scale
+// namespace and waits until ready (its caches synced). The test's end
+// waits for every NodeOversell to be gone (the operator removes its
+// finalizer) before stopping it.
+func startOperator(t *testing.T, ctx context.Context) *operator {
+	t.Helper()
+	metrics, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
+	args := []string{"manager", "--namespace=" + namespace, "--leader-elect=false", "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), "--metrics-secure=false",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service="}
+	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), args, []string{"KUBECONFIG=" + env.Kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		err := cluster.WaitFor(ctx, 3*time.Minute, "every NodeOversell deleted", func(ctx context.Context) (bool, error) {
+			var l v1alpha1.NodeOversellList
+			err := env.Client.List(ctx, &l)
+			return err == nil && len(l.Items) == 0, err
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("manager log tail:\n%s", p.Tail(4000))
+		}
+		_ = p.Stop(10 * time.Second)
+	})
+	waitFor(t, ctx, 2*time.Minute, "manager ready", func(ctx context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
+		}
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	})
+	return &operator{proc: p, metricsPort: metrics}
+}
+
+// operatorCounters are the manager's figures from its /metrics and /proc.
+type operatorCounters struct {
+	reconciles    float64 // controller_runtime_reconcile_total{controller="oversell"}
+	reconcileSecs float64 // controller_runtime_reconcile_time_seconds sum, same controller
+	requests      float64 // rest_client_requests_total: every request it sent the API server
+	cpu           float64 // process_cpu_seconds_total
+	rss, hwm      float64 // VmRSS and VmHWM, bytes
+}
+
+func (a operatorCounters) minus(b operatorCounters) operatorCounters {
+	return operatorCounters{reconciles: a.reconciles - b.reconciles, reconcileSecs: a.reconcileSecs - b.reconcileSecs,
+		requests: a.requests - b.requests, cpu: a.cpu - b.cpu, rss: a.rss, hwm: a.hwm}
+}
+
+func (o *operator) read(ctx context.Context) (operatorCounters, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", o.metricsPort), nil)
+	if err != nil {
+		return operatorCounters{}, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return operatorCounters{}, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return operatorCounters{}, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return operatorCounters{}, fmt.Errorf("manager /metrics: %s", res.Status)
+	}
+	fams, err := families(body)
+	if err != nil {
+		return operatorCounters{}, err
+	}
+	c := operatorCounters{
+		reconciles: sum(fams, "controller_runtime_reconcile_total", map[string]string{"controller": desiredOversell}),
+		requests:   sum(fams, "rest_client_requests_total", nil),
+		cpu:        sum(fams, "process_cpu_seconds_total", nil),
+	}
+	if f := fams["controller_runtime_reconcile_time_seconds"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "controller" && l.GetValue() == desiredOversell && m.Histogram != nil {
+					c.reconcileSecs += m.Histogram.GetSampleSum()
+				}
+			}
+		}
+	}
+	c.rss, c.hwm = procStatus(o.proc.Pid(), "VmRSS"), procStatus(o.proc.Pid(), "VmHWM")
+	return c, nil
+}
+
+// desiredOversell is the NodeOversell controller's name (desired.OversellKind.Short).
+const desiredOversell = "oversell"
+
+// procStatus reads a kB field of /proc/PID/status in bytes (0 if absent).
+func procStatus(pid int, key string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return n * 1024
+		}
+	}
+	return 0
+}
+
+// rssPeak samples the operator's VmRSS every second until stopped and
+// returns the highest (VmHWM covers the process's whole life, so it
+// cannot tell one fleet's peak from an earlier one's).
+func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	peak := 0.0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if v := procStatus(o.proc.Pid(), "VmRSS"); v > 0 {
+				mu.Lock()
+				peak = max(peak, v)
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() float64 {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
