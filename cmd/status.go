@@ -128,18 +128,13 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 	for i := range crs {
 		cr := crs[i].WithDefaults()
 		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}}
-		eff, rev, _ := sidecar.Served(cr)
-		cfg, err := sidecar.Compile(eff)
+		inj, err := fleetInjector(cr, operatorNS, "")
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)
 			continue
 		}
-		st.Revision = rev
-		inj := fleet.Injector{Config: cfg, Revision: st.Revision, Params: sidecar.Params{
-			OperatorNamespace:  operatorNS,
-			ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
-		}}
+		st.Revision = inj.Revision
 		var classified []fleet.Pod
 		for j := range pods {
 			if p, ok := fleet.Classify(inj, &pods[j], nsLabels[pods[j].Namespace]); ok {
@@ -157,6 +152,23 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 		rep.Injectors = append(rep.Injectors, st)
 	}
 	return rep
+}
+
+// fleetInjector is what the classification needs of cr (defaulted): what
+// its servers inject (sidecar.Served) compiled, its revision, and the
+// parameters the operator's webhook configuration sets. kubeVersion is for
+// nativeSidecars Auto when something is rendered.
+func fleetInjector(cr *v1alpha1.SidecarInjector, operatorNS, kubeVersion string) (fleet.Injector, error) {
+	eff, rev, _ := sidecar.Served(cr)
+	cfg, err := sidecar.Compile(eff)
+	if err != nil {
+		return fleet.Injector{}, err
+	}
+	return fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
+		OperatorNamespace:  operatorNS,
+		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
+		ServerVersion:      kubeVersion,
+	}}, nil
 }
 
 // sortedPods orders pods by namespace and name.

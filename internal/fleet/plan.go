@@ -65,7 +65,10 @@ type Plan struct {
 	// Counted is false for a pod Classify does not count (not matched, a
 	// finished pod, another injector's); State is then empty.
 	Counted bool `json:"counted"`
-	Way     Way  `json:"way"`
+	// Rule is the deciding rule of sidecar.Decide for the pod without the
+	// record of its injection: why it would (or would not) be injected today.
+	Rule string `json:"rule"`
+	Way  Way    `json:"way"`
 	// Why says why Way, in one sentence.
 	Why string `json:"why"`
 	// Containers are the injected containers that differ.
@@ -88,9 +91,13 @@ func PlanPod(inj Injector, pod *corev1.Pod, nsLabels map[string]string) (Plan, e
 	if !ok {
 		out := Plan{Pod: Pod{Namespace: pod.Namespace, Name: pod.Name, Created: pod.CreationTimestamp.Time}, Way: NoChange}
 		out.Why = notCountedReason(inj, pod, nsLabels)
+		out.Rule = out.Why
 		return out, nil
 	}
-	out := Plan{Pod: p, Counted: true}
+	bare := pod.DeepCopy()
+	delete(bare.Annotations, v1alpha1.SidecarStatusKey)
+	rule := sidecar.Decide(inj.Config, inj.Params, sidecar.DecideInput{Pod: bare, Namespace: pod.Namespace, NamespaceLabels: nsLabels})
+	out := Plan{Pod: p, Counted: true, Rule: rule.Reason}
 	switch p.State {
 	case Current:
 		out.Way, out.Why = NoChange, "carries the current revision"
@@ -359,4 +366,28 @@ func restartable(cs []corev1.Container, name string) bool {
 		}
 	}
 	return false
+}
+
+// DiffLines is diffs as text, one line per container and one per changed
+// field ("containers/proxy changed: image proxy:1 -> proxy:2").
+func DiffLines(diffs []ContainerDiff) []string {
+	var out []string
+	for _, d := range diffs {
+		head := d.List + "/" + d.Name + " " + strings.ToLower(d.Kind)
+		if len(d.Changes) == 0 {
+			out = append(out, head)
+			continue
+		}
+		for _, c := range d.Changes {
+			out = append(out, fmt.Sprintf("%s: %s %s -> %s", head, c.Field, orNone(c.Old), orNone(c.New)))
+		}
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
