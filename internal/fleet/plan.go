@@ -265,16 +265,40 @@ func policy(p *corev1.ContainerRestartPolicy) string {
 	return string(*p)
 }
 
-// normResources drops empty maps so nil and {} compare equal.
+// normResources drops empty maps so nil and {} compare equal, and gives
+// a resource with a limit and no request the limit as request, as the API
+// server defaults a pod (SetDefaults_Pod, pkg/apis/core/v1/defaults.go).
 func normResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
 	out := corev1.ResourceRequirements{Claims: r.Claims}
 	if len(r.Limits) > 0 {
 		out.Limits = r.Limits
 	}
-	if len(r.Requests) > 0 {
+	for k, v := range r.Limits {
+		if _, ok := r.Requests[k]; !ok {
+			if out.Requests == nil {
+				out.Requests = maps.Clone(r.Requests)
+				if out.Requests == nil {
+					out.Requests = corev1.ResourceList{}
+				}
+			}
+			out.Requests[k] = v
+		}
+	}
+	if out.Requests == nil && len(r.Requests) > 0 {
 		out.Requests = r.Requests
 	}
 	return out
+}
+
+// normEnv gives a fieldRef without apiVersion "v1", as the API server
+// defaults it (SetDefaults_ObjectFieldSelector), so a rendered env compares
+// equal to the stored one.
+func normEnv(e corev1.EnvVar) corev1.EnvVar {
+	if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.APIVersion == "" {
+		e = *e.DeepCopy()
+		e.ValueFrom.FieldRef.APIVersion = "v1"
+	}
+	return e
 }
 
 func resourcesText(r corev1.ResourceRequirements) string {
@@ -303,9 +327,21 @@ func envText(e *corev1.EnvVar) string {
 	return e.Value
 }
 
+func normEnvs(es []corev1.EnvVar) []corev1.EnvVar {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]corev1.EnvVar, len(es))
+	for i, e := range es {
+		out[i] = normEnv(e)
+	}
+	return out
+}
+
 // diffEnv compares env by name (one FieldChange "env NAME" per variable
 // added, removed or changed) and reports a reordering as "env order".
 func diffEnv(have, want []corev1.EnvVar) []FieldChange {
+	have, want = normEnvs(have), normEnvs(want)
 	find := func(es []corev1.EnvVar, name string) *corev1.EnvVar {
 		for i := range es {
 			if es[i].Name == name {
@@ -326,7 +362,7 @@ func diffEnv(have, want []corev1.EnvVar) []FieldChange {
 			out = append(out, FieldChange{Field: "env " + want[i].Name, New: envText(&want[i])})
 		}
 	}
-	if len(out) == 0 && !equality.Semantic.DeepEqual(have, want) && !(len(have) == 0 && len(want) == 0) {
+	if len(out) == 0 && !equality.Semantic.DeepEqual(have, want) {
 		// Same variables in another order: $(VAR) references depend on it.
 		out = append(out, FieldChange{Field: "env order"})
 	}

@@ -131,25 +131,41 @@ func TestDiffContainer(t *testing.T) {
 	base := corev1.Container{Name: "p", Image: "i:1", Env: []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("0.1")}}}
 	cases := []struct {
-		name string
-		mod  func(*corev1.Container)
-		want string
+		name   string
+		mod    func(*corev1.Container)
+		want   string
+		stored func(*corev1.Container)
 	}{
-		{"same", func(*corev1.Container) {}, ""},
-		{"quantity spelled otherwise", func(c *corev1.Container) { c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("100m")} }, ""},
-		{"empty maps", func(c *corev1.Container) { c.Resources.Limits = corev1.ResourceList{} }, ""},
-		{"image", func(c *corev1.Container) { c.Image = "i:2" }, "image i:1>i:2"},
-		{"cpu", func(c *corev1.Container) { c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("200m")} }, "resources requests cpu=100m>requests cpu=200m"},
-		{"env removed", func(c *corev1.Container) { c.Env = c.Env[:1] }, "env B 2>"},
-		{"env order", func(c *corev1.Container) { c.Env = []corev1.EnvVar{c.Env[1], c.Env[0]} }, "env order >"},
-		{"command", func(c *corev1.Container) { c.Command = []string{"run"} }, "command >run"},
-		{"restartPolicy", func(c *corev1.Container) { c.RestartPolicy = &always }, "restartPolicy >Always"},
+		{"same", func(*corev1.Container) {}, "", nil},
+		{"quantity spelled otherwise", func(c *corev1.Container) { c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("100m")} }, "", nil},
+		{"empty maps", func(c *corev1.Container) { c.Resources.Limits = corev1.ResourceList{} }, "", nil},
+		{"image", func(c *corev1.Container) { c.Image = "i:2" }, "image i:1>i:2", nil},
+		{"cpu", func(c *corev1.Container) { c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("200m")} }, "resources requests cpu=100m>requests cpu=200m", nil},
+		{"env removed", func(c *corev1.Container) { c.Env = c.Env[:1] }, "env B 2>", nil},
+		{"env order", func(c *corev1.Container) { c.Env = []corev1.EnvVar{c.Env[1], c.Env[0]} }, "env order >", nil},
+		{"request defaulted from limit", func(c *corev1.Container) {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q("64Mi")}
+		}, "", func(c *corev1.Container) {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: q("64Mi")}
+			c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("64Mi")}
+		}},
+		{"fieldRef apiVersion defaulted", func(c *corev1.Container) {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "P", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
+		}, "", func(c *corev1.Container) {
+			c.Env = append(c.Env, corev1.EnvVar{Name: "P", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}})
+		}},
+		{"command", func(c *corev1.Container) { c.Command = []string{"run"} }, "command >run", nil},
+		{"restartPolicy", func(c *corev1.Container) { c.RestartPolicy = &always }, "restartPolicy >Always", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			have := base.DeepCopy()
 			want := base.DeepCopy()
 			tc.mod(want)
+			if tc.stored != nil {
+				// have is what the API server stored for want.
+				tc.stored(have)
+			}
 			var got []string
 			for _, c := range DiffContainer(have, want) {
 				got = append(got, c.Field+" "+c.Old+">"+c.New)
