@@ -21,11 +21,11 @@ func newCheckInjectCommand() *cobra.Command { return checkInjectCommand(&injecto
 // checkInjectCommand reads SidecarInjectors through src (tests preset its client).
 func checkInjectCommand(src *injectorSource) *cobra.Command {
 	var (
-		file, ns  string
-		nsFlagSet bool
+		file, ns, live string
+		nsFlagSet      bool
 	)
 	cmd := &cobra.Command{
-		Use:   "check-inject (-f POD.yaml | -n NS POD) [--injector NAME | --config CR.yaml]",
+		Use:   "check-inject (-f POD.yaml | -n NS POD | -n NS --live POD) [--injector NAME | --config CR.yaml]",
 		Short: "Tell whether pods would be injected, and by which rule",
 		Long: `For a pod in the cluster (-n NS POD) or every pod and pod template in a
 manifest (-f FILE), print whether each SidecarInjector would inject it and
@@ -35,10 +35,25 @@ values), never/alwaysInjectSelector, policy. It also points out inject keys
 placed on a workload's own metadata instead of its pod template. Without
 --injector or --config every SidecarInjector in the cluster is checked; one
 that does not compile gets an error line, the others are still checked, and
-the command then exits non-zero (the check is incomplete).`,
+the command then exits non-zero (the check is incomplete).
+
+--live POD reads the running pod (-n NS) and tells, per SidecarInjector,
+its state (Current, Outdated, Missing, Orphaned or not matched, as
+hookwright status counts it), the deciding rule, and what the current
+revision would change: the injected containers and init containers that
+differ (image, resources, env, command, args, restartPolicy), from the
+engine's own injection of the pod with its injected containers removed,
+and whether that can be done in place (only images and/or resources of
+injected containers differ) or needs a new pod (Restart). It only reads.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nsFlagSet = cmd.Flags().Changed("namespace")
+			if live != "" {
+				if file != "" || len(args) > 0 {
+					return fmt.Errorf("--live POD takes no -f and no other pod name")
+				}
+				return checkLive(cmd.Context(), cmd.OutOrStdout(), src, ns, live)
+			}
 			if (file == "") == (len(args) == 0) {
 				return fmt.Errorf("give either -f FILE or a pod name (with -n NAMESPACE)")
 			}
@@ -125,6 +140,7 @@ the command then exits non-zero (the check is incomplete).`,
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "filename", "f", "", "manifest with pods or workloads, - for stdin")
+	fs.StringVar(&live, "live", "", "name of a running pod (in -n NAMESPACE): would it get the current revision, and what would change")
 	fs.StringVarP(&ns, "namespace", "n", "default", "namespace of the pod (and of manifest objects that name none)")
 	src.addFlags(fs, "")
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,8 +49,8 @@ func newStatusCommand() *cobra.Command { return statusCommand(&injectorSource{})
 
 func statusCommand(src *injectorSource) *cobra.Command {
 	var (
-		pods   bool
-		output string
+		pods, whatIf bool
+		output, file string
 	)
 	cmd := &cobra.Command{
 		Use:   "status [INJECTOR...]",
@@ -64,16 +65,40 @@ namespace; --pods adds one line per counted pod with its state and why
 (outdated: the revision it has and the injected containers; missing: the
 rule that matched and when the pod was created; orphaned: the rule that no
 longer matches). -o json or yaml prints the same as data. It needs list of
-sidecarinjectors, pods and namespaces; it changes nothing.`,
+sidecarinjectors, pods and namespaces; it changes nothing.
+
+--what-if -f CR.yaml plans the SidecarInjector of the file as if applied,
+without writing anything: how many running pods it would leave Outdated,
+Missing or Orphaned (and how many of them are current today), per
+namespace, how many could be brought up to date in place (only images
+and/or resources of injected containers differ) and how many need a new
+pod, the state transitions against the version in the cluster, and the
+container diff of one example pod (as check-inject --live shows it).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "" && output != "json" && output != "yaml" {
 				return fmt.Errorf("-o %q: want json or yaml (default: tables)", output)
+			}
+			if whatIf != (file != "") {
+				return fmt.Errorf("--what-if and -f CR.yaml go together")
+			}
+			if whatIf && len(args) > 0 {
+				return fmt.Errorf("--what-if takes no injector names: the file names it")
+			}
+			if !whatIf && src.kubeVersion == "" {
+				// Classifying does not read the version; skip asking for it.
+				src.kubeVersion = offlineKubeVersion
 			}
 			c, err := src.clusterClient()
 			if err != nil {
 				return err
 			}
+			if src.kubeVersion == "" {
+				src.kubeVersion = offlineKubeVersion
+			}
 			ctx := cmd.Context()
+			if whatIf {
+				return runWhatIf(ctx, cmd.OutOrStdout(), c, src, file, output)
+			}
 			var crs []v1alpha1.SidecarInjector
 			if len(args) == 0 {
 				var list v1alpha1.SidecarInjectorList
@@ -89,36 +114,22 @@ sidecarinjectors, pods and namespaces; it changes nothing.`,
 				}
 				crs = append(crs, cr)
 			}
-			var podList corev1.PodList
-			if err := c.List(ctx, &podList); err != nil {
-				return fmt.Errorf("list pods: %w", err)
+			podList, nsLabels, err := livePods(ctx, c)
+			if err != nil {
+				return err
 			}
-			var nsList corev1.NamespaceList
-			if err := c.List(ctx, &nsList); err != nil {
-				return fmt.Errorf("list namespaces: %w", err)
-			}
-			nsLabels := map[string]map[string]string{}
-			for _, ns := range nsList.Items {
-				l := ns.Labels
-				if l == nil {
-					l = map[string]string{}
-				}
-				nsLabels[ns.Name] = l
-			}
-			rep := buildStatus(crs, podList.Items, nsLabels, src.operatorNamespace, pods)
+			rep := buildStatus(crs, podList, nsLabels, src.operatorNamespace, pods)
 			return writeStatus(cmd.OutOrStdout(), rep, output, time.Now())
 		},
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&pods, "pods", false, "one line per counted pod with its state and why")
+	fs.BoolVar(&whatIf, "what-if", false, "plan the SidecarInjector of -f as if applied; writes nothing")
+	fs.StringVarP(&file, "filename", "f", "", "SidecarInjector YAML/JSON for --what-if, - for stdin")
 	fs.StringVarP(&output, "output", "o", "", "json or yaml (default: tables)")
 	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
 	fs.StringVar(&src.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
 	fs.StringVar(&src.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
-	// Decide does not read the version; skip asking for it.
-	if src.kubeVersion == "" {
-		src.kubeVersion = offlineKubeVersion
-	}
 	return cmd
 }
 
@@ -128,18 +139,13 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 	for i := range crs {
 		cr := crs[i].WithDefaults()
 		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}}
-		eff, rev, _ := sidecar.Served(cr)
-		cfg, err := sidecar.Compile(eff)
+		inj, err := fleetInjector(cr, operatorNS, "")
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)
 			continue
 		}
-		st.Revision = rev
-		inj := fleet.Injector{Config: cfg, Revision: st.Revision, Params: sidecar.Params{
-			OperatorNamespace:  operatorNS,
-			ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
-		}}
+		st.Revision = inj.Revision
 		var classified []fleet.Pod
 		for j := range pods {
 			if p, ok := fleet.Classify(inj, &pods[j], nsLabels[pods[j].Namespace]); ok {
@@ -157,6 +163,45 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 		rep.Injectors = append(rep.Injectors, st)
 	}
 	return rep
+}
+
+// livePods lists every pod and every namespace's labels (an empty map for
+// a namespace without labels).
+func livePods(ctx context.Context, c client.Client) ([]corev1.Pod, map[string]map[string]string, error) {
+	var podList corev1.PodList
+	if err := c.List(ctx, &podList); err != nil {
+		return nil, nil, fmt.Errorf("list pods: %w", err)
+	}
+	var nsList corev1.NamespaceList
+	if err := c.List(ctx, &nsList); err != nil {
+		return nil, nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	nsLabels := map[string]map[string]string{}
+	for _, ns := range nsList.Items {
+		l := ns.Labels
+		if l == nil {
+			l = map[string]string{}
+		}
+		nsLabels[ns.Name] = l
+	}
+	return podList.Items, nsLabels, nil
+}
+
+// fleetInjector is what the classification needs of cr (defaulted): what
+// its servers inject (sidecar.Served) compiled, its revision, and the
+// parameters the operator's webhook configuration sets. kubeVersion is for
+// nativeSidecars Auto when something is rendered.
+func fleetInjector(cr *v1alpha1.SidecarInjector, operatorNS, kubeVersion string) (fleet.Injector, error) {
+	eff, rev, _ := sidecar.Served(cr)
+	cfg, err := sidecar.Compile(eff)
+	if err != nil {
+		return fleet.Injector{}, err
+	}
+	return fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
+		OperatorNamespace:  operatorNS,
+		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
+		ServerVersion:      kubeVersion,
+	}}, nil
 }
 
 // sortedPods orders pods by namespace and name.

@@ -1,8 +1,11 @@
 // Package fleet classifies running pods by what they carry of one
 // SidecarInjector's sidecars (current, outdated, missing, orphaned), sums
 // them into the CR's status.fleet and its conditions, trims pods to what
-// the classification reads (the operator's pod informer transform), and
-// plans the CR's revision history (ControllerRevisions kept).
+// the classification reads (the operator's pod informer transform), plans
+// the CR's revision history (ControllerRevisions kept), and tells what a
+// revision would change on a running pod (PlanPod: the container diff
+// against the engine's own sidecar.Inject, in place or by restart) and on
+// the whole fleet as if a CR were applied (PlanWhatIf).
 //
 // Whether a pod should carry the sidecars is sidecar.Decide, the very
 // function the webhook runs at admission: this package never decides on

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// checkLive is check-inject --live: the running pod ns/name against every
+// SidecarInjector of the cluster (or --injector NAME, or --config FILE),
+// each classified and planned by fleet.PlanPod. It only reads.
+func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name string) error {
+	c, err := src.clusterClient()
+	if err != nil {
+		return err
+	}
+	pod := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
+	}
+	nsObj := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
+		return fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	nsLabels := nsObj.Labels
+	if nsLabels == nil {
+		nsLabels = map[string]string{}
+	}
+	crs, err := src.injectorObjects(ctx, c)
+	if err != nil {
+		return err
+	}
+	broken := 0
+	for i, cr := range crs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		cr = cr.WithDefaults()
+		inj, err := fleetInjector(cr, src.operatorNamespace, src.kubeVersion)
+		if err != nil {
+			broken++
+			fmt.Fprintf(w, "SidecarInjector %s: not checked, it does not compile: %v\n", cr.Name, err)
+			continue
+		}
+		p, err := fleet.PlanPod(inj, pod, nsLabels)
+		if err != nil {
+			broken++
+			fmt.Fprintf(w, "SidecarInjector %s: %v\n", cr.Name, err)
+			continue
+		}
+		writePlan(w, cr.Name, inj.Revision, p)
+	}
+	if broken > 0 {
+		return fmt.Errorf("%d of %d SidecarInjectors not checked", broken, len(crs))
+	}
+	return nil
+}
+
+func writePlan(w io.Writer, injector, revision string, p fleet.Plan) {
+	fmt.Fprintf(w, "pod %s/%s, SidecarInjector %s (current revision %s)\n", p.Namespace, p.Name, injector, revision)
+	state := string(p.State)
+	if !p.Counted {
+		state = "not matched"
+	}
+	if p.Reason != "" {
+		state += ": " + p.Reason
+	}
+	fmt.Fprintf(w, "  state:  %s\n", state)
+	fmt.Fprintf(w, "  rule:   %s\n", p.Rule)
+	fmt.Fprintf(w, "  change: %s: %s\n", p.Way, p.Why)
+	for _, l := range fleet.DiffLines(p.Containers) {
+		fmt.Fprintf(w, "    %s\n", l)
+	}
+}
+
+// injectorObjects are the SidecarInjectors --live and --what-if read:
+// the one of --config, the one named by --injector, or every one.
+func (s *injectorSource) injectorObjects(ctx context.Context, c client.Client) ([]*v1alpha1.SidecarInjector, error) {
+	if s.configFile != "" {
+		b, err := readInput(s.configFile)
+		if err != nil {
+			return nil, err
+		}
+		cr, err := sidecar.DecodeSidecarInjector(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.configFile, err)
+		}
+		return []*v1alpha1.SidecarInjector{cr}, nil
+	}
+	if s.injector != "" {
+		cr := &v1alpha1.SidecarInjector{}
+		if err := c.Get(ctx, client.ObjectKey{Name: s.injector}, cr); err != nil {
+			return nil, fmt.Errorf("SidecarInjector %s: %w", s.injector, err)
+		}
+		return []*v1alpha1.SidecarInjector{cr}, nil
+	}
+	var list v1alpha1.SidecarInjectorList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list SidecarInjectors: %w", err)
+	}
+	if len(list.Items) == 0 {
+		return nil, fmt.Errorf("no SidecarInjector in the cluster")
+	}
+	out := make([]*v1alpha1.SidecarInjector, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
