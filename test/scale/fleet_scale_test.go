@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -356,15 +357,11 @@ func retryUpdate(ctx context.Context, si *v1alpha1.SidecarInjector, mutate func(
 		}
 		mutate()
 		err := env.Client.Update(ctx, si)
-		return err == nil, client.IgnoreAlreadyExists(ignoreConflict(err))
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
 	})
-}
-
-func ignoreConflict(err error) error {
-	if err != nil && strings.Contains(err.Error(), "the object has been modified") {
-		return nil
-	}
-	return err
 }
 
 // deleteFleetPods removes every pod of nss at once (grace period 0: no
