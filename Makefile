@@ -91,8 +91,8 @@ test-unit: ## Run the tests that need no control plane.
 	go test -count=1 $$(go list ./... | grep -v -e /test/)
 
 .PHONY: scale
-scale: tools ## Measure NodeOversell's cost at 10, 100 and 1,000 nodes into _scale/report-full.md (not part of make test).
-	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 3h -run '^TestScale$$' -v ./test/scale/
+scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes and fleet status at 10,000 pods into _scale/report-full.md (not part of make test).
+	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale)$$' -v ./test/scale/
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -218,10 +218,6 @@ func measureWindow(t *testing.T, ctx context.Context, name string, s *server, hb
 }
 
 func writeReport(results []fleetResult, window time.Duration) error {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# NodeOversell cost at scale (HOOKWRIGHT_SCALE=full)\n\n")
 	fmt.Fprintf(&b, "%s, %d-s windows, nodes played by cluster.Heartbeater (kubelet rhythm: GET every 10 s, status PATCH when changed or every 5 min, Lease every 10 s); cpu ratio 2 then 3.\n\n", time.Now().UTC().Format(time.RFC3339), int(window.Seconds()))
@@ -254,9 +250,35 @@ func writeReport(results []fleetResult, window time.Duration) error {
 		fmt.Fprintf(&b, "| %d | %.1f / %.1f | %.1f | %s | %.1f | %.0f |\n", r.nodes, r.opSteady/(1<<20), r.opPeak/(1<<20),
 			r.op.reconciles/m, perRec, r.op.requests/m, r.op.cpu/m*1e3)
 	}
+	return writeReportPart("oversell", b.String())
+}
+
+// writeReportPart writes one test's section of the full report to
+// _scale/part-NAME.md and _scale/report-full.md as every part so far, by
+// name, so TestScale and TestFleetScale each keep the other's figures.
+func writeReportPart(name, body string) error {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
 	dir := filepath.Join(root, "_scale")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "report-full.md"), []byte(b.String()), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "part-"+name+".md"), []byte(body), 0o644); err != nil {
+		return err
+	}
+	parts, err := filepath.Glob(filepath.Join(dir, "part-*.md"))
+	if err != nil {
+		return err
+	}
+	var all []string
+	for _, p := range parts {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		all = append(all, strings.TrimRight(string(b), "\n")+"\n")
+	}
+	return os.WriteFile(filepath.Join(dir, "report-full.md"), []byte(strings.Join(all, "\n")), 0o644)
 }

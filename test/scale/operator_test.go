@@ -27,13 +27,19 @@ type operator struct {
 }
 
 // startOperator runs the manager with the admin kubeconfig in the scale
-// namespace and waits until ready (its caches synced). The test's end
-// waits for every NodeOversell to be gone (the operator removes its
-// finalizer) before stopping it.
+// namespace and waits until ready (its caches synced).
 func startOperator(t *testing.T, ctx context.Context) *operator {
 	t.Helper()
+	return startOperatorIn(t, ctx, namespace)
+}
+
+// startOperatorIn runs the manager in namespace ns. The test's end waits
+// for every NodeOversell and SidecarInjector to be gone (the operator
+// removes their finalizers) before stopping it.
+func startOperatorIn(t *testing.T, ctx context.Context, ns string) *operator {
+	t.Helper()
 	metrics, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
-	args := []string{"manager", "--namespace=" + namespace, "--leader-elect=false", "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
+	args := []string{"manager", "--namespace=" + ns, "--leader-elect=false", "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service="}
@@ -44,10 +50,14 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		err := cluster.WaitFor(ctx, 3*time.Minute, "every NodeOversell deleted", func(ctx context.Context) (bool, error) {
+		err := cluster.WaitFor(ctx, 3*time.Minute, "every NodeOversell and SidecarInjector deleted", func(ctx context.Context) (bool, error) {
 			var l v1alpha1.NodeOversellList
-			err := env.Client.List(ctx, &l)
-			return err == nil && len(l.Items) == 0, err
+			if err := env.Client.List(ctx, &l); err != nil || len(l.Items) > 0 {
+				return false, err
+			}
+			var s v1alpha1.SidecarInjectorList
+			err := env.Client.List(ctx, &s)
+			return err == nil && len(s.Items) == 0, err
 		})
 		if err != nil {
 			t.Error(err)
@@ -75,13 +85,16 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 type operatorCounters struct {
 	reconciles    float64 // controller_runtime_reconcile_total{controller="oversell"}
 	reconcileSecs float64 // controller_runtime_reconcile_time_seconds sum, same controller
-	requests      float64 // rest_client_requests_total: every request it sent the API server
-	cpu           float64 // process_cpu_seconds_total
-	rss, hwm      float64 // VmRSS and VmHWM, bytes
+	// The same two for controller "sidecar-fleet" (SidecarInjector fleet status).
+	fleetReconciles, fleetReconcileSecs float64
+	requests                            float64 // rest_client_requests_total: every request it sent the API server
+	cpu                                 float64 // process_cpu_seconds_total
+	rss, hwm                            float64 // VmRSS and VmHWM, bytes
 }
 
 func (a operatorCounters) minus(b operatorCounters) operatorCounters {
 	return operatorCounters{reconciles: a.reconciles - b.reconciles, reconcileSecs: a.reconcileSecs - b.reconcileSecs,
+		fleetReconciles: a.fleetReconciles - b.fleetReconciles, fleetReconcileSecs: a.fleetReconcileSecs - b.fleetReconcileSecs,
 		requests: a.requests - b.requests, cpu: a.cpu - b.cpu, rss: a.rss, hwm: a.hwm}
 }
 
@@ -107,15 +120,22 @@ func (o *operator) read(ctx context.Context) (operatorCounters, error) {
 		return operatorCounters{}, err
 	}
 	c := operatorCounters{
-		reconciles: sum(fams, "controller_runtime_reconcile_total", map[string]string{"controller": desiredOversell}),
-		requests:   sum(fams, "rest_client_requests_total", nil),
-		cpu:        sum(fams, "process_cpu_seconds_total", nil),
+		reconciles:      sum(fams, "controller_runtime_reconcile_total", map[string]string{"controller": desiredOversell}),
+		fleetReconciles: sum(fams, "controller_runtime_reconcile_total", map[string]string{"controller": fleetController}),
+		requests:        sum(fams, "rest_client_requests_total", nil),
+		cpu:             sum(fams, "process_cpu_seconds_total", nil),
 	}
 	if f := fams["controller_runtime_reconcile_time_seconds"]; f != nil {
 		for _, m := range f.Metric {
 			for _, l := range m.Label {
-				if l.GetName() == "controller" && l.GetValue() == desiredOversell && m.Histogram != nil {
+				if l.GetName() != "controller" || m.Histogram == nil {
+					continue
+				}
+				switch l.GetValue() {
+				case desiredOversell:
 					c.reconcileSecs += m.Histogram.GetSampleSum()
+				case fleetController:
+					c.fleetReconcileSecs += m.Histogram.GetSampleSum()
 				}
 			}
 		}
@@ -126,6 +146,10 @@ func (o *operator) read(ctx context.Context) (operatorCounters, error) {
 
 // desiredOversell is the NodeOversell controller's name (desired.OversellKind.Short).
 const desiredOversell = "oversell"
+
+// fleetController is the SidecarInjector fleet status controller's name
+// (controllers/fleet.go).
+const fleetController = "sidecar-fleet"
 
 // procStatus reads a kB field of /proc/PID/status in bytes (0 if absent).
 func procStatus(pid int, key string) float64 {
