@@ -151,12 +151,15 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// The lifecycle reconciler reports a spec that does not compile.
 		return ctrl.Result{}, nil
 	}
+	// The cache's objects themselves, not copies: fleet.Classify and
+	// Summarize only read them, and a copy of 10,000 pods per reconcile
+	// was most of the operator's memory at that scale (README).
 	pods := &corev1.PodList{}
-	if err := r.pods.List(ctx, pods); err != nil {
+	if err := r.pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	nss := &corev1.NamespaceList{}
-	if err := r.pods.List(ctx, nss); err != nil {
+	if err := r.pods.List(ctx, nss, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	nsLabels := make(map[string]map[string]string, len(nss.Items))
