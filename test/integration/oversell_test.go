@@ -341,7 +341,13 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	defer hb.Stop()
 	amplified := func(n *corev1.Node) error { return checkAlloc(n, "8", "12Gi", capacity) }
 	// Settle: the first heartbeat of each node (kwok's come every ~10 s).
-	err = cluster.WaitFor(ctx, 30*time.Second, "all selected nodes amplified", func(ctx context.Context) (bool, error) {
+	// Every heartbeater node reports at its first beat (a kubelet's first
+	// report), each at its own offset within the period: the plain node's
+	// must be before the measured window too.
+	err = cluster.WaitFor(ctx, 30*time.Second, "all selected nodes amplified and the plain node's first report", func(ctx context.Context) (bool, error) {
+		if p, _, _ := hb.Stats("hb-plain"); p == 0 {
+			return false, nil
+		}
 		for _, name := range []string{"hb-1", "hb-2", "kwok-node-0", "kwok-node-1"} {
 			if err := amplified(getNode(t, ctx, name)); err != nil {
 				return false, err
