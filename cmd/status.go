@@ -213,22 +213,28 @@ func sortedPods(pods []fleet.Pod) []fleet.Pod {
 	return out
 }
 
-func writeStatus(w io.Writer, rep statusReport, output string, now time.Time) error {
-	switch output {
-	case "json":
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := sigsyaml.Marshal(rep)
+// writeStructured writes v as indented JSON or as YAML (output "json" or
+// "yaml"), the -o forms of status and status --what-if.
+func writeStructured(w io.Writer, v any, output string) error {
+	if output == "yaml" {
+		b, err := sigsyaml.Marshal(v)
 		if err != nil {
 			return err
 		}
 		_, err = w.Write(b)
 		return err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func writeStatus(w io.Writer, rep statusReport, output string, now time.Time) error {
+	if output == "json" || output == "yaml" {
+		return writeStructured(w, rep, output)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(rep.Injectors) == 0 {

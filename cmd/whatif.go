@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -13,7 +12,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
@@ -70,21 +68,8 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 }
 
 func writeWhatIf(w io.Writer, rep whatIfReport, output string) error {
-	switch output {
-	case "json":
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := sigsyaml.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+	if output == "json" || output == "yaml" {
+		return writeStructured(w, rep, output)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	before := rep.Before
