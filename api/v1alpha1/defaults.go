@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,6 +47,21 @@ func (si *SidecarInjector) Default() {
 	defaultInt32(&s.TimeoutSeconds, DefaultSidecarTimeoutSeconds)
 	s.Server.setDefaults()
 	s.Certificate.setDefaults()
+	s.Rollout.setDefaults()
+}
+
+// DefaultRolloutReadyTimeoutSeconds is spec.rollout.readyTimeoutSeconds'
+// default: the kubelet's image pull back-off reaches its 5 min cap by then.
+const DefaultRolloutReadyTimeoutSeconds int32 = 300
+
+func (r *RolloutSpec) setDefaults() {
+	setDefault(&r.Strategy, RolloutNone)
+	setDefault(&r.NamespaceOrder, NamespacesAll)
+	if r.MaxUnavailable == nil {
+		one := intstr.FromInt32(1)
+		r.MaxUnavailable = &one
+	}
+	defaultInt32(&r.ReadyTimeoutSeconds, DefaultRolloutReadyTimeoutSeconds)
 }
 
 // WithDefaults returns a deep copy of si with Default applied, for objects

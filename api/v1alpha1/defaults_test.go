@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"encoding/json"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -85,6 +86,7 @@ func TestDefaultsMatchMarkers(t *testing.T) {
 		}
 		for name, spec := range map[string]SidecarInjectorSpec{
 			"empty": {}, "issuerRef": {Certificate: CertificateSpec{IssuerRef: ref()}}, "full": full,
+			"rollout": {Rollout: RolloutSpec{Strategy: RolloutInPlace, Partition: ptr.To(intstr.FromString("50%"))}},
 		} {
 			in := &SidecarInjector{Spec: spec}
 			want := serverDefault(t, s, in)

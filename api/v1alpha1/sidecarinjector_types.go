@@ -227,6 +227,12 @@ type SidecarInjectorSpec struct {
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pinned Revision"
 	Revision string `json:"revision,omitempty"`
+
+	// Rollout brings running pods up to status.revision. Default: report
+	// only.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Rollout"
+	Rollout RolloutSpec `json:"rollout,omitempty"`
 }
 
 // PinnedRevision is the content of a pinned revision, copied by the
@@ -274,6 +280,10 @@ type SidecarInjectorStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Fleet"
 	Fleet *FleetStatus `json:"fleet,omitempty"`
+	// Rollout is the progress of spec.rollout (absent with strategy None).
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Rollout"
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
