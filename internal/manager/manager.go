@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -87,6 +88,10 @@ type Options struct {
 	// LeaseOwner, when set (LeaseOwnerFromEnv), becomes the owner of the
 	// leader election Lease while this replica leads.
 	LeaseOwner *metav1.OwnerReference
+	// SkipNameValidation lets a process build a second manager after the
+	// first stopped (the operator tests restart theirs): controller-runtime
+	// refuses a controller name it saw before in the process otherwise.
+	SkipNameValidation bool
 }
 
 // Run starts mgr and, once it stopped, deletes the leader election Lease
@@ -136,6 +141,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		// returns), so the Lease can be deleted: see Run.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(append([]string{s.Namespace}, o.Servers.Namespaces...)...),
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

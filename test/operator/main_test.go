@@ -166,6 +166,7 @@ func TestMain(m *testing.M) {
 	for _, f := range atExit {
 		f()
 	}
+	stopOperator()
 	cancel()
 	cluster.RemoveHookwrightBinary()
 	if err := env.Stop(); err != nil {
@@ -189,29 +190,53 @@ func startOperator(ctx context.Context) error {
 	if err := setupOLM(ctx); err != nil {
 		return err
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = writes.wrap
 	// The manager's validating webhook: served on a local port, reached by
 	// the API server through the webhook Service config/webhook defines.
-	webhookPort, err := cluster.FreePort()
-	if err != nil {
-		return err
-	}
-	servers, err := serverpolicy.New(operatorNS, serverImage, allowedServerNamespaces, allowedServerImages)
-	if err != nil {
+	var err error
+	if operator.webhookPort, err = cluster.FreePort(); err != nil {
 		return err
 	}
 	caDir = filepath.Join(env.Dir, "ca-dir")
 	if err := os.MkdirAll(caDir, 0o755); err != nil {
 		return err
 	}
-	// The production manager (manager.New, as `hookwright manager` builds
-	// it), on local ports. webhookBypass stands for a CR admitted before
-	// the webhook existed or while it was down: the reconciler must refuse
-	// it on its own.
+	if _, err := env.ExposeLocal(ctx, operatorNS, desired.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", operator.webhookPort)); err != nil {
+		return err
+	}
+	return runOperator(env.Config, allowedServerNamespaces)
+}
+
+// operator is the in-process manager: stopOperator ends it and
+// runOperator starts another (a test restarting the operator, or running
+// it as another identity, restarts the default one when it ends).
+var operator struct {
+	webhookPort int
+	mu          sync.Mutex
+	cancel      context.CancelFunc
+	done        chan struct{}
+	started     int
+}
+
+// runOperator builds the production manager (manager.New, as `hookwright
+// manager` builds it) acting with base (through the write counter) and
+// the server namespaces, on local ports, and starts it.
+func runOperator(base *rest.Config, serverNamespaces []string) error {
+	operator.mu.Lock()
+	defer operator.mu.Unlock()
+	if operator.cancel != nil {
+		return fmt.Errorf("the operator is running")
+	}
+	cfg := rest.CopyConfig(base)
+	cfg.WrapTransport = writes.wrap
+	servers, err := serverpolicy.New(operatorNS, serverImage, serverNamespaces, allowedServerImages)
+	if err != nil {
+		return err
+	}
+	// webhookBypass stands for a CR admitted before the webhook existed or
+	// while it was down: the reconciler must refuse it on its own.
 	mgr, err := manager.New(cfg, manager.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
-		WebhookHost: "127.0.0.1", WebhookPort: webhookPort, WebhookService: desired.DefaultWebhookService,
+		WebhookHost: "127.0.0.1", WebhookPort: operator.webhookPort, WebhookService: desired.DefaultWebhookService,
 		Servers: servers,
 		Settings: controllers.Settings{
 			Settings: desired.Settings{
@@ -231,19 +256,52 @@ func startOperator(ctx context.Context) error {
 				return h.Handle(ctx, req)
 			})
 		},
+		SkipNameValidation: operator.started > 0,
 	})
 	if err != nil {
 		return err
 	}
-	if _, err := env.ExposeLocal(ctx, operatorNS, desired.DefaultWebhookService, 443, fmt.Sprintf("127.0.0.1:%d", webhookPort)); err != nil {
-		return err
-	}
+	operator.started++
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	operator.cancel, operator.done = cancel, done
 	go func() {
+		defer close(done)
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
 	return nil
+}
+
+// stopOperator stops the in-process manager and waits until it returned.
+func stopOperator() {
+	operator.mu.Lock()
+	cancel, done := operator.cancel, operator.done
+	operator.cancel, operator.done = nil, nil
+	operator.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// restartOperator stops the in-process manager and starts it again as
+// base with the server namespaces; when the test ends the default one
+// (the admin config, every allowed server namespace) runs again.
+func restartOperator(t *testing.T, base *rest.Config, serverNamespaces []string) {
+	t.Helper()
+	stopOperator()
+	t.Cleanup(func() {
+		stopOperator()
+		if err := runOperator(env.Config, allowedServerNamespaces); err != nil {
+			t.Errorf("restart the default operator: %v", err)
+		}
+	})
+	if err := runOperator(base, serverNamespaces); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func logFile() *os.File {
