@@ -482,7 +482,10 @@ func TestRolloutRestart(t *testing.T) {
 	rev1 := f.revision(t, ctx, "")
 	webA := deploy(t, ctx, nsA, "web", 2, nil)
 	webB := deploy(t, ctx, nsB, "web", 2, nil)
-	api := deploy(t, ctx, nsB, "api", 1, nil)
+	// Last in rollout order (namespace, name), so the budget holding it
+	// back cannot delay the others whether it stops the whole rollout or
+	// only its owner.
+	api := deploy(t, ctx, nsB, "zapi", 1, nil)
 	all := []client.ObjectKey{webA, webB, api}
 	// Never touched: a bare pod and a Job's pod (Pending on no node, so
 	// kwok does not complete it).
@@ -510,9 +513,9 @@ func TestRolloutRestart(t *testing.T) {
 	}
 	waitDeployments(t, ctx, "Deployments available at the first revision", rev1, all...)
 
-	// A budget allowing no disruption of api.
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: nsB}, Spec: policyv1.PodDisruptionBudgetSpec{
-		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}}}}
+	// A budget allowing no disruption of zapi.
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "zapi", Namespace: nsB}, Spec: policyv1.PodDisruptionBudgetSpec{
+		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "zapi"}}}}
 	if err := env.Client.Create(ctx, pdb); err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +561,7 @@ func TestRolloutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The budget holds api back: blocked, naming it.
+	// The budget holds zapi back: blocked, naming it.
 	f.condition(t, ctx, v1alpha1.ConditionRolloutBlocked, metav1.ConditionTrue, "DisruptionBudget", "PodDisruptionBudget "+nsB+"/"+pdb.Name, 90*time.Second)
 	untouched(t, ctx, rev2, api)
 	rs := f.rolloutIs(t, ctx, "rollout blocked by the budget", rev2, 30*time.Second, func(rs *v1alpha1.RolloutStatus, _ *v1alpha1.SidecarInjector) bool {
@@ -567,7 +570,7 @@ func TestRolloutRestart(t *testing.T) {
 	if !strings.Contains(rs.Blocked, pdb.Name) {
 		t.Errorf("status.rollout.blocked %q does not name the budget", rs.Blocked)
 	}
-	// Relaxed, it lets api go.
+	// Relaxed, it lets zapi go.
 	if err := update(ctx, pdb, func() { pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(0)) }); err != nil {
 		t.Fatal(err)
 	}
