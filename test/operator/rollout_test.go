@@ -38,7 +38,10 @@ import (
 
 // stepEnv is the env var of the proxy container a test changes to make a
 // new revision ("a template change").
-var stepEnv = regexp.MustCompile(`(?m)^( +- name: ROLLOUT_STEP\n +value: )"[^"]*"`)
+var (
+	injectorEnv = regexp.MustCompile(`(?m)^( *)- name: INJECTOR\n`)
+	stepEnv     = regexp.MustCompile(`(?m)^( +- name: ROLLOUT_STEP\n +value: )"[^"]*"`)
+)
 
 // rolloutFixture is one SidecarInjector (failurePolicy Ignore, namespaces
 // labelled sidecar-injection=<name>) and, once served, its local server.
@@ -49,6 +52,38 @@ type rolloutFixture struct {
 	srv   *localServer
 	step  int
 	probe string // a namespace to probe the server with
+	nss   []string
+	once  sync.Once
+}
+
+// dump logs the CR's status and the namespaces' Deployments and pods
+// once, when the test failed, before the namespaces are removed.
+func (f *rolloutFixture) dump(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	f.once.Do(func() {
+		ctx := context.Background()
+		cur := &v1alpha1.SidecarInjector{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), cur); err == nil {
+			t.Logf("SidecarInjector %s at the end: generation %d, revision %s, fleet %+v, rollout %+v; conditions:%s", f.name,
+				cur.Generation, cur.Status.Revision, fleetCounts(cur), cur.Status.Rollout, fmtConds(cur.Status.Conditions))
+		}
+		for _, ns := range f.nss {
+			var deps appsv1.DeploymentList
+			_ = env.Client.List(ctx, &deps, client.InNamespace(ns))
+			for _, d := range deps.Items {
+				r, at := restartedFor(&d)
+				t.Logf("Deployment %s/%s: generation %d, restarted-for %q, restartedAt %q, status %+v", ns, d.Name, d.Generation, r, at, d.Status)
+			}
+			var pods corev1.PodList
+			_ = env.Client.List(ctx, &pods, client.InNamespace(ns))
+			for _, p := range pods.Items {
+				t.Logf("pod %s/%s: phase %s, revision %q, deleting %t, owner %v", ns, p.Name, p.Status.Phase, p.Labels[v1alpha1.SidecarRevisionKey], p.DeletionTimestamp != nil, metav1.GetControllerOf(&p))
+			}
+		}
+		t.Logf("operator log: %s", env.Dir+"/logs/operator.log")
+	})
 }
 
 func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v1alpha1.RolloutSpec) *rolloutFixture {
@@ -59,12 +94,10 @@ func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v
 	for i := range si.Spec.Templates {
 		if si.Spec.Templates[i].Name == "proxy" {
 			tmpl := si.Spec.Templates[i].Template
-			const anchor = "          - name: INJECTOR\n"
-			if !strings.Contains(tmpl, anchor) {
-				t.Fatalf("the sample's proxy template has no %q", anchor)
+			if !injectorEnv.MatchString(tmpl) {
+				t.Fatalf("the sample's proxy template has no env var INJECTOR:\n%s", tmpl)
 			}
-			si.Spec.Templates[i].Template = strings.Replace(tmpl, anchor,
-				"          - name: ROLLOUT_STEP\n            value: \"0\"\n"+anchor, 1)
+			si.Spec.Templates[i].Template = injectorEnv.ReplaceAllString(tmpl, "${1}- name: ROLLOUT_STEP\n${1}  value: \"0\"\n${1}- name: INJECTOR\n")
 		}
 	}
 	si.Spec.Rollout = rollout
@@ -73,15 +106,7 @@ func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	f := &rolloutFixture{si: si, name: name}
-	t.Cleanup(func() {
-		if t.Failed() {
-			cur := &v1alpha1.SidecarInjector{}
-			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(si), cur); err == nil {
-				t.Logf("SidecarInjector %s at the end: revision %s, fleet %+v, rollout %+v; conditions:%s", name,
-					cur.Status.Revision, fleetCounts(cur), cur.Status.Rollout, fmtConds(cur.Status.Conditions))
-			}
-		}
-	})
+	t.Cleanup(func() { f.dump(t) })
 	// Restart needs the CR Ready: kwok runs the server Deployment's pods.
 	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
@@ -113,7 +138,9 @@ func (f *rolloutFixture) namespace(t *testing.T, ctx context.Context, name strin
 	if f.probe == "" {
 		f.probe = name
 	}
+	f.nss = append(f.nss, name)
 	t.Cleanup(func() {
+		f.dump(t)
 		bg := context.Background()
 		_ = env.Client.DeleteAllOf(bg, &appsv1.Deployment{}, client.InNamespace(name))
 		_ = env.Client.DeleteAllOf(bg, &batchv1.Job{}, client.InNamespace(name), client.PropagationPolicy(metav1.DeletePropagationBackground))
