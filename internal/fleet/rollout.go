@@ -645,7 +645,8 @@ func percentOf(n, total int) int {
 	return int(math.Round(100 * float64(n) / float64(total)))
 }
 
-// Summary line of a rollout for conditions and Events.
+// RolloutMessage is the one-line summary of a rollout for conditions and
+// Events.
 func RolloutMessage(st *v1alpha1.RolloutStatus) string {
 	parts := []string{fmt.Sprintf("%d/%d pods at revision %s (%d%%)", st.Updated, st.Total, st.Revision, percentOf(int(st.Updated), int(st.Total)))}
 	if st.Unavailable > 0 {
