@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -700,7 +701,46 @@ func TestRolloutRestart(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v: %v", err, reasons)
 	}
-	t.Logf("Events on the CR by reason: %v; test took %s", reasons, time.Since(start).Round(time.Millisecond))
+	// The rollout metrics (the operator runs in this process).
+	if err := cluster.WaitFor(ctx, 30*time.Second, "rollout metrics", func(ctx context.Context) (bool, error) {
+		m := rolloutMetrics(t, f.name)
+		return m["actions restart ok"] == 3 && m["pods updated"] == 5 && m["pods total"] == 5 && m["pods unavailable"] == 0 && m["blocked"] == 0, nil
+	}); err != nil {
+		t.Fatalf("%v: %v", err, rolloutMetrics(t, f.name))
+	}
+	t.Logf("Events on the CR by reason: %v; metrics %v; test took %s", reasons, rolloutMetrics(t, f.name), time.Since(start).Round(time.Millisecond))
+}
+
+// rolloutMetrics reads the hookwright_sidecar_rollout_* series of CR name
+// from the operator's registry: "actions <action> <result>", "pods
+// <state>", "blocked".
+func rolloutMetrics(t *testing.T, name string) map[string]float64 {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["name"] != name {
+				continue
+			}
+			switch f.GetName() {
+			case "hookwright_sidecar_rollout_actions_total":
+				out["actions "+l["action"]+" "+l["result"]] += m.GetCounter().GetValue()
+			case "hookwright_sidecar_rollout_pods":
+				out["pods "+l["state"]] = m.GetGauge().GetValue()
+			case "hookwright_sidecar_rollout_blocked":
+				out["blocked"] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // TestRolloutMissingAfterOutage: pods created while the injector's server
