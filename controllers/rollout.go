@@ -44,6 +44,7 @@ const (
 	ReasonRolloutPaused      = "Paused"
 	ReasonDisruptionBudget   = "DisruptionBudget"
 	ReasonWebhookNotReady    = "WebhookNotReady"
+	ReasonRestartIneffective = "RestartIneffective"
 	ReasonMissingRights      = "MissingRights"
 	ReasonPermitted          = "Permitted"
 	EventRolloutBatch        = "RolloutBatch"
@@ -580,6 +581,11 @@ func (r *roller) owner(ctx context.Context, pod *corev1.Pod) (fleet.Owner, strin
 	return d, ""
 }
 
+// restartRetry is how long after an ineffective restart (its new pods
+// lack the sidecars) the owner is restarted again when the operator saw
+// no outage end since.
+const restartRetry = 5 * time.Minute
+
 // maxOwnersInFlight bounds the owners restarting at once: they are the
 // record (status.rollout.inProgress) a new leader resumes from.
 const maxOwnersInFlight = 50
@@ -611,8 +617,19 @@ func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 			s.unavailable += u
 			return true
 		}
-		s.skips.Add(fleet.SkipIneffective, key)
-		return false
+		// Rolled out, and this pod still lacks the revision: its new
+		// pods were created without the webhook. Once the webhook has
+		// become reachable after that restart, restart it once more;
+		// until then stop, as more restarts would make more such pods.
+		at := restartedAt(obj)
+		up := apimeta.FindStatusCondition(s.cr.Status.Conditions, v1alpha1.ConditionWebhookReachable)
+		back := up != nil && up.Status == metav1.ConditionTrue && up.LastTransitionTime.After(at)
+		if !back && r.now().Sub(at) < restartRetry {
+			s.blocked.reason = ReasonRestartIneffective
+			s.blocked.msg = fmt.Sprintf("%s was restarted for revision %s at %s and pod %s still lacks it: its pods were created without the webhook (check WebhookReachable); it is restarted again once the webhook is reachable again, or %s after the restart",
+				id, s.rev, at.UTC().Format(time.RFC3339), key, restartRetry)
+			return false
+		}
 	}
 	if len(s.restarted) >= maxOwnersInFlight {
 		return false
@@ -622,9 +639,9 @@ func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 		s.blocked.msg = fmt.Sprintf("PodDisruptionBudget %s allows no disruption now; %s waits", pdb, id)
 		return false
 	}
-	if !apimeta.IsStatusConditionTrue(s.cr.Status.Conditions, v1alpha1.ConditionReady) {
+	if why := webhookDown(s.cr); why != "" {
 		s.blocked.reason = ReasonWebhookNotReady
-		s.blocked.msg = "the injector is not Ready: a restarted pod would miss its sidecars; " + id + " waits"
+		s.blocked.msg = why + ": a restarted pod would miss its sidecars; " + id + " waits"
 		return false
 	}
 	// Write ahead: the owner is in status.rollout.inProgress before it
@@ -706,6 +723,40 @@ func kindOf(obj client.Object) string {
 		return "DaemonSet"
 	}
 	return ""
+}
+
+// webhookDown says why a restart now would create pods without the
+// sidecars: the CR not Ready, or the operator's live check finding the
+// webhook unreachable (WebhookReachable False); "" otherwise.
+func webhookDown(cr *v1alpha1.SidecarInjector) string {
+	if !apimeta.IsStatusConditionTrue(cr.Status.Conditions, v1alpha1.ConditionReady) {
+		return "the injector is not Ready"
+	}
+	if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionWebhookReachable); c != nil && c.Status == metav1.ConditionFalse {
+		return "the webhook is not reachable (WebhookReachable " + c.Reason + ")"
+	}
+	return ""
+}
+
+// restartedAt is the kubectl.kubernetes.io/restartedAt of obj's pod
+// template (zero when absent or not RFC 3339).
+func restartedAt(obj client.Object) time.Time {
+	var tmpl *corev1.PodTemplateSpec
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		tmpl = &o.Spec.Template
+	case *appsv1.StatefulSet:
+		tmpl = &o.Spec.Template
+	case *appsv1.DaemonSet:
+		tmpl = &o.Spec.Template
+	default:
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, tmpl.Annotations[v1alpha1.RestartedAtKey])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // writeAhead adds id to the CR's status.rollout.inProgress on the API
