@@ -1118,18 +1118,9 @@ func TestRolloutResumeFromCluster(t *testing.T) {
 // is unreachable (failurePolicy Ignore, pods created bare) must not leave
 // the restarted owners' pods without sidecars unreported: it either waits
 // (RolloutBlocked WebhookNotReady) or says the restart did not help
-// (RolloutBlocked RestartIneffective), as the API documents.
+// (RolloutBlocked RestartIneffective), as the API documents; once the
+// server serves again the pods get their sidecars.
 func TestRolloutDuringOutage(t *testing.T) {
-	if os.Getenv("HOOKWRIGHT_ROLLOUT_OUTAGE_STRICT") == "" {
-		// Observed 2026-12-02 on 31c10f8: with WebhookReachable False
-		// (NotCalled) and Ready True the Deployment was restarted, its
-		// new pod came up without the sidecars, and RolloutBlocked stayed
-		// False (Progressing, 0/1) with the pod only in status.rollout.skipped
-		// ("owner restarted for this revision; its new pods still lack
-		// it"); nothing retries it for this revision once the server is
-		// back. Set the variable to run it.
-		t.Skip("known: a restart during a webhook outage is neither held (WebhookNotReady) nor reported (RestartIneffective); set HOOKWRIGHT_ROLLOUT_OUTAGE_STRICT=1 to run")
-	}
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-outage", v1alpha1.RolloutSpec{})
@@ -1162,5 +1153,20 @@ func TestRolloutDuringOutage(t *testing.T) {
 	if got.Reason != "WebhookNotReady" && got.Reason != "RestartIneffective" {
 		t.Errorf("RolloutBlocked reason %s, want WebhookNotReady or RestartIneffective", got.Reason)
 	}
+
+	// The server back: the rollout goes on once the operator's live
+	// check (WebhookReachable) sees the webhook again.
+	back := time.Now()
+	f.serve(t, ctx)
+	waitDeployments(t, ctx, "the pod replaced by an injected one after the outage", f.si.Status.Revision, web)
+	t.Logf("rolled %s after the server was back", time.Since(back).Round(time.Millisecond))
+	if err := cluster.WaitFor(ctx, 30*time.Second, "no pod missing", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
+		c := fleetCounts(f.si)
+		return c.MissingPods == 0 && c.CurrentPods == 1, err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
+	}
+	f.condition(t, ctx, v1alpha1.ConditionRolloutBlocked, metav1.ConditionFalse, "Complete", "", 30*time.Second)
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
 }
