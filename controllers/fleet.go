@@ -25,7 +25,7 @@ import (
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // The fleet status of each SidecarInjector (status.fleet, conditions
 // PodsUpToDate and PodsMissingSidecars, the hookwright_sidecar_fleet_pods
@@ -65,6 +65,8 @@ type fleetReconciler struct {
 	settings Settings
 	now      func() time.Time
 
+	roller *roller
+
 	mu sync.Mutex
 	// lastWrite is when each CR's fleet status was last written.
 	lastWrite map[string]time.Time
@@ -88,7 +90,10 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 		return err
 	}
 	r := &fleetReconciler{client: mgr.GetClient(), pods: c, settings: s, now: time.Now,
-		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{}}
+		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
+		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
+			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
+			owners: map[string][]string{}, didAct: map[string]bool{}}}
 	all := func(ctx context.Context, _ client.Object) []reconcile.Request {
 		list := &v1alpha1.SidecarInjectorList{}
 		if err := r.client.List(ctx, list); err != nil {
@@ -171,10 +176,15 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		nsLabels[nss.Items[i].Name] = l
 	}
 	var classified []fleet.Pod
+	rolling := cr.Spec.Rollout.Strategy != v1alpha1.RolloutNone
+	var counted []classifiedPod
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if c, ok := fleet.Classify(inj, p, nsLabels[p.Namespace]); ok {
 			classified = append(classified, c)
+			if rolling {
+				counted = append(counted, classifiedPod{pod: p, c: c})
+			}
 		}
 	}
 	sum := fleet.Summarize(classified)
@@ -182,8 +192,10 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	orig := cr.DeepCopy()
 	cr.Status.Fleet = &sum.Status
 	fleet.SetConditions(&cr.Status.Conditions, sum, cr.Generation)
+	again := r.roller.rolloutStep(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
+	res := ctrl.Result{RequeueAfter: again}
 	if equality.Semantic.DeepEqual(orig.Status, cr.Status) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	r.mu.Lock()
 	wait := FleetWriteInterval - r.now().Sub(r.lastWrite[cr.Name])
@@ -192,6 +204,12 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	// patch of status.conditions (a whole list) put back ones it read
 	// before our last write. Repair them at once; no count moved.
 	if equality.Semantic.DeepEqual(orig.Status.Fleet, cr.Status.Fleet) {
+		wait = 0
+	}
+	// A rollout step that acted is written at once: status.rollout's
+	// inProgress is the record of restarted owners a new leader resumes
+	// from, and steps are bounded by maxUnavailable, not by pod events.
+	if r.roller.acted(cr.Name) {
 		wait = 0
 	}
 	if wait > 0 {
@@ -205,7 +223,7 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	r.mu.Lock()
 	r.lastWrite[cr.Name] = r.now()
 	r.mu.Unlock()
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 func (r *fleetReconciler) forget(name string) {
@@ -213,6 +231,7 @@ func (r *fleetReconciler) forget(name string) {
 	delete(r.lastWrite, name)
 	delete(r.compiled, name)
 	r.mu.Unlock()
+	r.roller.forget(name)
 	fleetPods.DeletePartialMatch(prometheus.Labels{"name": name})
 }
 

@@ -73,6 +73,9 @@ type Plan struct {
 	Why string `json:"why"`
 	// Containers are the injected containers that differ.
 	Containers []ContainerDiff `json:"containers,omitempty"`
+	// Want is the engine's output for the pod (set for outdated and
+	// missing pods): what a rollout changes the pod to.
+	Want *Injected `json:"-"`
 }
 
 // PlanPod classifies pod for inj (Classify) and, for a pod not current,
@@ -118,6 +121,7 @@ func PlanPod(inj Injector, pod *corev1.Pod, nsLabels map[string]string) (Plan, e
 		return out, err
 	}
 	out.Containers = DiffSidecars(pod, want)
+	out.Want = &want
 	if p.State == Missing {
 		out.Way, out.Why = Restart, "sidecars to add; containers cannot be added to a running pod"
 		return out, nil
