@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -41,6 +43,11 @@ type injectorStatus struct {
 	Spaces   []v1alpha1.NamespaceFleet `json:"namespaces"`
 	// Pods are every counted pod (--pods).
 	Pods []fleet.Pod `json:"pods,omitempty"`
+	// Rollout is the operator's last status.rollout (spec.rollout).
+	Rollout *v1alpha1.RolloutStatus `json:"rollout,omitempty"`
+	// RolloutCondition is the RolloutBlocked condition's reason and
+	// message.
+	RolloutCondition string `json:"rolloutCondition,omitempty"`
 	// Error is set when the SidecarInjector does not compile.
 	Error string `json:"error,omitempty"`
 }
@@ -138,7 +145,10 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
 		cr := crs[i].WithDefaults()
-		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}}
+		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}, Rollout: cr.Status.Rollout}
+		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
+			st.RolloutCondition = c.Reason + ": " + c.Message
+		}
 		inj, err := fleetInjector(cr, operatorNS, "")
 		if err != nil {
 			st.Error = err.Error()
@@ -159,6 +169,13 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 		}
 		if withPods {
 			st.Pods = sortedPods(classified)
+			for k := range st.Pods {
+				if st.Pods[k].State == fleet.Missing {
+					if note := fleet.OutageNote(st.Pods[k].Created, cr.Status.Conditions); note != "" {
+						st.Pods[k].Reason += "; " + note
+					}
+				}
+			}
 		}
 		rep.Injectors = append(rep.Injectors, st)
 	}
@@ -256,6 +273,19 @@ func writeStatus(w io.Writer, rep statusReport, output string, now time.Time) er
 		row("live", st.Counts)
 		if st.Reported != nil {
 			row("reported", st.Reported.FleetCounts)
+		}
+		if ro := st.Rollout; ro != nil {
+			fmt.Fprintf(tw, "rollout %s to %s: %d/%d updated, %d unavailable", ro.Strategy, ro.Revision, ro.Updated, ro.Total, ro.Unavailable)
+			if ro.Partitioned > 0 {
+				fmt.Fprintf(tw, ", %d partitioned", ro.Partitioned)
+			}
+			fmt.Fprintln(tw)
+			if st.RolloutCondition != "" {
+				fmt.Fprintf(tw, "  %s\n", st.RolloutCondition)
+			}
+			for _, sk := range ro.Skipped {
+				fmt.Fprintf(tw, "  skipped %d: %s (%s)\n", sk.Count, sk.Reason, strings.Join(sk.Pods, ", "))
+			}
 		}
 		if len(st.Spaces) > 0 {
 			fmt.Fprintln(tw)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,6 +39,13 @@ func TestStatusCommand(t *testing.T) {
 	if err := json.Unmarshal(res.JSON, injected); err != nil {
 		t.Fatal(err)
 	}
+	si.Status.Rollout = &v1alpha1.RolloutStatus{Revision: cfg.Hash, Strategy: v1alpha1.RolloutRestart, Total: 2, Updated: 1, Unavailable: 1,
+		Skipped: []v1alpha1.RolloutCount{{Reason: "bare pod: no owner to restart", Count: 1, Pods: []string{"lab/web-bare"}}}}
+	since := metav1.NewTime(injected.CreationTimestamp.Add(time.Hour))
+	si.Status.Conditions = []metav1.Condition{
+		{Type: v1alpha1.ConditionRolloutBlocked, Status: metav1.ConditionFalse, Reason: "Progressing", Message: "1/2 pods"},
+		{Type: v1alpha1.ConditionWebhookReachable, Status: metav1.ConditionTrue, Reason: "Reachable", LastTransitionTime: since},
+	}
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
@@ -66,6 +74,10 @@ func TestStatusCommand(t *testing.T) {
 		"lab        web-bare      Missing  -",
 		"should carry the sidecars (pod says nothing and policy is Enabled) and does not",
 		"lab        web-injected  Current  " + cfg.Hash,
+		"rollout Restart to " + cfg.Hash + ": 1/2 updated, 1 unavailable",
+		"  Progressing: 1/2 pods",
+		"  skipped 1: bare pod: no owner to restart (lab/web-bare)",
+		"before WebhookReachable last became True",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)

@@ -515,12 +515,48 @@ func (r *reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (
 }
 
 // writeStatus patches the status subresource only when it changed.
+//
+// A merge patch replaces status.conditions whole, and the fleet reconciler
+// writes conditions of its own (fleetConditions) to the same list. When
+// the conditions changed, they are patched on the live object's
+// resourceVersion with the fleet's conditions as the API server has them,
+// so neither writer drops the other's; a conflict retries on a new read.
 func (r *reconciler) writeStatus(ctx context.Context, orig, obj v1alpha1.Object) error {
 	if equality.Semantic.DeepEqual(orig.StatusValue(), obj.StatusValue()) {
 		return nil
 	}
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
+	if r.APIReader == nil || equality.Semantic.DeepEqual(*orig.StatusConditions(), *obj.StatusConditions()) {
+		return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
+	}
+	var err error
+	for range 3 {
+		live := obj.DeepCopyObject().(v1alpha1.Object)
+		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		base := orig.DeepCopyObject().(v1alpha1.Object)
+		base.SetResourceVersion(live.GetResourceVersion())
+		for _, t := range fleetConditions {
+			if c := apimeta.FindStatusCondition(*live.StatusConditions(), t); c != nil {
+				apimeta.SetStatusCondition(obj.StatusConditions(), *c)
+				// Keep the live time: SetStatusCondition keeps the old
+				// one when the status did not change.
+				apimeta.FindStatusCondition(*obj.StatusConditions(), t).LastTransitionTime = c.LastTransitionTime
+			} else {
+				apimeta.RemoveStatusCondition(obj.StatusConditions(), t)
+			}
+		}
+		err = r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if !apierrors.IsConflict(err) {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	return err
 }
+
+// fleetConditions are the condition types the fleet reconciler writes.
+var fleetConditions = []string{v1alpha1.ConditionPodsUpToDate, v1alpha1.ConditionPodsMissingSidecars,
+	v1alpha1.ConditionRolloutBlocked, v1alpha1.ConditionRolloutNotPermitted}
 
 func (r *reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
 	st := metav1.ConditionFalse

@@ -96,6 +96,8 @@ type roller struct {
 	// status is written; didAct tells whether the last step acted.
 	owners map[string][]string
 	didAct map[string]bool
+	// rsOwners caches each ReplicaSet's Deployment ("ReplicaSet/ns/name").
+	rsOwners map[string]fleet.Owner
 }
 
 // acted reports whether name's last step acted.
@@ -266,7 +268,7 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 
 	s.st.Total, s.st.Updated = int32(b.Total), int32(min(updated, b.Total))
 	s.st.Unavailable, s.st.Partitioned, s.st.Namespace = int32(s.unavailable), int32(b.Partitioned), b.Namespace
-	s.st.InProgress = fleet.Capped(s.inProgress, 20)
+	s.st.InProgress = inProgressList(s.inProgress)
 	s.st.Changed = fleet.Capped(s.changed, 20)
 	s.st.Skipped = s.skips.List()
 	if s.blocked.reason != "" && s.st.Blocked == "" {
@@ -397,9 +399,18 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 		cached := byKey[key]
 		r.mu.Lock()
 		m, memo := r.skipped[cached.UID]
+		owner, known := r.rsOwners[ownerKey(cached)]
 		r.mu.Unlock()
+		if o, why := fleet.PodOwner(cached); why == "" && o.Kind != "ReplicaSet" {
+			owner, known = o, true
+		}
 		if memo && m.resourceVersion == cached.ResourceVersion && m.revision == s.rev && m.strategy == memoStrategy(s.spec) {
 			s.skips.Add(m.reason, key)
+			continue
+		}
+		// A pod of an owner already restarting: its owner's rollout
+		// replaces it.
+		if known && slices.Contains(s.restarted, owner.String()) {
 			continue
 		}
 		if missing := r.permitted(ctx, c.Namespace, s.spec); missing != "" {
@@ -429,16 +440,16 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 		if len(acts) == 0 {
 			continue
 		}
+		if acts[0] == fleet.ActRestart {
+			if r.restart(ctx, s, pod, key) {
+				*budget--
+			}
+			continue
+		}
 		if pdb := r.blockingPDB(ctx, s, pod.Namespace, pod.Labels); pdb != "" {
 			s.blocked.reason = ReasonDisruptionBudget
 			s.blocked.msg = fmt.Sprintf("PodDisruptionBudget %s allows no disruption now; pod %s waits", pdb, key)
 			break
-		}
-		if acts[0] == fleet.ActRestart {
-			if r.restartOwner(ctx, s, pod, key) {
-				*budget--
-			}
-			continue
 		}
 		p, err := fleet.BuildInPlace(pod, plan, s.rev, r.now())
 		if err != nil {
@@ -447,10 +458,9 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 		}
 		if err := r.applyInPlace(ctx, pod, p); err != nil {
 			logger.Error(err, "in-place change", "pod", key)
-			act := string(acts[0])
-			rolloutActions.WithLabelValues(s.cr.Name, act, "error").Inc()
+			rolloutActions.WithLabelValues(s.cr.Name, string(acts[0]), "error").Inc()
 			if s.spec.FallbackToRestart && apierrors.IsInvalid(err) {
-				if r.restartOwner(ctx, s, pod, key) {
+				if r.restart(ctx, s, pod, key) {
 					*budget--
 				}
 				continue
@@ -514,27 +524,63 @@ func (r *roller) applyInPlace(ctx context.Context, pod *corev1.Pod, p fleet.InPl
 	return nil
 }
 
-// restartOwner restarts the owner of pod for s.rev unless it was already:
-// true when it counts against the budget (a restart started now, or one
-// for this revision still rolling that this step had not counted).
-func (r *roller) restartOwner(ctx context.Context, s *step, pod *corev1.Pod, key string) bool {
+// ownerKey is the key of a pod's controller in rsOwners.
+func ownerKey(pod *corev1.Pod) string {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return ""
+	}
+	return ref.Kind + "/" + pod.Namespace + "/" + ref.Name
+}
+
+// owner resolves the owner the rollout restarts for pod: a ReplicaSet's
+// Deployment (read once per ReplicaSet), a StatefulSet or DaemonSet.
+func (r *roller) owner(ctx context.Context, pod *corev1.Pod) (fleet.Owner, string) {
 	o, why := fleet.PodOwner(pod)
+	if why != "" {
+		return o, why
+	}
+	if o.Kind != "ReplicaSet" {
+		return o, ""
+	}
+	k := ownerKey(pod)
+	r.mu.Lock()
+	d, ok := r.rsOwners[k]
+	r.mu.Unlock()
+	if ok {
+		return d, ""
+	}
+	rs := &appsv1.ReplicaSet{}
+	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, rs); err != nil {
+		return o, "its ReplicaSet cannot be read: " + apiMessage(err)
+	}
+	ref := metav1.GetControllerOf(rs)
+	if ref == nil || ref.Kind != "Deployment" {
+		return o, "its ReplicaSet has no Deployment to restart"
+	}
+	d = fleet.Owner{Kind: "Deployment", Namespace: o.Namespace, Name: ref.Name}
+	r.mu.Lock()
+	if len(r.rsOwners) > 100000 {
+		clear(r.rsOwners)
+	}
+	r.rsOwners[k] = d
+	r.mu.Unlock()
+	return d, ""
+}
+
+// maxOwnersInFlight bounds the owners restarting at once: they are the
+// record (status.rollout.inProgress) a new leader resumes from.
+const maxOwnersInFlight = 50
+
+// restart restarts the owner of pod for s.rev unless it was already:
+// true when it counts against the budget (a restart started now, or one
+// for this revision still rolling that this step had not counted). The
+// owner's pods' PodDisruptionBudgets are checked first.
+func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key string) bool {
+	o, why := r.owner(ctx, pod)
 	if why != "" {
 		s.skips.Add(why, key)
 		return false
-	}
-	if o.Kind == "ReplicaSet" {
-		rs := &appsv1.ReplicaSet{}
-		if err := r.reader.Get(ctx, types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, rs); err != nil {
-			s.skips.Add("its ReplicaSet cannot be read: "+apiMessage(err), key)
-			return false
-		}
-		ref := metav1.GetControllerOf(rs)
-		if ref == nil || ref.Kind != "Deployment" {
-			s.skips.Add("its ReplicaSet has no Deployment to restart", key)
-			return false
-		}
-		o.Kind, o.Name = "Deployment", ref.Name
 	}
 	id := o.String()
 	if slices.Contains(s.restarted, id) {
@@ -554,6 +600,14 @@ func (r *roller) restartOwner(ctx context.Context, s *step, pod *corev1.Pod, key
 			return true
 		}
 		s.skips.Add(fleet.SkipIneffective, key)
+		return false
+	}
+	if len(s.restarted) >= maxOwnersInFlight {
+		return false
+	}
+	if pdb := r.blockingPDB(ctx, s, pod.Namespace, pod.Labels); pdb != "" {
+		s.blocked.reason = ReasonDisruptionBudget
+		s.blocked.msg = fmt.Sprintf("PodDisruptionBudget %s allows no disruption now; %s waits", pdb, id)
 		return false
 	}
 	if !apimeta.IsStatusConditionTrue(s.cr.Status.Conditions, v1alpha1.ConditionReady) {
@@ -685,4 +739,19 @@ func (r *roller) record(s *step, b fleet.Batch) {
 		v = 1
 	}
 	rolloutBlocked.WithLabelValues(s.cr.Name).Set(v)
+}
+
+// inProgressList is status.rollout.inProgress: every owner (the record a
+// new leader resumes from), then pods, at most 100.
+func inProgressList(all []string) []string {
+	var owners, pods []string
+	for _, e := range all {
+		if k, _, _ := strings.Cut(e, "/"); ownerObject(k) != nil {
+			owners = appendOnce(owners, e)
+		} else {
+			pods = appendOnce(pods, e)
+		}
+	}
+	out := append(owners, pods...)
+	return out[:min(len(out), 100)]
 }

@@ -151,10 +151,11 @@ type RolloutStatus struct {
 	// Namespace being rolled (NamespaceOrder OneAtATime).
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
-	// InProgress names up to 20 pods (namespace/name) and owners
-	// (Kind/namespace/name) being changed.
+	// InProgress names the owners (Kind/namespace/name) restarting, at
+	// most 50 at once, then the pods (namespace/name) changing in place,
+	// 100 in all.
 	// +optional
-	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:MaxItems=100
 	InProgress []string `json:"inProgress,omitempty"`
 	// Changed names up to 20 pods changed in place for Revision, newest
 	// last, so a blocked rollout says what it already changed.

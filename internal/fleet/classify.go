@@ -232,3 +232,30 @@ func named(pods []Pod, total int) string {
 	}
 	return out
 }
+
+// OutageNote relates a missing pod's creation time to the injector's
+// reachability as its conditions record it (WebhookReachable, else
+// ServerAvailable): "" when they say nothing useful. A pod created while
+// the condition is False, or before it last became True, was most likely
+// created during an outage (failurePolicy Ignore lets such pods through
+// without the sidecars).
+func OutageNote(created time.Time, conds []metav1.Condition) string {
+	c := apimeta.FindStatusCondition(conds, v1alpha1.ConditionWebhookReachable)
+	if c == nil || c.Status == metav1.ConditionUnknown {
+		c = apimeta.FindStatusCondition(conds, v1alpha1.ConditionServerAvailable)
+	}
+	if c == nil || c.LastTransitionTime.IsZero() {
+		return ""
+	}
+	at := c.LastTransitionTime.UTC().Format(time.RFC3339)
+	switch {
+	case c.Status == metav1.ConditionFalse && !created.Before(c.LastTransitionTime.Time):
+		return fmt.Sprintf("created while %s is False (since %s, %s): during an outage", c.Type, at, c.Reason)
+	case c.Status == metav1.ConditionTrue && created.Before(c.LastTransitionTime.Time):
+		return fmt.Sprintf("created %s before %s last became True (%s): likely during an outage or before the injector",
+			c.LastTransitionTime.Sub(created).Round(time.Second), c.Type, at)
+	case c.Status == metav1.ConditionTrue:
+		return fmt.Sprintf("created after %s last became True (%s): not during a recorded outage", c.Type, at)
+	}
+	return ""
+}

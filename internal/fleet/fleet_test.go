@@ -248,3 +248,28 @@ func TestPlanHistory(t *testing.T) {
 		})
 	}
 }
+
+func TestOutageNote(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	cond := func(typ string, st metav1.ConditionStatus, at time.Time) []metav1.Condition {
+		return []metav1.Condition{{Type: typ, Status: st, Reason: "R", LastTransitionTime: metav1.NewTime(at)}}
+	}
+	cases := []struct {
+		name    string
+		created time.Time
+		conds   []metav1.Condition
+		want    string
+	}{
+		{"no conditions", t0, nil, ""},
+		{"during a current outage", t0, cond(v1alpha1.ConditionWebhookReachable, metav1.ConditionFalse, t0.Add(-time.Minute)), "during an outage"},
+		{"before it came back", t0, cond(v1alpha1.ConditionWebhookReachable, metav1.ConditionTrue, t0.Add(30*time.Second)), "30s before WebhookReachable last became True"},
+		{"after it came back", t0, cond(v1alpha1.ConditionWebhookReachable, metav1.ConditionTrue, t0.Add(-time.Hour)), "not during a recorded outage"},
+		{"server availability when unknown", t0, append(cond(v1alpha1.ConditionWebhookReachable, metav1.ConditionUnknown, t0),
+			cond(v1alpha1.ConditionServerAvailable, metav1.ConditionFalse, t0.Add(-time.Second))...), "ServerAvailable is False"},
+	}
+	for _, tc := range cases {
+		if got := OutageNote(tc.created, tc.conds); (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

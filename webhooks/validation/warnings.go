@@ -9,6 +9,8 @@ import (
 	"text/template"
 	"text/template/parse"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
@@ -57,6 +59,7 @@ func sidecarInjectorWarnings(si *v1alpha1.SidecarInjector) []string {
 		w = append(w, "failurePolicy Fail with no spec.namespaceSelector: while the injector is unavailable, "+
 			"no pod can be created in any namespace it serves; select namespaces or use Ignore")
 	}
+	w = append(w, rolloutWarnings(&si.Spec.Rollout)...)
 	funcs := sidecar.FuncMap()
 	for _, t := range si.Spec.Templates {
 		tm, err := template.New(t.Name).Funcs(funcs).Parse(t.Template)
@@ -342,4 +345,28 @@ func clip(s string) string {
 		return s
 	}
 	return string(r[:maxWarningRunes-3]) + "..."
+}
+
+// rolloutWarnings warns about a spec.rollout that acts widely at once: a
+// Restart (or InPlace with fallbackToRestart) over every matched pod
+// without a partition, selector or namespace selector (every template
+// change then restarts every matched workload), and a maxUnavailable above
+// 25% (the Deployment default), where a bad image takes down that share of
+// the fleet before the rollout stops.
+func rolloutWarnings(r *v1alpha1.RolloutSpec) []string {
+	var w []string
+	restarts := r.Strategy == v1alpha1.RolloutRestart || r.Strategy == v1alpha1.RolloutInPlace && r.FallbackToRestart
+	scoped := r.Selector != nil || r.NamespaceSelector != nil || r.Partition != nil && r.Partition.String() != "0" && r.Partition.String() != "0%"
+	if restarts && !scoped && !r.Paused {
+		w = append(w, "spec.rollout restarts the owners of every matched pod on each revision change, "+
+			"within maxUnavailable and PodDisruptionBudgets; set a partition, selector or namespaceSelector for a canary")
+	}
+	if mu := r.MaxUnavailable; mu != nil && r.Strategy != v1alpha1.RolloutNone && r.Strategy != "" {
+		if mu.Type == intstr.String {
+			if v, err := intstr.GetScaledValueFromIntOrPercent(mu, 100, false); err == nil && v > 25 {
+				w = append(w, fmt.Sprintf("spec.rollout.maxUnavailable %s: a bad sidecar image makes that share of the matched pods unavailable before the rollout stops", mu.String()))
+			}
+		}
+	}
+	return w
 }

@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
@@ -110,6 +111,40 @@ func TestSidecarInjectorWarnings(t *testing.T) {
 			w := sidecarInjectorWarnings(si)
 			if len(w) != tc.want || tc.want == 1 && !strings.Contains(w[0], "failurePolicy Fail") {
 				t.Fatalf("warnings %q, want %d", w, tc.want)
+			}
+		})
+	}
+}
+
+func TestRolloutWarnings(t *testing.T) {
+	pct := func(s string) *intstr.IntOrString { v := intstr.FromString(s); return &v }
+	one := intstr.FromInt32(1)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"canary": "yes"}}
+	for _, tc := range []struct {
+		name string
+		r    v1alpha1.RolloutSpec
+		want []string
+	}{
+		{"none", v1alpha1.RolloutSpec{}, nil},
+		{"in place", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace, MaxUnavailable: &one}, nil},
+		{"restart everything", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}, []string{"restarts the owners of every matched pod"}},
+		{"fallback everything", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace, FallbackToRestart: true}, []string{"restarts the owners"}},
+		{"restart canary", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart, Selector: sel}, nil},
+		{"restart partition", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart, Partition: pct("90%")}, nil},
+		{"restart partition 0", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart, Partition: pct("0%")}, []string{"restarts the owners"}},
+		{"paused", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart, Paused: true}, nil},
+		{"wide", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace, MaxUnavailable: pct("50%")}, []string{"maxUnavailable 50%"}},
+		{"quarter", v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace, MaxUnavailable: pct("25%")}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := rolloutWarnings(&tc.r)
+			if len(w) != len(tc.want) {
+				t.Fatalf("warnings %q, want %q", w, tc.want)
+			}
+			for i := range w {
+				if !strings.Contains(w[i], tc.want[i]) || len([]rune(w[i])) > maxWarningRunes {
+					t.Fatalf("warning %q, want %q within %d runes", w[i], tc.want[i], maxWarningRunes)
+				}
 			}
 		})
 	}
