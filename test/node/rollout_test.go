@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ const (
 	rolloutApp      = "web"
 	rolloutEnv      = "HOOKWRIGHT_ROLLOUT"
 )
+
+// injectorEnv finds the sample proxy template's env entry INJECTOR.
+var injectorEnv = regexp.MustCompile(`(?m)^( *)- name: INJECTOR\n`)
 
 var (
 	standinsOnce sync.Once
@@ -191,6 +195,15 @@ func describePods(ctx context.Context) string {
 			fmt.Fprintf(&b, " %s image %s restarts %d ready %t state %+v;", n, c.Image, st.RestartCount, st.Ready, st.State)
 		}
 		b.WriteString("\n")
+		// The kubelet's Events on the pod (pull failures, back-offs).
+		var evs corev1.EventList
+		if err := env.Client.List(ctx, &evs, client.InNamespace(p.Namespace), client.MatchingFields{"involvedObject.uid": string(p.UID)}); err == nil {
+			for _, e := range evs.Items {
+				if e.Type == corev1.EventTypeWarning || strings.Contains(e.Message, "image") {
+					fmt.Fprintf(&b, "  event %s %s x%d: %s\n", e.Type, e.Reason, e.Count, e.Message)
+				}
+			}
+		}
 	}
 	return b.String()
 }
@@ -553,11 +566,14 @@ func rolloutRestartPDB(ctx context.Context, t *testing.T, templates []v1alpha1.N
 	ts := slices.Clone(templates)
 	for i := range ts {
 		if ts[i].Name == "proxy" {
-			const at = "          - name: INJECTOR\n"
-			if !strings.Contains(ts[i].Template, at) {
-				t.Fatalf("the sample's proxy template has no %q", at)
+			// The env entry INJECTOR, at whatever indentation the
+			// template has it: the new one goes before it.
+			m := injectorEnv.FindStringSubmatchIndex(ts[i].Template)
+			if m == nil {
+				t.Fatalf("the sample's proxy template has no env entry INJECTOR:\n%s", ts[i].Template)
 			}
-			ts[i].Template = strings.Replace(ts[i].Template, at, "          - name: "+rolloutEnv+"\n            value: \"restart\"\n"+at, 1)
+			indent := ts[i].Template[m[2]:m[3]]
+			ts[i].Template = ts[i].Template[:m[0]] + indent + "- name: " + rolloutEnv + "\n" + indent + "  value: \"restart\"\n" + ts[i].Template[m[0]:]
 		}
 	}
 	b, err := json.Marshal(map[string]any{"spec": map[string]any{"templates": ts,
