@@ -93,7 +93,8 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
 		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
 			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
-			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{}}}
+			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{},
+			discovered: map[string]time.Time{}}}
 	all := func(ctx context.Context, _ client.Object) []reconcile.Request {
 		list := &v1alpha1.SidecarInjectorList{}
 		if err := r.client.List(ctx, list); err != nil {
@@ -192,7 +193,12 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	orig := cr.DeepCopy()
 	cr.Status.Fleet = &sum.Status
 	fleet.SetConditions(&cr.Status.Conditions, sum, cr.Generation)
-	again := r.roller.rolloutStep(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
+	again, rv := r.roller.rolloutStep(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
+	if rv != "" {
+		// The rollout wrote status.rollout.inProgress ahead of a restart;
+		// this write goes on top of it.
+		orig.ResourceVersion, cr.ResourceVersion = rv, rv
+	}
 	res := ctrl.Result{RequeueAfter: again}
 	if equality.Semantic.DeepEqual(orig.Status, cr.Status) {
 		return res, nil

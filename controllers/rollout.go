@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +44,7 @@ const (
 	ReasonRolloutPaused      = "Paused"
 	ReasonDisruptionBudget   = "DisruptionBudget"
 	ReasonWebhookNotReady    = "WebhookNotReady"
+	ReasonRestartIneffective = "RestartIneffective"
 	ReasonMissingRights      = "MissingRights"
 	ReasonPermitted          = "Permitted"
 	EventRolloutBatch        = "RolloutBatch"
@@ -98,6 +101,9 @@ type roller struct {
 	didAct map[string]bool
 	// rsOwners caches each ReplicaSet's Deployment ("ReplicaSet/ns/name").
 	rsOwners map[string]fleet.Owner
+	// discovered is when each CR's owners were last listed, by
+	// "name/revision".
+	discovered map[string]time.Time
 }
 
 // acted reports whether name's last step acted.
@@ -167,12 +173,16 @@ type step struct {
 	restartedNow []string
 	acted        int
 	pdbs         map[string][]policyv1.PodDisruptionBudget
+	// resourceVersion is the CR's after a write-ahead, else "".
+	resourceVersion string
 }
 
 // rolloutStep brings cr's pods towards inj's revision by one step and
 // fills cr.Status.Rollout and the rollout conditions. It returns when to
 // look again (0: on the next event).
-func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, inj fleet.Injector, matched int, pods []classifiedPod, nsLabels map[string]map[string]string) time.Duration {
+// rv is the CR's resourceVersion after the step's own write-ahead ("" when
+// it wrote none).
+func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, inj fleet.Injector, matched int, pods []classifiedPod, nsLabels map[string]map[string]string) (again time.Duration, rv string) {
 	spec := &cr.Spec.Rollout
 	if spec.Strategy == v1alpha1.RolloutNone || spec.Strategy == "" {
 		cr.Status.Rollout = nil
@@ -184,7 +194,7 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 		apimeta.RemoveStatusCondition(&cr.Status.Conditions, v1alpha1.ConditionRolloutNotPermitted)
 		rolloutPods.DeletePartialMatch(prometheus.Labels{"name": cr.Name})
 		rolloutBlocked.DeletePartialMatch(prometheus.Labels{"name": cr.Name})
-		return 0
+		return 0, ""
 	}
 	r.prune(pods)
 	now := r.now()
@@ -254,9 +264,12 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 	r.mu.Lock()
 	last := r.owners[cr.Name]
 	r.mu.Unlock()
-	if same {
+	if prev != nil {
+		// Whatever revision it was for: checkOwners counts only owners
+		// restarted for this one.
 		last = append(slices.Clone(prev.InProgress), last...)
 	}
+	last = append(last, r.discover(ctx, s, pending)...)
 	r.checkOwners(ctx, s, slices.Compact(slices.Sorted(slices.Values(last))))
 	b := fleet.PlanBatch(fleet.BatchInput{Spec: spec, Matched: matched, Pending: pending, Done: done,
 		Unavailable: s.unavailable, Busy: s.busy})
@@ -288,9 +301,9 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 	r.conditions(s)
 	r.record(s, b)
 	if s.unavailable > 0 || s.acted > 0 || (len(b.Next) > 0 && s.blocked.reason != "") {
-		return rolloutRecheck
+		return rolloutRecheck, s.resourceVersion
 	}
-	return 0
+	return 0, s.resourceVersion
 }
 
 // blockedReason is the reason of cr's RolloutBlocked condition when True.
@@ -568,6 +581,11 @@ func (r *roller) owner(ctx context.Context, pod *corev1.Pod) (fleet.Owner, strin
 	return d, ""
 }
 
+// restartRetry is how long after an ineffective restart (its new pods
+// lack the sidecars) the owner is restarted again when the operator saw
+// no outage end since.
+const restartRetry = 5 * time.Minute
+
 // maxOwnersInFlight bounds the owners restarting at once: they are the
 // record (status.rollout.inProgress) a new leader resumes from.
 const maxOwnersInFlight = 50
@@ -599,8 +617,19 @@ func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 			s.unavailable += u
 			return true
 		}
-		s.skips.Add(fleet.SkipIneffective, key)
-		return false
+		// Rolled out, and this pod still lacks the revision: its new
+		// pods were created without the webhook. Once the webhook has
+		// become reachable after that restart, restart it once more;
+		// until then stop, as more restarts would make more such pods.
+		at := restartedAt(obj)
+		up := apimeta.FindStatusCondition(s.cr.Status.Conditions, v1alpha1.ConditionWebhookReachable)
+		back := up != nil && up.Status == metav1.ConditionTrue && up.LastTransitionTime.After(at)
+		if !back && r.now().Sub(at) < restartRetry {
+			s.blocked.reason = ReasonRestartIneffective
+			s.blocked.msg = fmt.Sprintf("%s was restarted for revision %s at %s and pod %s still lacks it: its pods were created without the webhook (check WebhookReachable); it is restarted again once the webhook is reachable again, or %s after the restart",
+				id, s.rev, at.UTC().Format(time.RFC3339), key, restartRetry)
+			return false
+		}
 	}
 	if len(s.restarted) >= maxOwnersInFlight {
 		return false
@@ -610,9 +639,16 @@ func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 		s.blocked.msg = fmt.Sprintf("PodDisruptionBudget %s allows no disruption now; %s waits", pdb, id)
 		return false
 	}
-	if !apimeta.IsStatusConditionTrue(s.cr.Status.Conditions, v1alpha1.ConditionReady) {
+	if why := webhookDown(s.cr); why != "" {
 		s.blocked.reason = ReasonWebhookNotReady
-		s.blocked.msg = "the injector is not Ready: a restarted pod would miss its sidecars; " + id + " waits"
+		s.blocked.msg = why + ": a restarted pod would miss its sidecars; " + id + " waits"
+		return false
+	}
+	// Write ahead: the owner is in status.rollout.inProgress before it
+	// restarts, so an operator that dies right after the restart leaves
+	// the record its successor counts against maxUnavailable.
+	if err := r.writeAhead(ctx, s, id); err != nil {
+		s.skips.Add("status.rollout could not record the restart first: "+apiMessage(err), key)
 		return false
 	}
 	if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, fleet.RestartPatch(s.rev, r.now()))); err != nil {
@@ -628,6 +664,121 @@ func (r *roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 	s.unavailable++
 	s.acted++
 	return true
+}
+
+// discoverEvery is how often the owners of every namespace with pods to
+// roll are listed, besides the first step of each revision.
+const discoverEvery = 10 * time.Minute
+
+// discover lists, at the first step of a revision after the operator
+// starts and every discoverEvery, the Deployments, StatefulSets and
+// DaemonSets of the namespaces with pods to roll, and returns those
+// restarted for this revision: owners restarted by an operator that left
+// no record of it (an older version, a status that was reset) count
+// against maxUnavailable too. A namespace where listing fails is left to
+// the record.
+func (r *roller) discover(ctx context.Context, s *step, pending []fleet.Candidate) []string {
+	key := s.cr.Name + "/" + s.rev
+	r.mu.Lock()
+	at, ok := r.discovered[key]
+	r.mu.Unlock()
+	if ok && r.now().Sub(at) < discoverEvery {
+		return nil
+	}
+	var nss []string
+	for _, c := range pending {
+		nss = appendOnce(nss, c.Namespace)
+	}
+	var out []string
+	for _, ns := range nss {
+		for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.StatefulSetList{}, &appsv1.DaemonSetList{}} {
+			if err := r.reader.List(ctx, l, client.InNamespace(ns)); err != nil {
+				continue
+			}
+			_ = apimeta.EachListItem(l, func(o runtime.Object) error {
+				obj := o.(client.Object)
+				if obj.GetAnnotations()[v1alpha1.SidecarRestartedForKey] == s.rev {
+					out = append(out, kindOf(obj)+"/"+ns+"/"+obj.GetName())
+				}
+				return nil
+			})
+		}
+	}
+	r.mu.Lock()
+	if len(r.discovered) > 1000 {
+		clear(r.discovered)
+	}
+	r.discovered[key] = r.now()
+	r.mu.Unlock()
+	return out
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *appsv1.StatefulSet:
+		return "StatefulSet"
+	case *appsv1.DaemonSet:
+		return "DaemonSet"
+	}
+	return ""
+}
+
+// webhookDown says why a restart now would create pods without the
+// sidecars: the CR not Ready, or the operator's live check finding the
+// webhook unreachable (WebhookReachable False); "" otherwise.
+func webhookDown(cr *v1alpha1.SidecarInjector) string {
+	if !apimeta.IsStatusConditionTrue(cr.Status.Conditions, v1alpha1.ConditionReady) {
+		return "the injector is not Ready"
+	}
+	if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionWebhookReachable); c != nil && c.Status == metav1.ConditionFalse {
+		return "the webhook is not reachable (WebhookReachable " + c.Reason + ")"
+	}
+	return ""
+}
+
+// restartedAt is the kubectl.kubernetes.io/restartedAt of obj's pod
+// template (zero when absent or not RFC 3339).
+func restartedAt(obj client.Object) time.Time {
+	var tmpl *corev1.PodTemplateSpec
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		tmpl = &o.Spec.Template
+	case *appsv1.StatefulSet:
+		tmpl = &o.Spec.Template
+	case *appsv1.DaemonSet:
+		tmpl = &o.Spec.Template
+	default:
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, tmpl.Annotations[v1alpha1.RestartedAtKey])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// writeAhead adds id to the CR's status.rollout.inProgress on the API
+// server (a merge patch of that field alone; the whole rollout status when
+// there is none yet). The CR's new resourceVersion is kept for the step's
+// own status write.
+func (r *roller) writeAhead(ctx context.Context, s *step, id string) error {
+	ro := map[string]any{"inProgress": inProgressList(append(slices.Clone(s.inProgress), id))}
+	if s.cr.Status.Rollout == nil {
+		ro["revision"], ro["strategy"] = s.rev, s.spec.Strategy
+		ro["total"], ro["updated"], ro["unavailable"] = 0, 0, 0
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"rollout": ro}})
+	if err != nil {
+		return err
+	}
+	tmp := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: s.cr.Name}}
+	if err := r.client.Status().Patch(ctx, tmp, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return err
+	}
+	s.resourceVersion = tmp.ResourceVersion
+	return nil
 }
 
 // blockingPDB lists the namespace's PodDisruptionBudgets once per step.

@@ -38,15 +38,14 @@ func (o Owner) String() string { return o.Kind + "/" + o.Namespace + "/" + o.Nam
 
 // Skip reasons: pods the rollout never touches.
 const (
-	SkipBarePod     = "bare pod: no owner to restart"
-	SkipJobPod      = "Job pod: runs to completion, never restarted"
-	SkipOwnServer   = "a pod of the operator's own servers"
-	SkipSelector    = "outside spec.rollout.selector"
-	SkipNamespace   = "outside spec.rollout.namespaceSelector"
-	SkipNotInPlace  = "needs a restart; strategy InPlace without fallbackToRestart"
-	SkipOwnerKind   = "owner kind the rollout does not restart"
-	SkipNotAllowed  = "the operator lacks the rollout's rights in this namespace"
-	SkipIneffective = "owner restarted for this revision; its new pods still lack it"
+	SkipBarePod    = "bare pod: no owner to restart"
+	SkipJobPod     = "Job pod: runs to completion, never restarted"
+	SkipOwnServer  = "a pod of the operator's own servers"
+	SkipSelector   = "outside spec.rollout.selector"
+	SkipNamespace  = "outside spec.rollout.namespaceSelector"
+	SkipNotInPlace = "needs a restart; strategy InPlace without fallbackToRestart"
+	SkipOwnerKind  = "owner kind the rollout does not restart"
+	SkipNotAllowed = "the operator lacks the rollout's rights in this namespace"
 )
 
 // PodOwner is pod's controller as the rollout sees it: ok is false with a
@@ -645,7 +644,8 @@ func percentOf(n, total int) int {
 	return int(math.Round(100 * float64(n) / float64(total)))
 }
 
-// Summary line of a rollout for conditions and Events.
+// RolloutMessage is the one-line summary of a rollout for conditions and
+// Events.
 func RolloutMessage(st *v1alpha1.RolloutStatus) string {
 	parts := []string{fmt.Sprintf("%d/%d pods at revision %s (%d%%)", st.Updated, st.Total, st.Revision, percentOf(int(st.Updated), int(st.Total)))}
 	if st.Unavailable > 0 {
