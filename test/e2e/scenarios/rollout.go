@@ -29,8 +29,12 @@ const (
 	rolloutRole    = "hookwright-rollout"
 	// outageApp is the Deployment created while the injector is down.
 	outageApp = "outage"
-	// pauseReconcile is controllers.PauseReconcileAnnotation.
-	pauseReconcile = "admission.hookwright.io/pause-reconcile"
+	// The operator's names (controllers' PauseReconcileAnnotation,
+	// ReasonPaused, ReasonRolloutComplete), spelled out: the scenarios
+	// reach the operator through the API server only.
+	pauseReconcile  = "admission.hookwright.io/pause-reconcile"
+	reasonPaused    = "ReconcilePaused"
+	reasonCompleted = "Complete"
 )
 
 // Rollout is scenario 8 (spec.rollout of the sample SidecarInjector, with
@@ -90,11 +94,10 @@ func Rollout(ctx context.Context, e *Env, r *Result) error {
 			return fmt.Errorf("pod %s runs proxy %s, want %s", p.name, p.proxyImage, sampleProxyImage)
 		}
 	}
-	firstLine := fleetColumns(si)
 
 	// 1. In place, 1.4.2 → 1.4.3.
 	seen, ready := map[string]time.Time{}, map[string]time.Time{}
-	var counts []string
+	counts := []string{fleetColumns(si)}
 	start := time.Now()
 	if _, _, err := e.RunKubectl(ctx, nil, "patch", "sidecarinjector", SampleInjectorName, "--type=merge", "-p",
 		`{"spec":{"values":{"proxy":{"image":"`+newProxyImage+`"}},"rollout":{"strategy":"InPlace","maxUnavailable":1}}}`); err != nil {
@@ -153,7 +156,7 @@ func Rollout(ctx context.Context, e *Env, r *Result) error {
 			return fmt.Errorf("pod %s: proxy %s, %s", n, a.proxyImage, a.ready)
 		}
 	}
-	r.check("kubectl get sidecarinjectors: %s", strings.Join(append([]string{firstLine}, counts...), " → "))
+	r.check("kubectl get sidecarinjectors: %s", strings.Join(counts, " → "))
 	r.check("pods %s keep their UIDs; proxy %s, its restartCount +1, nginx's unchanged; both Ready", strings.Join(slices.Sorted(mapKeys(after)), ", "), newProxyImage)
 
 	// 2. A pod created while the injector is down.
@@ -390,7 +393,7 @@ func rolloutComplete(si *v1alpha1.SidecarInjector) (bool, string) {
 	switch {
 	case si.Status.ObservedGeneration != si.Generation:
 		return false, "generation not observed yet"
-	case c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Complete" || c.ObservedGeneration != si.Generation:
+	case c == nil || c.Status != metav1.ConditionFalse || c.Reason != reasonCompleted || c.ObservedGeneration != si.Generation:
 		return false, fmt.Sprintf("RolloutBlocked %+v", c)
 	case si.Status.Rollout == nil || si.Status.Rollout.Revision != si.Status.Revision:
 		return false, "status.rollout not at status.revision"
@@ -450,7 +453,7 @@ func (e *Env) injectorOutage(ctx context.Context, r *Result) error {
 	}
 	if _, err := waitSample(ctx, e, "the CR paused", time.Minute, func(si *v1alpha1.SidecarInjector) (bool, string) {
 		rc := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionReady)
-		return rc != nil && rc.Reason == "Paused", fmt.Sprintf("Ready %+v", rc)
+		return rc != nil && rc.Reason == reasonPaused, fmt.Sprintf("Ready %+v", rc)
 	}); err != nil {
 		return err
 	}
