@@ -462,6 +462,17 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 			continue
 		}
 		if len(acts) == 0 {
+			// Changed in place for this revision already, its record on
+			// the pod read now while the cache still has it outdated (the
+			// step right after the one that patched it): it is in flight
+			// and counts against the budget, or the next pod would be
+			// changed too, past maxUnavailable.
+			if rec, ok := fleet.ParseRecord(pod); ok && rec.Revision == s.rev {
+				s.unavailable++
+				s.busy = appendOnce(s.busy, pod.Namespace)
+				s.inProgress = append(s.inProgress, key)
+				*budget--
+			}
 			continue
 		}
 		if acts[0] == fleet.ActRestart {
