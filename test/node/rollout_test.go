@@ -458,8 +458,19 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 			t.Errorf("pod %s: rollout record at %v, Ready seen %v", n, u.at, u.ready)
 			continue
 		}
-		t.Logf("figure: in-place upgrade %s -> %s, pod %s: rollout annotation at -> Ready %s (at is whole seconds); new image seen in the pod -> Ready %s",
-			rolloutProxy, rolloutProxyNew, n, u.ready.Sub(u.at).Round(time.Millisecond), u.ready.Sub(u.seen).Round(time.Millisecond))
+		t.Logf("figure: in-place upgrade %s -> %s, pod %s: rollout annotation at -> Ready %s (at is whole seconds); new image seen in the pod -> Ready %s (unpaused -> image seen %s)",
+			rolloutProxy, rolloutProxyNew, n, u.ready.Sub(u.at).Round(time.Millisecond), u.ready.Sub(u.seen).Round(time.Millisecond),
+			u.seen.Sub(unpaused).Round(time.Millisecond))
+	}
+	// The pause between one pod Ready and the next pod's patch is the
+	// controller's, not the kubelet's.
+	var order []*upgrade
+	for _, u := range ups {
+		order = append(order, u)
+	}
+	slices.SortFunc(order, func(a, b *upgrade) int { return a.seen.Compare(b.seen) })
+	if len(order) == 2 && !order[0].ready.IsZero() && !order[1].seen.IsZero() {
+		t.Logf("figure: first pod Ready -> second pod's new image seen %s (maxUnavailable 1)", order[1].seen.Sub(order[0].ready).Round(time.Millisecond))
 	}
 	if maxInFlight > 1 {
 		t.Errorf("%d pods in flight at once, maxUnavailable 1", maxInFlight)
