@@ -331,6 +331,17 @@ func (r *roller) checkInFlight(ctx context.Context, s *step, cached *corev1.Pod,
 		return true
 	}
 	pr := fleet.InPlaceProgress(pod, rec, now, time.Duration(*s.spec.ReadyTimeoutSeconds)*time.Second)
+	if !pr.Done && pr.Stop != fleet.StopImagePull {
+		// A native sidecar whose old process exited 0 shows no pull error
+		// in its status: the kubelet's Events have it. Without the right
+		// to list them the ready timeout still stops the rollout.
+		var evs corev1.EventList
+		if err := r.reader.List(ctx, &evs, client.InNamespace(pod.Namespace), client.MatchingFields{"involvedObject.uid": string(pod.UID)}); err == nil {
+			if ep := fleet.PullFailureFromEvents(pod, rec, evs.Items); ep.Stop != "" {
+				pr = ep
+			}
+		}
+	}
 	if pr.Done {
 		patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.SidecarRolloutKey + `":null}}}`)
 		if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
@@ -451,6 +462,17 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 			continue
 		}
 		if len(acts) == 0 {
+			// Changed in place for this revision already, its record on
+			// the pod read now while the cache still has it outdated (the
+			// step right after the one that patched it): it is in flight
+			// and counts against the budget, or the next pod would be
+			// changed too, past maxUnavailable.
+			if rec, ok := fleet.ParseRecord(pod); ok && rec.Revision == s.rev {
+				s.unavailable++
+				s.busy = appendOnce(s.busy, pod.Namespace)
+				s.inProgress = append(s.inProgress, key)
+				*budget--
+			}
 			continue
 		}
 		if acts[0] == fleet.ActRestart {

@@ -15,7 +15,7 @@ import (
 const (
 	SetOperator = "operator" // OperatorName
 	SetPause    = "pause"    // PauseName
-	SetStandins = "standins" // nginxName, proxyName, proxyInitName, logShipperName, StandinName
+	SetStandins = "standins" // nginxName, proxyName, proxyNextName, proxyInitName, logShipperName, StandinName
 	SetOLM      = "olm"      // BundleName, opmName, IndexName, olmUtilName, decompressionName
 )
 

@@ -25,6 +25,10 @@ const (
 	proxyName      = "ghcr.io/hookwright/proxy:1.4.2"
 	proxyInitName  = "ghcr.io/hookwright/proxy-init:1.4.2"
 	logShipperName = "ghcr.io/hookwright/log-shipper:0.9.0"
+	// proxyNextName is the proxy's next version, the same program under
+	// another tag (and image ID, its description names it): what a
+	// rollout of the sample's proxy image (spec.rollout) upgrades to.
+	proxyNextName = "ghcr.io/hookwright/proxy:1.4.3"
 	// StandinName is a plain, hardened workload (hack/images/standin's
 	// serve role on :8080 as 65532:65532); its get role is an HTTP client.
 	// test/cluster's real node imports it for test/node's pods.
@@ -117,6 +121,7 @@ var standins = []standin{
 	// The pod's securityContext sets the proxy's uid (1337); the image
 	// agrees, like Istio's proxy image.
 	{name: proxyName, path: "/usr/local/bin/proxy", user: "1337:1337", ports: []string{"15000/tcp", "15001/tcp"}},
+	{name: proxyNextName, path: "/usr/local/bin/proxy", user: "1337:1337", ports: []string{"15000/tcp", "15001/tcp"}},
 	{name: proxyInitName, path: "/usr/local/bin/proxy-init"},
 	{name: logShipperName, path: "/usr/local/bin/log-shipper", user: "65532:65532"},
 	// Run as "standin", the program takes its role from the first

@@ -325,6 +325,7 @@ func TestStandinImages(t *testing.T) {
 	want := map[string][]string{
 		nginxName:      {"/usr/sbin/nginx", "-g", "daemon off;"},
 		proxyName:      {"/usr/local/bin/proxy"},
+		proxyNextName:  {"/usr/local/bin/proxy"},
 		proxyInitName:  {"/usr/local/bin/proxy-init"},
 		logShipperName: {"/usr/local/bin/log-shipper"},
 		StandinName:    {"/usr/local/bin/standin", "serve"},
@@ -359,6 +360,17 @@ func TestStandinImages(t *testing.T) {
 			if !bytes.Contains(files["/etc/group"].data, []byte(":x:"+gid+":")) {
 				t.Errorf("%s runs as %s but /etc/group has no group %s: %q", name, u, gid, files["/etc/group"].data)
 			}
+		}
+	}
+
+	// The two proxy versions are one program under two image IDs (config
+	// digests): a kubelet that pulled one never takes it for the other,
+	// and an in-place upgrade really changes the container's image.
+	if a, b := all[proxyName], all[proxyNextName]; a != nil && b != nil {
+		ida, _ := a.ConfigName()
+		idb, _ := b.ConfigName()
+		if ida == idb {
+			t.Errorf("%s and %s share the image ID %s", proxyName, proxyNextName, ida)
 		}
 	}
 

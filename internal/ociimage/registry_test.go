@@ -516,8 +516,8 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if len(imgs) != 6 {
-		t.Fatalf("%d images, want pause and 5 stand-ins", len(imgs))
+	if len(imgs) != 7 {
+		t.Fatalf("%d images, want pause and 6 stand-ins", len(imgs))
 	}
 	for _, n := range imgs {
 		ref, err := LocalReference(r.Addr, n.Name)

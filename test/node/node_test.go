@@ -87,7 +87,10 @@ func TestMain(m *testing.M) {
 	code := 1
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: nodeName, Labels: map[string]string{"pool": "real"},
-		Registry: registryAddr, Mirrors: []string{registryHost},
+		// registryHost for images a test pushes; the public registries for
+		// internal/ociimage's images under their own names (the sample's
+		// proxy, nginx), as the demo's registry serves them.
+		Registry: registryAddr, Mirrors: append([]string{registryHost}, ociimage.MirroredRegistries...),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)

@@ -123,6 +123,8 @@ var All = []Scenario{
 	{Name: "6. CA rotation under load", Run: Rotation},
 	// Two image builds and two OLM installs: longer than the others.
 	{Name: "7. operator-sdk run bundle", Run: RunBundle, Timeout: 15 * time.Minute},
+	// In place, an outage's missing pods, Restart, and back (lab as before).
+	{Name: "8. Rollout", Run: Rollout, Timeout: 10 * time.Minute},
 	{Name: "9. Usage-aware oversell and held cuts", Run: UsageAware},
 }
 

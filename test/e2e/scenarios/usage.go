@@ -421,28 +421,9 @@ func conditionMessage(no *v1alpha1.NodeOversell, typ string) string {
 // it to the ServiceAccount of the running operator, wherever it was
 // installed from (the pod running the operator image's manager).
 func (e *Env) bindNodeTaints(ctx context.Context, r *Result) error {
-	var pods corev1.PodList
-	if err := e.Cluster.Client.List(ctx, &pods); err != nil {
+	sa, err := e.operatorServiceAccount(ctx)
+	if err != nil {
 		return err
-	}
-	sa := ""
-	for _, p := range pods.Items {
-		for _, ct := range p.Spec.Containers {
-			// Any version of the operator image (scenario 7 leaves 0.1.1).
-			repo, _, _ := strings.Cut(ServerImage, ":")
-			if !strings.HasPrefix(ct.Image, repo+":") {
-				continue
-			}
-			if len(ct.Args) > 0 && ct.Args[0] == "manager" || len(ct.Command) > 1 && ct.Command[1] == "manager" {
-				sa = p.Namespace + ":" + p.Spec.ServiceAccountName
-			}
-		}
-		if sa != "" {
-			break
-		}
-	}
-	if sa == "" {
-		return fmt.Errorf("no pod runs the operator (image %s or another tag of it, manager)", ServerImage)
 	}
 	root, err := cluster.RepoRoot()
 	if err != nil {
