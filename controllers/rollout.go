@@ -218,7 +218,9 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 
 	var pending []fleet.Candidate
 	byKey := map[string]*corev1.Pod{}
-	done := 0
+	// done pods are current (the partition's count); updated ones are
+	// current and Ready, not in flight.
+	done, updated := 0, 0
 	var inFlight []*corev1.Pod
 	for _, p := range pods {
 		pod := p.pod
@@ -246,6 +248,9 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 		}
 		if !needs {
 			done++
+			if readyCondition(pod) {
+				updated++
+			}
 			continue
 		}
 		if _, why := fleet.PodOwner(pod); why == fleet.SkipBarePod || why == fleet.SkipJobPod {
@@ -255,10 +260,9 @@ func (r *roller) rolloutStep(ctx context.Context, cr *v1alpha1.SidecarInjector, 
 		pending = append(pending, fleet.Candidate{Namespace: pod.Namespace, Name: pod.Name})
 		byKey[key] = pod
 	}
-	updated := done
 	for _, pod := range inFlight {
-		if !r.checkInFlight(ctx, s, pod, now) {
-			updated--
+		if r.checkInFlight(ctx, s, pod, now) {
+			updated++
 		}
 	}
 	r.mu.Lock()
@@ -388,6 +392,17 @@ func (r *roller) checkOwners(ctx context.Context, s *step, last []string) {
 			s.restarted = append(s.restarted, e)
 		}
 	}
+}
+
+// readyCondition is the pod's Ready condition (kept by fleet.TrimPod,
+// which drops the pod IP configloaded's podReady also wants).
+func readyCondition(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func ownerObject(kind string) client.Object {

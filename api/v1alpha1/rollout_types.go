@@ -139,9 +139,11 @@ type RolloutStatus struct {
 	Started *metav1.Time `json:"started,omitempty"`
 	// Total is how many pods the rollout concerns: matched pods in the
 	// selector and namespace selector, without the partition and the
-	// pods it never touches.
+	// pods it never touches (bare and Job pods, the operator's own). While
+	// an owner rolls, its surge pods are counted too.
 	Total int32 `json:"total"`
-	// Updated of them are current and available.
+	// Updated of them are current and Ready (a pod changed in place once
+	// its changed containers are).
 	Updated int32 `json:"updated"`
 	// Unavailable is how many pods are unavailable because of the rollout.
 	Unavailable int32 `json:"unavailable"`
