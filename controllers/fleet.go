@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +67,9 @@ type fleetReconciler struct {
 	now      func() time.Time
 
 	roller *roller
+	// discovery asks the API server's version once; version is its answer.
+	discovery discovery.ServerVersionInterface
+	version   string
 
 	mu sync.Mutex
 	// lastWrite is when each CR's fleet status was last written.
@@ -89,7 +93,11 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 	if err := mgr.Add(c); err != nil {
 		return err
 	}
-	r := &fleetReconciler{client: mgr.GetClient(), pods: c, settings: s, now: time.Now,
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	r := &fleetReconciler{client: mgr.GetClient(), pods: c, settings: s, now: time.Now, discovery: dc,
 		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
 		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
 			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
@@ -120,7 +128,7 @@ func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector
 	r.mu.Lock()
 	c, ok := r.compiled[cr.Name]
 	r.mu.Unlock()
-	if ok && c.uid == cr.UID && c.generation == cr.Generation && c.revision == rev {
+	if ok && c.uid == cr.UID && c.generation == cr.Generation && c.revision == rev && c.inj.Params.ServerVersion != "" {
 		return c.inj, nil
 	}
 	cfg, err := sidecar.Compile(eff)
@@ -130,6 +138,10 @@ func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector
 	inj := fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
 		OperatorNamespace:  r.settings.Namespace,
 		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, r.settings.Settings),
+		// What the servers inject with nativeSidecars Auto depends on it:
+		// without it a rollout would judge native sidecars as containers
+		// to move, a change only a restart makes.
+		ServerVersion: r.serverVersion(),
 	}}
 	r.mu.Lock()
 	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, revision: rev, inj: inj}
@@ -230,6 +242,25 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	r.lastWrite[cr.Name] = r.now()
 	r.mu.Unlock()
 	return res, nil
+}
+
+// serverVersion is the API server's version (discovery, asked until it
+// answers once): the servers' nativeSidecars Auto follows it.
+func (r *fleetReconciler) serverVersion() string {
+	r.mu.Lock()
+	v := r.version
+	r.mu.Unlock()
+	if v != "" || r.discovery == nil {
+		return v
+	}
+	info, err := r.discovery.ServerVersion()
+	if err != nil {
+		return ""
+	}
+	r.mu.Lock()
+	r.version = info.GitVersion
+	r.mu.Unlock()
+	return info.GitVersion
 }
 
 func (r *fleetReconciler) forget(name string) {
