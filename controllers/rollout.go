@@ -356,6 +356,9 @@ func (r *roller) checkInFlight(ctx context.Context, s *step, cached *corev1.Pod,
 	s.unavailable++
 	s.busy = appendOnce(s.busy, pod.Namespace)
 	s.inProgress = append(s.inProgress, key)
+	// Its record says it was changed, whether or not the status write of
+	// the step that changed it went through.
+	s.changed = appendOnce(s.changed, key)
 	if pr.Stop != "" && s.blocked.reason == "" {
 		s.blocked.reason, s.blocked.msg = pr.Stop, pr.Message
 		s.st.Blocked, s.st.BlockedGeneration = pr.Message, s.cr.Generation

@@ -17,6 +17,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -171,7 +172,11 @@ func quiet(t *testing.T, d time.Duration) {
 // update reads obj, applies mutate and updates it, retrying on conflicts
 // with the operator's own status writes.
 func update(ctx context.Context, obj client.Object, mutate func()) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// The operator writes the CR's status while a test changes its spec:
+	// retry conflicts as a client does, for longer than DefaultRetry's
+	// 50 ms.
+	backoff := wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Cap: time.Second}
+	return retry.RetryOnConflict(backoff, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
