@@ -135,10 +135,9 @@ func TestNodeOversellLifecycle(t *testing.T) {
 		cpu, _, _ := allocOf(t, ctx, "ov-node-0")
 		return cpu == "11400m", nil
 	})
+	// A figure, not a bound: the time depends on the machine's load
+	// (test/scale measures it at 10 to 1,000 nodes).
 	t.Logf("ratio 2 → 3 reflected on the node %s after the CR update (operator resync, no kubelet write)", d.Round(time.Millisecond))
-	if d > 5*time.Second {
-		t.Errorf("ratio change took %s, want ≤ 5 s", d)
-	}
 	if cpu, _, ann := allocOf(t, ctx, "ov-node-1"); cpu != "3800m" || ann[v1alpha1.OversellAppliedByKey] != "" {
 		t.Fatalf("unselected node changed: cpu %s annotations %v", cpu, ann)
 	}
