@@ -276,9 +276,6 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	}
 	t.Logf("rotate-now → next CA staged %s, promoted %s, SelfSigned certificate from the new CA %s, old CA out of the ClusterTrustBundle %s, CSR-mode certificate from the new CA %s",
 		staged.Round(time.Millisecond), promoted.Round(time.Millisecond), selfDone.Round(time.Millisecond), dropped.Round(time.Millisecond), csrDone.Round(time.Millisecond))
-	if staged > 5*time.Second {
-		t.Errorf("staging took %s", staged)
-	}
 	t.Logf("%d samples of served certificate vs published caBundle, %d not verifying", samples.Load(), broken.Load())
 	if broken.Load() > 0 {
 		t.Fatalf("served certificates not trusted by their caBundle: %v", firstBroken)
