@@ -35,10 +35,10 @@ import (
 // cache holds only the servers' pods. It only reports; it never acts on a
 // pod.
 
-// FleetWriteInterval is the least time between two status writes of one
-// CR's fleet status: a scale-up of thousands of pods becomes one write per
-// interval, and a quiet fleet none.
-const FleetWriteInterval = 5 * time.Second
+// DefaultFleetWriteInterval is the least time between two status writes
+// of one CR's fleet status (Settings.FleetWriteInterval): a scale-up of
+// thousands of pods becomes one write per interval, and a quiet fleet none.
+const DefaultFleetWriteInterval = 5 * time.Second
 
 var fleetPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "hookwright_sidecar_fleet_pods",
@@ -151,7 +151,7 @@ func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector
 
 // Reconcile classifies every cached pod for one SidecarInjector and writes
 // its fleet status when a count or condition changed, at most once per
-// FleetWriteInterval.
+// write interval (Settings.FleetWriteInterval).
 func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	cr := &v1alpha1.SidecarInjector{}
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
@@ -216,7 +216,11 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return res, nil
 	}
 	r.mu.Lock()
-	wait := FleetWriteInterval - r.now().Sub(r.lastWrite[cr.Name])
+	interval := r.settings.FleetWriteInterval
+	if interval <= 0 {
+		interval = DefaultFleetWriteInterval
+	}
+	wait := interval - r.now().Sub(r.lastWrite[cr.Name])
 	r.mu.Unlock()
 	// Same counts, other conditions: the lifecycle reconciler's merge
 	// patch of status.conditions (a whole list) put back ones it read

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"time"
+
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -27,4 +29,7 @@ type Settings struct {
 	// CSR configures mode CSR (Trust nil: detected at setup; Clientset
 	// nil: made from the manager's config).
 	CSR certsource.CSRSettings
+	// FleetWriteInterval is the least time between two fleet status
+	// writes of one SidecarInjector; zero means DefaultFleetWriteInterval.
+	FleetWriteInterval time.Duration
 }

@@ -90,6 +90,7 @@ func TestFleetStatus(t *testing.T) {
 	ct := o.Deploy.Spec.Template.Spec.Containers[0]
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "injector-fleet", ct.Args, o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestFleetStatus(t *testing.T) {
 		versions[cur.ResourceVersion] = true
 	}
 	// Past two write intervals, so a delayed write would have landed.
-	err := cluster.During(ctx, 2*(5*time.Second)+time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+	err := cluster.During(ctx, 2*testFleetWriteInterval+5*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
 		cur := &v1alpha1.SidecarInjector{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(si), cur); err != nil {
 			return err
@@ -167,7 +168,7 @@ func TestFleetStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(versions, rv)
-	t.Logf("10 pod updates changing no count, then 11 s: %d new resourceVersions of the SidecarInjector", len(versions))
+	t.Logf("10 pod updates changing no count, then 7 s: %d new resourceVersions of the SidecarInjector", len(versions))
 	if len(versions) != 0 {
 		t.Errorf("quiet fleet wrote the SidecarInjector: new resourceVersions %v; statuses %v", versions, statuses)
 	}

@@ -68,6 +68,9 @@ var (
 	caDir string
 )
 
+// testFleetWriteInterval is the operator's fleet write interval here.
+const testFleetWriteInterval = time.Second
+
 // testSignerMaxValidity is the CSR signer's --csr-max-validity;
 // testSignerWait is how long mode CSR waits for a signer before saying it
 // does not answer.
@@ -246,6 +249,9 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
 			CSR:          certsource.CSRSettings{SignerWait: testSignerWait},
+			// Rollout steps and counts reach status sooner than the 5 s
+			// default; TestFleetStatus still sees a quiet fleet write nothing.
+			FleetWriteInterval: testFleetWriteInterval,
 		},
 		Signer: &csrsigner.Options{SignerName: v1alpha1.DefaultCSRSignerName, MaxValidity: testSignerMaxValidity},
 		WrapValidation: func(h admission.Handler) admission.Handler {
