@@ -72,6 +72,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "injector-cfg", o.Deploy.Spec.Template.Spec.Containers[0].Args,
 		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	targets := make([]string, len(pods))
 	for i, p := range pods {
 		targets[i] = fmt.Sprintf("%s:%d", p.Status.PodIP, desired.WebhookPort)

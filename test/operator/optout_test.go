@@ -76,6 +76,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	ct := o.Deploy.Spec.Template.Spec.Containers[0]
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "injector-optout", ct.Args, o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 		}
 		kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 		srv := startLocalServer(t, "oversell-"+name, args, o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+		srv.follow(t, o.Secret)
 		if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 			t.Fatal(err)
 		}

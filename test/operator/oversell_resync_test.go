@@ -107,6 +107,7 @@ func TestNodeOversellResync100Nodes(t *testing.T) {
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "oversell-scale", o.Deploy.Spec.Template.Spec.Containers[0].Args,
 		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "oversell", o.Deploy.Spec.Template.Spec.Containers[0].Args,
 		o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 		t.Fatal(err)
 	}

@@ -197,6 +197,7 @@ func TestWebhookReachable(t *testing.T) {
 		kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, o.SA.Name)
 		srv := startLocalServer(t, name, o.Deploy.Spec.Template.Spec.Containers[0].Args,
 			o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+		srv.follow(t, o.Secret)
 		route(o, srv.Addr())
 		return srv
 	}

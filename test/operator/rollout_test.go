@@ -83,6 +83,20 @@ func (f *rolloutFixture) dump(t *testing.T) {
 				t.Logf("pod %s/%s: phase %s, revision %q, deleting %t, owner %v", ns, p.Name, p.Status.Phase, p.Labels[v1alpha1.SidecarRevisionKey], p.DeletionTimestamp != nil, metav1.GetControllerOf(&p))
 			}
 		}
+		if f.srv != nil {
+			done, err := f.srv.proc.Exited()
+			t.Logf("local server %s: exited %t (%v); log tail:\n%s", f.srv.proc.Name, done, err, f.srv.proc.Tail(6000))
+		}
+		// Why the API server's calls of this webhook failed, if they did.
+		if b, err := os.ReadFile(filepath.Join(env.Dir, "logs", "kube-apiserver.log")); err == nil && f.o.Svc != nil {
+			var calls []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "failed calling webhook") && strings.Contains(l, f.o.Svc.Name) {
+					calls = append(calls, l)
+				}
+			}
+			t.Logf("kube-apiserver: %d failed calls of %s; the last ones:\n%s", len(calls), f.o.Svc.Name, strings.Join(calls[max(0, len(calls)-5):], "\n"))
+		}
 		t.Logf("operator log: %s", env.Dir+"/logs/operator.log")
 	})
 }
@@ -157,6 +171,9 @@ func (f *rolloutFixture) serve(t *testing.T, ctx context.Context) {
 	ct := f.o.Deploy.Spec.Template.Spec.Containers[0]
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, f.o.SA.Name)
 	f.srv = startLocalServer(t, "injector-"+f.name, ct.Args, f.o.Secret.Data[corev1.TLSCertKey], f.o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	f.srv.follow(t, f.o.Secret)
+	// Dump before the server stops and its log directory goes.
+	t.Cleanup(func() { f.dump(t) })
 	if err := env.RouteService(f.o.Svc, f.srv.Addr()); err != nil {
 		t.Fatal(err)
 	}

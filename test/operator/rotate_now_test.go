@@ -1,12 +1,9 @@
 package operator
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,25 +336,5 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	}
 	if string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]) {
 		t.Fatal("renewed more than once for one request")
-	}
-}
-
-// followSecret copies sec's certificate and key into srv's --cert-dir
-// whenever they change, as the kubelet updates a mounted Secret
-// (certwatcher reloads them), until ctx ends.
-func followSecret(ctx context.Context, sec *corev1.Secret, srv *localServer) {
-	last := sec.Data[corev1.TLSCertKey]
-	for ctx.Err() == nil {
-		cur := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sec), cur); err == nil && !bytes.Equal(cur.Data[corev1.TLSCertKey], last) {
-			for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
-				tmp := filepath.Join(srv.certDir, "."+f+".tmp")
-				if err := os.WriteFile(tmp, cur.Data[f], 0o600); err == nil {
-					_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
-				}
-			}
-			last = cur.Data[corev1.TLSCertKey]
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -141,6 +141,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	// operator's Service; a pod created through the API server gets injected.
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "injector", ct.Args, o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)
+	srv.follow(t, o.Secret)
 	if err := env.RouteService(o.Svc, srv.Addr()); err != nil {
 		t.Fatal(err)
 	}
