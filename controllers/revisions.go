@@ -29,7 +29,9 @@ import (
 // DaemonSet or StatefulSet ControllerRevisions
 // (k8s.io/kubernetes/pkg/controller/history).
 type revisionKeeper struct {
-	Client    client.Client
+	Client client.Client
+	// Reader reads the SidecarInjector live after a create (nil: no check).
+	Reader    client.Reader
 	Namespace string
 }
 
@@ -114,6 +116,9 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 		if err := k.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create ControllerRevision %s: %w", obj.Name, err)
 		}
+		if gone, err := k.ownerGone(ctx, si); err != nil || gone {
+			return nil, err
+		}
 		byHash[rev] = obj
 	}
 	if plan.Renumber != nil {
@@ -133,6 +138,40 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 		}
 	}
 	return byHash, nil
+}
+
+// ownerGone reads si live after a ControllerRevision was created for it.
+// A reconcile that read si from the cache just before its deletion
+// creates the revision after the garbage collector last looked at si's
+// dependents; if the CRD goes too (operator-sdk cleanup), the collector
+// cannot resolve the owner's kind and keeps the revision forever
+// (pkg/controller/garbagecollector, restMappingError). So a revision
+// whose owner is gone or going is deleted here; a deletion after this
+// read finds the revision in the collector's graph.
+func (k *revisionKeeper) ownerGone(ctx context.Context, si *v1alpha1.SidecarInjector) (bool, error) {
+	if k.Reader == nil {
+		return false, nil
+	}
+	live := &v1alpha1.SidecarInjector{}
+	err := k.Reader.Get(ctx, client.ObjectKeyFromObject(si), live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("read SidecarInjector %s after creating its revision: %w", si.Name, err)
+	}
+	if err == nil && live.UID == si.UID && live.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	list := &appsv1.ControllerRevisionList{}
+	if err := k.Reader.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingLabels{v1alpha1.SidecarInjectorLabelKey: si.Name}); err != nil {
+		return true, fmt.Errorf("list ControllerRevisions of deleted SidecarInjector %s: %w", si.Name, err)
+	}
+	for i := range list.Items {
+		if ownedBy(&list.Items[i], si) {
+			if err := k.Client.Delete(ctx, &list.Items[i]); client.IgnoreNotFound(err) != nil {
+				return true, fmt.Errorf("delete ControllerRevision %s of deleted SidecarInjector %s: %w", list.Items[i].Name, si.Name, err)
+			}
+		}
+	}
+	return true, nil
 }
 
 func ownedBy(o metav1.Object, si *v1alpha1.SidecarInjector) bool {

@@ -82,7 +82,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		Recorder: mgr.GetEventRecorder("hookwright-" + desired.OversellKind.Short), Now: s.Certificates.Now,
 		Settings: s.Settings,
 	}
-	for _, k := range []kind{sidecarKind{revisions: &revisionKeeper{Client: mgr.GetClient(), Namespace: s.Namespace}}, oversellKind{nodes: nodes}} {
+	for _, k := range []kind{sidecarKind{revisions: &revisionKeeper{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: s.Namespace}}, oversellKind{nodes: nodes}} {
 		r := newReconciler(mgr, s, k)
 		r.shared = sh
 		if err := r.SetupWithManager(mgr); err != nil {
