@@ -5,15 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/desired"
 	corev1 "k8s.io/api/core/v1"
@@ -21,13 +18,7 @@ import (
 
 func newEnsureReconciler(t *testing.T) (*reconciler, client.Client) {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	api := fake.NewClientBuilder().WithScheme(s).Build()
 	r := &reconciler{
 		Client: api, APIReader: api, Scheme: s, Recorder: events.NewFakeRecorder(100),

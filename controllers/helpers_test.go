@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -26,4 +29,17 @@ func testOversell() *v1alpha1.NodeOversell {
 		ObjectMeta: metav1.ObjectMeta{Name: "pool", UID: types.UID("66666666-7777-8888-9999-000000000000"), Generation: 1},
 		Spec:       v1alpha1.NodeOversellSpec{Server: v1alpha1.ServerSpec{Namespace: "nodes-system", Replicas: ptr.To[int32](1)}},
 	}
+}
+
+// testScheme holds client-go's kinds and ours, for fake clients.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

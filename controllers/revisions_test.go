@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -20,13 +18,7 @@ import (
 // name) creates the revision and then removes it, so nothing is left for
 // a garbage collector that may no longer know the owner's kind.
 func TestRevisionOfGoneOwnerRemoved(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	for _, tc := range []struct {
 		name string
 		live func(si *v1alpha1.SidecarInjector) client.Object // nil: gone
