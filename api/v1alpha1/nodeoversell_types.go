@@ -98,8 +98,8 @@ type OversellResourceTarget struct {
 	Ratio string `json:"ratio"`
 	// Source is static, usage, fallback or pressure.
 	Source string `json:"source"`
-	// Changed is when Ratio last changed (RFC 3339): the hysteresis
-	// interval counts from it.
+	// Changed is when Ratio last changed (RFC 3339, truncated to the
+	// second): the hysteresis interval counts from the end of that second.
 	Changed string `json:"changed,omitempty"`
 }
 

@@ -312,10 +312,21 @@ func (c Config) step(in Input, prev, want int64, src string, changed time.Time, 
 	if inside && abs(diff) < c.DeadBand {
 		return next
 	}
-	if !changed.IsZero() && in.Now.Sub(changed) < c.MinChangeInterval {
+	if !changed.IsZero() && in.Now.Before(nextChange(changed, c.MinChangeInterval)) {
 		return next
 	}
 	return next + max(min(diff, c.MaxStep), -c.MaxStep)
+}
+
+// nextChange is the earliest time a ratio stamped changed at may move
+// again. The stamp is RFC 3339 in whole seconds, so the change it records
+// happened up to a second after it: counting from the stamp alone let a
+// change come up to a second early.
+func nextChange(changed time.Time, interval time.Duration) time.Time {
+	if interval <= 0 {
+		return changed
+	}
+	return changed.Truncate(time.Second).Add(time.Second + interval)
 }
 
 // pressure runs the back-off state machine on the node's target: it

@@ -1,6 +1,7 @@
 package usageratio
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -396,5 +397,74 @@ func TestRiseAndFall(t *testing.T) {
 	_, r = run(now, "100m", 30)
 	if r.String() != "2" {
 		t.Fatalf("idle again after 5 min: %s", r)
+	}
+}
+
+// TestMinChangeIntervalRealTime runs Decide the way the operator does, at
+// real (sub-second) evaluation times with its output round-tripped through
+// the node annotation's JSON (whole-second RFC 3339 stamps), from the
+// NodeOversell's creation on. Every ratio change outside pressure, spec
+// cuts and holds comes at least MinChangeInterval of real time after the
+// previous one, the creation's first write included (issue 27: a stamp
+// truncated to the second let a change come up to a second early).
+func TestMinChangeIntervalRealTime(t *testing.T) {
+	for seed := uint64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 27))
+		c := testConfig()
+		c.MinChangeInterval = time.Duration(1+rng.IntN(20)) * time.Second
+		c.DeadBand = 0
+		c.Interval = time.Duration(500+rng.IntN(2500)) * time.Millisecond
+		// Creation at any instant within a second.
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Hour))))
+		usage := "100m"
+		var prev *v1alpha1.OversellTarget
+		var last time.Time
+		var lastRatio string
+		for step := 0; step < 400; step++ {
+			if rng.IntN(6) == 0 {
+				usage = fmt.Sprintf("%dm", 100+rng.IntN(3900))
+			}
+			in := node4(now, usage, "4")
+			in.Requests[0] = q("1") // the pods' floor stays below every ratio
+			in.Prev = prev
+			d := Decide(c, in)
+			r := d.Ratio[0].String()
+			if d.Source[0] == v1alpha1.RatioSourcePressure || len(d.Held) > 0 {
+				t.Fatalf("seed %d: the trace should neither press nor hold: %+v", seed, d)
+			}
+			if r != lastRatio {
+				if !last.IsZero() && now.Sub(last) < c.MinChangeInterval {
+					t.Fatalf("seed %d step %d: %s -> %s %s after the previous change (minChangeInterval %s)",
+						seed, step, lastRatio, r, now.Sub(last), c.MinChangeInterval)
+				}
+				last, lastRatio = now, r
+			}
+			// The annotation's round trip, as the operator reads it back.
+			b, err := json.Marshal(d.Target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev = &v1alpha1.OversellTarget{}
+			if err := json.Unmarshal(b, prev); err != nil {
+				t.Fatal(err)
+			}
+			// The next pass: the interval, late by up to a second of load.
+			now = now.Add(c.Interval + time.Duration(rng.Int64N(int64(time.Second))))
+		}
+	}
+}
+
+// TestNextChange: a whole-second stamp counts from the end of its second;
+// no interval, no wait.
+func TestNextChange(t *testing.T) {
+	stamp := t0.Add(5 * time.Second)
+	if got, want := nextChange(stamp, 8*time.Second), t0.Add(14*time.Second); !got.Equal(want) {
+		t.Fatalf("nextChange = %s, want %s", got, want)
+	}
+	if got := nextChange(stamp.Add(300*time.Millisecond), 8*time.Second); !got.Equal(t0.Add(14 * time.Second)) {
+		t.Fatalf("a fractional stamp: %s", got)
+	}
+	if got := nextChange(stamp, 0); !got.Equal(stamp) {
+		t.Fatalf("no interval: %s", got)
 	}
 }
