@@ -50,6 +50,8 @@
 //     Settle, its log, a free port)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
 //     Permanent)? Every wait and repeated check in test/... uses these.
+//   - ratiolog.go: which cpu ratios did a node's target go through, and
+//     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
 //     the hookwright binary, config/samples)?
 //   - certs.go, toywebhook.go, atomicdir.go: fixtures: a test CA and its

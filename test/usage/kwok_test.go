@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,38 +18,6 @@ import (
 )
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
-
-// ratioLog records every change of a node's target ratio, polled.
-type ratioLog struct {
-	mu      sync.Mutex
-	changes []ratioChange
-}
-
-type ratioChange struct {
-	at            time.Time
-	ratio, source string
-}
-
-// watch polls node's target every 100 ms until ctx ends.
-func (l *ratioLog) watch(ctx context.Context, node string) {
-	go cluster.Every(ctx, 100*time.Millisecond, func(ctx context.Context) {
-		s, err := readNode(ctx, node)
-		if err != nil || s.target == nil || s.target.CPU == nil {
-			return
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if n := len(l.changes); n == 0 || l.changes[n-1].ratio != s.target.CPU.Ratio {
-			l.changes = append(l.changes, ratioChange{time.Now(), s.target.CPU.Ratio, s.target.CPU.Source})
-		}
-	})
-}
-
-func (l *ratioLog) snapshot() []ratioChange {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]ratioChange(nil), l.changes...)
-}
 
 // TestUsageRatioKwok (point 1 on kwok nodes): a workload's usage (kwok's
 // usage annotations, through metrics-server) rises: the node's ratio goes
@@ -88,12 +55,16 @@ func TestUsageRatioKwok(t *testing.T) {
 			},
 		},
 	}
-	start := time.Now()
-	newOversell(t, ctx, no)
-	log := &ratioLog{}
+	// Every ratio the node goes through, with the operator's own stamps,
+	// from before the NodeOversell exists.
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	log.watch(wctx, n)
+	log, err := cluster.WatchRatios(wctx, env.Clientset, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	newOversell(t, ctx, no)
 	// Idle pods (usage 10% of requests): spec.ratios, 4 x 2.
 	waitNode(t, ctx, time.Minute, n, "ratio 2 (static), allocatable 8", func(s nodeState) bool {
 		return s.cpu == "8" && s.target != nil && s.target.CPU.Ratio == "2" && s.target.CPU.Source == v1alpha1.RatioSourceStatic
@@ -124,12 +95,19 @@ func TestUsageRatioKwok(t *testing.T) {
 		return s.cpu == "8" && s.target.CPU.Ratio == "2" && s.target.CPU.Source == v1alpha1.RatioSourceStatic
 	})
 	t.Logf("figure: usage back to 10%%: ratio 1 -> 2 in %s", time.Since(start).Round(100*time.Millisecond))
-	// The log polls on its own: wait until it saw the last change too.
-	waitFor(t, ctx, 5*time.Second, "ratio log at 2", func(context.Context) (bool, error) {
-		c := log.snapshot()
-		return len(c) > 0 && c[len(c)-1].ratio == "2", nil
+	// The log's watch runs on its own: wait until it saw the last change.
+	waitFor(t, ctx, time.Minute, "ratio log at 2", func(context.Context) (bool, error) {
+		c, err := log.Changes()
+		return len(c) > 1 && c[len(c)-1].Ratio == "2", err
 	})
-	checkSteps(t, log.snapshot(), []string{"2", "1.5", "1", "1.5", "2"}, 500_000, minInterval)
+	changes, err := log.Changes()
+	if err == nil {
+		err = cluster.CheckRatioSteps(changes, []string{"2", "1.5", "1", "1.5", "2"}, 500_000, minInterval)
+	}
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("ratio changes, by the operator's stamps: %s", cluster.FormatRatioSteps(changes))
 
 	// A measurement 1000x the node's capacity is not believed.
 	if err := env.SetPodUsage(ctx, workNS, "use-0", "4000", ""); err != nil {
@@ -186,50 +164,6 @@ func TestUsageRatioKwok(t *testing.T) {
 		}
 	}()
 	waitCondition(t, ctx, 2*time.Minute, no, v1alpha1.ConditionUsageMetrics, metav1.ConditionTrue, "Measured")
-}
-
-// checkSteps asserts the ratios went through want, each change at most
-// maxStep (millionths) and at least minInterval after the previous one.
-func checkSteps(t *testing.T, changes []ratioChange, want []string, maxStep int64, minInterval time.Duration) {
-	t.Helper()
-	var got []string
-	for i, c := range changes {
-		got = append(got, c.ratio+"("+c.source+")")
-		if i == 0 {
-			continue
-		}
-		p := changes[i-1]
-		d := parseMicro(t, c.ratio) - parseMicro(t, p.ratio)
-		if d > maxStep || -d > maxStep {
-			t.Errorf("step %s -> %s is larger than %d", p.ratio, c.ratio, maxStep)
-		}
-		// The poll sees a change up to 100 ms late; the operator stamps
-		// whole seconds (RFC 3339), so allow one second.
-		if gap := c.at.Sub(p.at); gap < minInterval-time.Second {
-			t.Errorf("change %s -> %s only %s after the previous one (minChangeInterval %s)", p.ratio, c.ratio, gap, minInterval)
-		}
-	}
-	var ratios []string
-	for _, c := range changes {
-		ratios = append(ratios, c.ratio)
-	}
-	if strings.Join(ratios, " ") != strings.Join(want, " ") {
-		t.Errorf("ratios went %v, want %v", got, want)
-	}
-	t.Logf("ratio changes: %v", got)
-}
-
-func parseMicro(t *testing.T, s string) int64 {
-	t.Helper()
-	whole, frac, _ := strings.Cut(s, ".")
-	var v int64
-	for _, c := range whole + frac {
-		v = v*10 + int64(c-'0')
-	}
-	for i := len(frac); i < 6; i++ {
-		v *= 10
-	}
-	return v
 }
 
 // TestHoldsKwok (point 2 on kwok nodes): a lowered ratio, a narrowed

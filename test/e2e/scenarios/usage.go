@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,10 +80,13 @@ func UsageAware(ctx context.Context, e *Env, r *Result) error {
 
 	// Usage rises: 900m of each 1-CPU request.
 	start = time.Now()
-	steps := &stepLog{}
+	// Every ratio the node goes through, stamped by the operator.
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go steps.watch(sctx, e)
+	steps, err := cluster.WatchRatios(sctx, e.Cluster.Clientset, usageNode)
+	if err != nil {
+		return err
+	}
 	if err := setUsage(ctx, e, pods, "900m"); err != nil {
 		return err
 	}
@@ -104,18 +106,22 @@ func UsageAware(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("usage back to 100m: ratio 1 → 2", time.Since(start), 0)
-	if err := cluster.WaitFor(ctx, 5*time.Second, "step log at 2", func(context.Context) (bool, error) {
-		s := steps.get()
-		return len(s) > 0 && strings.HasPrefix(s[len(s)-1], "2 "), nil
+	if err := cluster.WaitFor(ctx, time.Minute, "step log at 2", func(context.Context) (bool, error) {
+		c, err := steps.Changes()
+		return len(c) > 1 && c[len(c)-1].Ratio == "2", err
 	}); err != nil {
 		return err
 	}
 	stop()
-	got := steps.get()
-	if err := checkUsageSteps(got); err != nil {
+	got, err := steps.Changes()
+	if err != nil {
 		return err
 	}
-	r.check("ratio steps %s: at most maxStep 0.5, at least minChangeInterval %s apart", strings.Join(got, " → "), usageMinChange)
+	// The demo's steps are 0.5, so 2 → 1 → 2 passes 1.5 both ways.
+	if err := cluster.CheckRatioSteps(got, []string{"2", "1.5", "1", "1.5", "2"}, 500_000, usageMinChange); err != nil {
+		return err
+	}
+	r.check("ratio steps %s (the operator's stamps): at most maxStep 0.5, at least minChangeInterval %s apart", cluster.FormatRatioSteps(got), usageMinChange)
 
 	// A cut held without stranding a pod.
 	if err := e.applyWorkload(ctx, 6); err != nil {
@@ -333,70 +339,6 @@ func hasOurTaint(ctx context.Context, e *Env, value string) bool {
 		}
 	}
 	return false
-}
-
-// stepLog records usageNode's ratio changes ("ratio (source)" and when).
-type stepLog struct {
-	mu    sync.Mutex
-	steps []string
-	at    []time.Time
-}
-
-func (l *stepLog) watch(ctx context.Context, e *Env) {
-	cluster.Every(ctx, 100*time.Millisecond, func(ctx context.Context) {
-		n := &corev1.Node{}
-		if err := e.Cluster.Client.Get(ctx, client.ObjectKey{Name: usageNode}, n); err != nil {
-			return
-		}
-		t := &v1alpha1.OversellTarget{}
-		if json.Unmarshal([]byte(n.Annotations[v1alpha1.OversellTargetKey]), t) != nil || t.CPU == nil {
-			return
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if k := len(l.steps); k == 0 || !strings.HasPrefix(l.steps[k-1], t.CPU.Ratio+" ") {
-			l.steps = append(l.steps, t.CPU.Ratio+" ("+t.CPU.Source+")")
-			l.at = append(l.at, time.Now())
-		}
-	})
-}
-
-func (l *stepLog) get() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]string, len(l.steps))
-	for i, s := range l.steps {
-		if i > 0 {
-			s += fmt.Sprintf(" +%s", l.at[i].Sub(l.at[i-1]).Round(time.Second))
-		}
-		out[i] = s
-	}
-	return out
-}
-
-// checkUsageSteps: the demo's steps are 0.5, so 2 → 1 → 2 passes 1.5
-// both ways, each change at least minChangeInterval (less the poll's and
-// the RFC 3339 stamp's second) after the previous.
-func checkUsageSteps(steps []string) error {
-	var ratios []string
-	for _, s := range steps {
-		ratios = append(ratios, strings.Fields(s)[0])
-	}
-	if got := strings.Join(ratios, " "); got != "2 1.5 1 1.5 2" {
-		return fmt.Errorf("ratio steps %v, want 2 1.5 1 1.5 2", steps)
-	}
-	// The first gap counts from when the log started, not from a change.
-	for _, s := range steps[2:] {
-		f := strings.Fields(s)
-		d, err := time.ParseDuration(strings.TrimPrefix(f[len(f)-1], "+"))
-		if err != nil {
-			return err
-		}
-		if d < usageMinChange-time.Second {
-			return fmt.Errorf("ratio steps %v: one came %s after the previous (minChangeInterval %s)", steps, d, usageMinChange)
-		}
-	}
-	return nil
 }
 
 func warningWith(stderr, contains string) string {
