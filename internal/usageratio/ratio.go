@@ -318,10 +318,11 @@ func (c Config) step(in Input, prev, want int64, src string, changed time.Time, 
 	return next + max(min(diff, c.MaxStep), -c.MaxStep)
 }
 
-// nextChange is the earliest time a ratio stamped changed at may move
-// again. The stamp is RFC 3339 in whole seconds, so the change it records
-// happened up to a second after it: counting from the stamp alone let a
-// change come up to a second early.
+// nextChange is the earliest time a ratio stamped changed may move again
+// (or a back-off whose usage fell below at changed may end). The stamp is
+// RFC 3339 in whole seconds, so what it records happened up to a second
+// after it: counting from the stamp alone let a change come up to a
+// second early.
 func nextChange(changed time.Time, interval time.Duration) time.Time {
 	if interval <= 0 {
 		return changed
@@ -367,7 +368,7 @@ func (c Config) pressure(in Input, valid bool, t *v1alpha1.OversellTarget) bool 
 	if below == "" {
 		below = now
 	}
-	if bt, err := time.Parse(time.RFC3339, below); err == nil && in.Now.Sub(bt) >= c.PressureHold {
+	if bt, err := time.Parse(time.RFC3339, below); err == nil && !in.Now.Before(nextChange(bt, c.PressureHold)) {
 		return false // held long enough below: the back-off ends
 	}
 	t.PressureSince, t.BelowSince = since, below

@@ -468,3 +468,52 @@ func TestNextChange(t *testing.T) {
 		t.Fatalf("no interval: %s", got)
 	}
 }
+
+// TestPressureHoldRealTime: at real evaluation times with the annotation's
+// round trip, a back-off ends no sooner than PressureHold of real time
+// after the first evaluation that saw usage below the threshold.
+func TestPressureHoldRealTime(t *testing.T) {
+	for seed := uint64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 28))
+		c := withPressure(testConfig(), 90)
+		c.PressureHold = time.Duration(1+rng.IntN(20)) * time.Second
+		c.Interval = time.Duration(500+rng.IntN(2500)) * time.Millisecond
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Hour))))
+		var prev *v1alpha1.OversellTarget
+		var below time.Time
+		pressed := false
+		for step := 0; step < 200; step++ {
+			usage := "100m"
+			if step%50 < 5 {
+				usage = "3900m" // over 90 % of 4
+			}
+			in := node4(now, usage, "1")
+			in.Prev = prev
+			d := Decide(c, in)
+			switch {
+			case d.Pressure:
+				if usage == "100m" && below.IsZero() {
+					below = now
+				}
+				if usage != "100m" {
+					below = time.Time{}
+				}
+				pressed = true
+			case pressed:
+				if now.Sub(below) < c.PressureHold {
+					t.Fatalf("seed %d step %d: back-off ended %s after usage fell (hold %s)", seed, step, now.Sub(below), c.PressureHold)
+				}
+				pressed, below = false, time.Time{}
+			}
+			b, err := json.Marshal(d.Target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev = &v1alpha1.OversellTarget{}
+			if err := json.Unmarshal(b, prev); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(c.Interval + time.Duration(rng.Int64N(int64(time.Second))))
+		}
+	}
+}
