@@ -33,12 +33,15 @@ type RatioChange struct {
 func (c RatioChange) String() string { return c.Ratio + "(" + c.Source + ")" }
 
 // RatioLog records every cpu ratio a node's target annotation goes
-// through, from a watch of that node: a watch delivers every version in
+// through (and every version of the annotation), from a watch of that
+// node: a watch delivers every version in
 // order, so no intermediate ratio is missed however slow the machine, and
 // the times are the operator's stamps, not when a test happened to look.
 type RatioLog struct {
 	mu      sync.Mutex
 	changes []RatioChange
+	targets []v1alpha1.OversellTarget
+	last    string
 	err     error
 }
 
@@ -94,9 +97,14 @@ func WatchRatios(ctx context.Context, cs kubernetes.Interface, node string) (*Ra
 func (l *RatioLog) observe(n *corev1.Node) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	raw := n.Annotations[v1alpha1.OversellTargetKey]
 	t := &v1alpha1.OversellTarget{}
-	if json.Unmarshal([]byte(n.Annotations[v1alpha1.OversellTargetKey]), t) != nil || t.CPU == nil {
+	if json.Unmarshal([]byte(raw), t) != nil || t.CPU == nil {
 		return
+	}
+	if raw != l.last {
+		l.targets = append(l.targets, *t)
+		l.last = raw
 	}
 	if k := len(l.changes); k > 0 && l.changes[k-1].Ratio == t.CPU.Ratio {
 		return
@@ -112,6 +120,14 @@ func (l *RatioLog) Changes() ([]RatioChange, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]RatioChange(nil), l.changes...), l.err
+}
+
+// Targets returns every distinct target annotation seen so far, in order
+// (pressure and hold stamps change without a ratio change).
+func (l *RatioLog) Targets() []v1alpha1.OversellTarget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]v1alpha1.OversellTarget(nil), l.targets...)
 }
 
 // CheckRatioSteps judges changes: the ratios went through want, each
