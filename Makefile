@@ -75,8 +75,12 @@ verify-tidy: ## Fail if go.mod/go.sum are not tidy.
 lint: tool-golangci-lint ## Run the linters of .golangci.yml (golangci-lint, built into bin/).
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: verify-no-binaries
+verify-no-binaries: ## Fail if git tracks a compiled executable (ELF, Mach-O, PE).
+	@hack/verify-no-binaries.sh
+
 .PHONY: verify
-verify: verify-fmt vet verify-tidy verify-generated lint ## gofmt, go vet, go mod tidy, the stale-generated check and the linters.
+verify: verify-fmt vet verify-tidy verify-generated verify-no-binaries lint ## gofmt, go vet, go mod tidy, the stale-generated check, no tracked binaries and the linters.
 
 .PHONY: test
 test: tools node-prereqs verify ## Run every test (builds the tools it needs first).
