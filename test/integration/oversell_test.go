@@ -102,7 +102,7 @@ func waitServed(t *testing.T, ctx context.Context, s *webhookServer, name string
 		}
 		gen = no.Generation
 	}
-	err := cluster.WaitFor(ctx, 10*time.Second, fmt.Sprintf("oversell server serving %s (gone=%v)", name, gone), func(context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 60*time.Second, fmt.Sprintf("oversell server serving %s (gone=%v)", name, gone), func(context.Context) (bool, error) {
 		var cz oversell.Configz
 		if err := s.configz(&cz); err != nil {
 			return false, err
@@ -150,7 +150,7 @@ func checkAlloc(n *corev1.Node, cpu, mem string, capacity corev1.ResourceList) e
 func beatUntil(t *testing.T, ctx context.Context, hb *cluster.Heartbeater, node string, what string, check func(*corev1.Node) error) {
 	t.Helper()
 	var last error
-	err := cluster.WaitFor(ctx, 15*time.Second, what, func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 60*time.Second, what, func(ctx context.Context) (bool, error) {
 		if err := hb.Beat(ctx, node); err != nil {
 			return false, err
 		}
