@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -182,35 +183,66 @@ func timeWithin(t *testing.T, ctx context.Context, what string, limit time.Durat
 // have one ready to run, from controller-runtime's metrics (the operator
 // runs in this process): controller_runtime_active_workers and
 // workqueue_depth (ready items only; a RequeueAfter not yet due is not
-// counted). Empty: the operator is idle.
+// counted) above what a stopped operator's queue left in it (see
+// queueDepths). Empty: the operator is idle.
 func operatorBusy() ([]string, error) {
 	fams, err := crmetrics.Registry.Gather()
 	if err != nil {
 		return nil, err
 	}
+	operator.mu.Lock()
+	base := operator.depthBase
+	operator.mu.Unlock()
 	var busy []string
 	for _, f := range fams {
-		var label string
-		switch f.GetName() {
-		case "controller_runtime_active_workers":
-			label = "controller"
-		case "workqueue_depth":
-			label = "name"
-		default:
+		if f.GetName() != "controller_runtime_active_workers" {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if m.GetGauge().GetValue() == 0 {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label {
-					busy = append(busy, fmt.Sprintf("%s %s=%g", f.GetName(), l.GetValue(), m.GetGauge().GetValue()))
-				}
+			if v := m.GetGauge().GetValue(); v != 0 {
+				busy = append(busy, fmt.Sprintf("%s %s=%g", f.GetName(), metricKey(m), v))
 			}
 		}
 	}
+	depths, err := queueDepths()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range depths {
+		if v != base[k] {
+			busy = append(busy, fmt.Sprintf("workqueue_depth %s=%g (%g left by a stopped operator)", k, v, base[k]))
+		}
+	}
 	return busy, nil
+}
+
+// queueDepths reads workqueue_depth by its labels. A queue shut down with
+// ready items (stopOperator) leaves them in the gauge, and the next
+// operator's queue of the same name counts on from there: runOperator
+// records the values at its start for operatorBusy to subtract.
+func queueDepths() (map[string]float64, error) {
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "workqueue_depth" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			out[metricKey(m)] = m.GetGauge().GetValue()
+		}
+	}
+	return out, nil
+}
+
+func metricKey(m *dto.Metric) string {
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // reconcileTotal is controller_runtime_reconcile_total of one controller

@@ -219,6 +219,9 @@ var operator struct {
 	cancel      context.CancelFunc
 	done        chan struct{}
 	started     int
+	// depthBase is workqueue_depth when the running operator started
+	// (operatorBusy).
+	depthBase map[string]float64
 }
 
 // runOperator builds the production manager (manager.New, as `hookwright
@@ -269,6 +272,9 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 		return err
 	}
 	operator.started++
+	if operator.depthBase, err = queueDepths(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	operator.cancel, operator.done = cancel, done
