@@ -169,6 +169,8 @@ func TestCADirAndCARotation(t *testing.T) {
 	// --cert-dir when it changes (certwatcher reloads it).
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// A failed wait (t.Fatal) stops the load loops too.
+	defer func() { stop(); wg.Wait() }()
 	var reloads atomic.Int32
 	wg.Add(1)
 	go func() {

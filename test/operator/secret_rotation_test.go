@@ -96,6 +96,8 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	const kubeletDelay = 2 * time.Second
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// A failed wait (t.Fatal) stops the load loops too.
+	defer func() { stop(); wg.Wait() }()
 	var reloaded atomic.Int64 // unix nanos of the copy
 	wg.Add(2)
 	go func() {
