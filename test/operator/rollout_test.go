@@ -512,10 +512,26 @@ func (w *ownerWatch) check(t *testing.T, what string, maxOwners, maxNS int) {
 	}
 }
 
+// restarted returns the Deployments restarted, ordered by the operator's
+// own stamp, restartedAt (to the second), and within one second in the
+// order the polls first saw them: a poll slowed by load may see two
+// restarts at once, and then the order of its reads is no evidence. The
+// poll order alone when a restart left no new stamp.
 func (w *ownerWatch) restarted() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.order)
+	out := slices.Clone(w.order)
+	at := map[string]time.Time{}
+	for _, k := range out {
+		stamp := w.first[k][1]
+		ts, err := time.Parse(time.RFC3339, stamp)
+		if err != nil || stamp == w.initial[k][1] {
+			return out
+		}
+		at[k] = ts
+	}
+	slices.SortStableFunc(out, func(a, b string) int { return at[a].Compare(at[b]) })
+	return out
 }
 
 func (w *ownerWatch) namespaces() []string {

@@ -184,7 +184,9 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
-	time.Sleep(2 * time.Second) // a baseline of admissions before rotating
+	// A baseline of admissions before rotating (about 2 s of load on an
+	// idle machine), counted rather than slept.
+	waitCount(t, ctx, "admissions before rotating", &attempted, 100)
 	probesBefore := []float64{total(probeCounts(t, desired.SidecarKind.Name, self.Name)), total(probeCounts(t, desired.SidecarKind.Name, csr.Name))}
 
 	// The invariant, sampled while the rotation runs.
@@ -262,7 +264,9 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		return selfDone > 0 && csrDone > 0 && dropped > 0, nil
 	})
 	if err == nil {
-		time.Sleep(3 * time.Second) // admissions after the old CA left
+		// Admissions after the old CA left (about 3 s of load on an idle
+		// machine), counted rather than slept.
+		waitCount(t, ctx, "admissions in all, through the old CA leaving", &attempted, attempted.Load()+150)
 	}
 	rotation := time.Since(start)
 	stop()
@@ -296,13 +300,20 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	if caSec.Annotations[certsource.AnnotationRotateCAHandled] != caSec.Annotations[v1alpha1.AnnotationRotateCA] {
 		t.Fatalf("rotate-now token not marked handled: %v", caSec.Annotations)
 	}
-	// Handled once: no second rotation.
-	time.Sleep(3 * time.Second)
-	if err := env.Client.Get(ctx, caKey, caSec); err != nil {
+	// Handled once: no second rotation, once every reconcile the rotation
+	// queued has run (settle), nor in the 3 s after.
+	settle(t, ctx)
+	err = cluster.During(ctx, 3*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		if err := env.Client.Get(ctx, caKey, caSec); err != nil {
+			return err
+		}
+		if set := certs.ParseCASecret(caSec.Data, time.Now()); set.Next != nil || !set.Active.Cert.Equal(newCA.Cert) {
+			return fmt.Errorf("a second rotation started")
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
-	}
-	if set := certs.ParseCASecret(caSec.Data, time.Now()); set.Next != nil || !set.Active.Cert.Equal(newCA.Cert) {
-		t.Fatal(fmt.Errorf("a second rotation started"))
 	}
 
 	// `hookwright renew-certificate` for the SelfSigned CR: one new
@@ -330,11 +341,19 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("renew-certificate → new SelfSigned certificate in %s", time.Since(renew).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	if err := env.Client.Get(ctx, secKey, before); err != nil {
+	// Once: no second certificate, once every reconcile the renewal queued
+	// has run (settle), nor in the 3 s after.
+	settle(t, ctx)
+	err = cluster.During(ctx, 3*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		if err := env.Client.Get(ctx, secKey, before); err != nil {
+			return err
+		}
+		if string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]) {
+			return fmt.Errorf("renewed more than once for one request")
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
-	}
-	if string(renewed.Data[corev1.TLSCertKey]) != string(before.Data[corev1.TLSCertKey]) {
-		t.Fatal("renewed more than once for one request")
 	}
 }

@@ -96,6 +96,8 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	const kubeletDelay = 2 * time.Second
 	loopCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// A failed wait (t.Fatal) stops the load loops too.
+	defer func() { stop(); wg.Wait() }()
 	var reloaded atomic.Int64 // unix nanos of the copy
 	wg.Add(2)
 	go func() {
@@ -145,7 +147,9 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(time.Second) // a baseline before the issuer rotates
+	// A baseline before the issuer rotates (about 1 s of admissions on an
+	// idle machine), counted rather than slept.
+	waitCount(t, ctx, "admissions before the issuer rotates", &attempted, 25)
 
 	ca2, data2 := issue("byo-rot-2")
 	replaced := time.Now()
@@ -166,7 +170,12 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		return bytes.Equal(b, ca2.CertPEM), nil
 	})
 	done := time.Since(replaced)
-	time.Sleep(time.Second) // admissions after the previous CA left
+	if err == nil {
+		// Admissions after the previous CA left (about 1 s of them on an
+		// idle machine), counted rather than slept: with the baseline, the
+		// 50 the check below wants however slow each admission is.
+		waitCount(t, ctx, "admissions in all, through the previous CA leaving", &attempted, max(attempted.Load()+25, 50))
+	}
 	stop()
 	wg.Wait()
 	if err != nil {

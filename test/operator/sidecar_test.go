@@ -181,6 +181,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 			return check(m), nil
 		}
 	}
+	const repairLimit = 10 * time.Second
 	tamper := func(what string, edit func(*admissionregistrationv1.MutatingWebhookConfiguration), ok func(*admissionregistrationv1.MutatingWebhookConfiguration) bool) time.Duration {
 		t.Helper()
 		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -191,12 +192,10 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 		if err := c.Update(ctx, m); err != nil {
 			t.Fatal(err)
 		}
-		d := timeUntil(t, ctx, what+" repaired", restored(ok))
-		t.Logf("%s repaired in %s", what, d.Round(time.Millisecond))
-		if d > time.Second {
-			t.Errorf("%s repaired in %s, want ≤ 1 s", what, d)
-		}
-		return d
+		// Repaired on the watch event (within 1 s on an idle machine), not
+		// by a later periodic reconcile (the probe's, a minute apart): the
+		// limit is ten times that, the time a figure.
+		return timeWithin(t, ctx, what+" repaired", repairLimit, restored(ok))
 	}
 	caOK := func(m *admissionregistrationv1.MutatingWebhookConfiguration) bool {
 		return bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, caBundle)
@@ -218,16 +217,12 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if err := c.Delete(ctx, o.MWC.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	d := timeUntil(t, ctx, "deleted MutatingWebhookConfiguration recreated", restored(caOK))
-	t.Logf("deleted MutatingWebhookConfiguration recreated in %s", d.Round(time.Millisecond))
-	if d > time.Second {
-		t.Errorf("recreated in %s, want ≤ 1 s", d)
-	}
+	timeWithin(t, ctx, "deleted MutatingWebhookConfiguration recreated", repairLimit, restored(caOK))
 	admit("a pod injected after the repairs")
 
 	// Events on create and on drift repaired.
 	var reasons map[string]int
-	err = cluster.WaitFor(ctx, 10*time.Second, "Created, DriftRepaired and CertificateIssued events", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, 60*time.Second, "Created, DriftRepaired and CertificateIssued events", func(ctx context.Context) (bool, error) {
 		reasons, err = eventReasons(ctx, "SidecarInjector", si.Name)
 		// 8 objects created, the MWC once more; the MWC repaired 3 times (one series).
 		return reasons[apply.EventCreated] >= 8 && reasons[apply.EventDriftRepaired] >= 1 && reasons[certsource.EventCertificateIssued] >= 1, err

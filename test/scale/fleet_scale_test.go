@@ -148,7 +148,7 @@ func TestFleetScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.rssBefore = o0.rss
-	writes := watchWrites(t, ctx, si)
+	writes, caughtUp := watchWrites(t, ctx, si)
 	w0 := writes()
 	peak := op.rssPeak(ctx)
 	start := time.Now()
@@ -166,6 +166,9 @@ func TestFleetScale(t *testing.T) {
 	}
 	f.create = time.Since(start)
 	f.converge = fleetConverges(t, ctx, si, want, 10*time.Minute)
+	if err := caughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
 	f.scaleUpWrites = writes() - w0
 	f.rssPeak = peak()
 	o1, err := op.read(ctx)
@@ -176,7 +179,11 @@ func TestFleetScale(t *testing.T) {
 	t.Logf("%d pods in %d namespaces created in %s; counts right %s after the last (%d CR writes since the first): %+v",
 		f.pods, f.namespaces, f.create.Round(time.Millisecond), f.converge.Round(time.Millisecond), f.scaleUpWrites, want)
 
-	// Quiet: nothing changes, nothing is written.
+	// Quiet: nothing changes, nothing is written. Counted from the version
+	// the counts converged in, once the watch delivered it.
+	if err := caughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
 	w1 := writes()
 	if err := cluster.During(ctx, f.quiet, time.Second, func(context.Context) error {
 		if done, perr := op.proc.Exited(); done {
@@ -305,8 +312,11 @@ func fleetConverges(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjec
 
 // watchWrites counts the modifications of si (every new resourceVersion:
 // spec, status or metadata) from now until the test ends, from a watch
-// (which, unlike polling, sees every version).
-func watchWrites(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector) func() int {
+// (which, unlike polling, sees every version). caughtUp waits until the
+// watch has delivered the version a GET returns now, so a count read
+// after it includes every write made before it (on a loaded machine a
+// watch event can arrive seconds after the write).
+func watchWrites(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector) (writes func() int, caughtUp func(context.Context) error) {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
@@ -321,6 +331,9 @@ func watchWrites(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector
 	var n atomic.Int64
 	done := make(chan struct{})
 	rv := cur.GetResourceVersion()
+	var seen atomic.Pointer[string] // a copy of rv for caughtUp
+	initial := rv
+	seen.Store(&initial)
 	go func() {
 		defer close(done)
 		// A watch the API server ends is resumed from the last version seen.
@@ -341,12 +354,25 @@ func watchWrites(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector
 					rv = o.GetResourceVersion()
 				}
 				n.Add(1)
+				v := rv
+				seen.Store(&v)
 			}
 			w.Stop()
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return func() int { return int(n.Load()) }
+	writes = func() int { return int(n.Load()) }
+	caughtUp = func(ctx context.Context) error {
+		now, err := res.Get(ctx, si.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := now.GetResourceVersion()
+		return cluster.WaitFor(ctx, 2*time.Minute, "the watch of "+si.Name+" at resourceVersion "+want, func(context.Context) (bool, error) {
+			return *seen.Load() == want, nil
+		})
+	}
+	return writes, caughtUp
 }
 
 // retryUpdate applies mutate to the latest si until no conflict.
