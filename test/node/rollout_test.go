@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
@@ -704,8 +705,10 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("RolloutBlocked True %s: %s; status.rollout.changed %v, blocked at generation %d", c.Reason, c.Message, st.Changed, st.BlockedGeneration)
 
-	// The stop holds: over two of the rollout's rechecks (5 s) the other
-	// pod stays as it was.
+	// The stop holds: over two of the rollout's steps (each a reconcile
+	// of the fleet controller; while blocked they come at least every
+	// 5 s, rolloutRecheck) the other pod stays as it was. The steps are
+	// counted, not timed: a loaded machine takes longer for two.
 	check := func(ctx context.Context) error {
 		pods, err := webPods(ctx)
 		if err != nil {
@@ -728,7 +731,15 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	}
-	if err := cluster.During(ctx, 10*time.Second, 200*time.Millisecond, check); err != nil {
+	steps := fleetReconciles(t)
+	if _, err := cluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "two rollout steps after the stop", func(ctx context.Context) (bool, error) {
+		// Counted first: what those steps did is then in the pods read.
+		n := fleetReconciles(t) - steps
+		if err := check(ctx); err != nil {
+			return false, cluster.Permanent(err)
+		}
+		return n >= 2, nil
+	}); err != nil {
 		t.Errorf("%v\n%s", err, describePods(ctx))
 	}
 	t.Logf("the other pod kept proxy %s, its UID and restart counts", before[otherPod(before, changed)].proxyImage)
@@ -747,6 +758,32 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("figure: image back to %s -> the stopped pod fixed in place, rollout complete in %s; %s",
 		rolloutProxyNew, time.Since(fixed).Round(time.Millisecond), fleetLine(si))
+}
+
+// fleetReconciles is how many reconciles the operator's fleet controller
+// (controllers/fleet.go, "sidecar-fleet"; each runs a rollout step) has
+// finished: controller_runtime_reconcile_total from the registry of the
+// operator, which runs in this process.
+func fleetReconciles(t *testing.T) float64 {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "sidecar-fleet" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
 
 func otherPod(m map[string]podSnap, not string) string {
