@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,6 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -399,6 +403,13 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	var counts []string
 	maxInFlight := 0
+	// The record leaves a pod once it is done, which a poll can miss on a
+	// loaded machine: every write of the pods is watched for it.
+	pl, err := env.Clientset.CoreV1().Pods(rolloutNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + rolloutApp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := watchRecords(ctx, pl.ResourceVersion, oldRev, slices.Collect(maps.Keys(before)))
 	patchSI(ctx, t, `{"spec":{"rollout":{"paused":false}}}`)
 	unpaused := time.Now()
 	si = &v1alpha1.SidecarInjector{}
@@ -415,9 +426,6 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 			u, ok := ups[p.Name]
 			if !ok {
 				return false, cluster.Permanent(fmt.Errorf("new pod %s: the in-place rollout replaced a pod", p.Name))
-			}
-			if rec, ok := fleet.ParseRecord(p); ok && rec.Revision != oldRev && u.at.IsZero() {
-				u.at = rec.At
 			}
 			if c := specContainer(p, "proxy"); c != nil && c.Image == rolloutProxyNew && u.seen.IsZero() {
 				u.seen = seenAt
@@ -447,6 +455,11 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	t.Logf("figure: in-place rollout of 2 pods, unpaused -> complete %s; status.fleet went %s",
 		time.Since(unpaused).Round(time.Millisecond), strings.Join(counts, " -> "))
+	for n, at := range records(time.Minute) {
+		if u := ups[n]; u != nil {
+			u.at = at
+		}
+	}
 	for _, n := range slices.Sorted(func(yield func(string) bool) {
 		for n := range ups {
 			if !yield(n) {
@@ -498,6 +511,54 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	t.Logf("pods %s and %s kept their UIDs; proxy restartCount +1, nginx unchanged, both Ready; %s",
 		after[0].Name, after[1].Name, fleetLine(si))
+}
+
+// watchRecords watches every write of the pods of deployment web from
+// resourceVersion rv for the rollout record (fleet.Record) of a revision
+// other than oldRev, which the operator removes once a pod is done. The
+// function it returns waits until each pod of names has shown one, or
+// timeout, stops the watch and returns each pod's first record time.
+func watchRecords(ctx context.Context, rv, oldRev string, names []string) func(timeout time.Duration) map[string]time.Time {
+	ctx, cancel := context.WithCancel(ctx)
+	pods := env.Clientset.CoreV1().Pods(rolloutNS)
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.LabelSelector = "app=" + rolloutApp
+		return pods.Watch(ctx, o)
+	}}
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = watchtools.Until(ctx, rv, lw, func(ev watch.Event) (bool, error) {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				return false, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if rec, ok := fleet.ParseRecord(p); ok && rec.Revision != oldRev && at[p.Name].IsZero() {
+				at[p.Name] = rec.At
+			}
+			for _, n := range names {
+				if at[n].IsZero() {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}()
+	return func(timeout time.Duration) map[string]time.Time {
+		select {
+		case <-done:
+		case <-time.After(timeout):
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(at)
+	}
 }
 
 func rolloutInPlaceResize(ctx context.Context, t *testing.T) {
