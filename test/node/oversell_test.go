@@ -18,8 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -236,22 +234,20 @@ func waitKubeletReports(ctx context.Context, url string, since, n int, timeout t
 // (kube-node-lease/<node>, every 10 s: a quarter of its 40 s duration) n
 // times after resourceVersion rv, each renewal one watch event.
 func waitLeaseRenewals(ctx context.Context, rv string, n int, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	leases := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.FieldSelector = "metadata.name=" + nodeName
-		return leases.Watch(ctx, o)
-	}}
 	renewals := 0
-	_, err := watchtools.Until(ctx, rv, lw, func(ev watch.Event) (bool, error) {
-		if ev.Type == watch.Modified {
-			renewals++
-		}
-		return renewals >= n, nil
-	})
+	err := cluster.Watch(ctx, timeout, fmt.Sprintf("%d renewals of the kubelet's Lease %s", n, nodeName), rv,
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = "metadata.name=" + nodeName
+			return leases.Watch(ctx, o)
+		}, func(ev watch.Event) (bool, error) {
+			if ev.Type == watch.Modified {
+				renewals++
+			}
+			return renewals >= n, nil
+		})
 	if err != nil {
-		return fmt.Errorf("%d renewals of the kubelet's Lease %s (%d seen): %w", n, nodeName, renewals, err)
+		return fmt.Errorf("%w (%d seen)", err, renewals)
 	}
 	return nil
 }

@@ -23,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -521,16 +519,16 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 func watchRecords(ctx context.Context, rv, oldRev string, names []string) func(timeout time.Duration) map[string]time.Time {
 	ctx, cancel := context.WithCancel(ctx)
 	pods := env.Clientset.CoreV1().Pods(rolloutNS)
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.LabelSelector = "app=" + rolloutApp
-		return pods.Watch(ctx, o)
-	}}
 	var mu sync.Mutex
 	at := map[string]time.Time{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = watchtools.Until(ctx, rv, lw, func(ev watch.Event) (bool, error) {
+		// Its end is seen in at: every pod has a record, or not.
+		_ = cluster.Watch(ctx, time.Hour, "rollout records", rv, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = "app=" + rolloutApp
+			return pods.Watch(ctx, o)
+		}, func(ev watch.Event) (bool, error) {
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				return false, nil

@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -356,11 +354,10 @@ func awaitHeartbeats(ctx context.Context, e *Env, n int, atLeast, timeout time.D
 		}
 		return true
 	}
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	err = cluster.Watch(ctx, timeout, fmt.Sprintf("%d heartbeats of each pool node", n), list.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		o.LabelSelector = sel
 		return nodes.Watch(ctx, o)
-	}}
-	_, err = watchtools.Until(ctx, list.ResourceVersion, lw, func(ev watch.Event) (bool, error) {
+	}, func(ev watch.Event) (bool, error) {
 		node, ok := ev.Object.(*corev1.Node)
 		if !ok || ev.Type != watch.Modified || !pool[node.Name] {
 			return done(), nil
@@ -382,8 +379,7 @@ func awaitHeartbeats(ctx context.Context, e *Env, n int, atLeast, timeout time.D
 		for _, name := range PoolNodes {
 			counts = append(counts, fmt.Sprintf("%s:%d", name, beats[name]))
 		}
-		return beats, writes, fmt.Errorf("pool nodes' heartbeats, %d each wanted, seen %s in %s: %w",
-			n, strings.Join(counts, " "), time.Since(started).Round(time.Second), err)
+		return beats, writes, fmt.Errorf("%w (heartbeats seen in %s: %s)", err, time.Since(started).Round(time.Second), strings.Join(counts, " "))
 	}
 	return beats, writes, nil
 }
