@@ -92,7 +92,7 @@ func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
 
 	// It was the operator's touch, not a kubelet report. The Event is
 	// written by the recorder's broadcaster, a moment after the touch.
-	err := cluster.WaitFor(ctx, 30*time.Second, "a "+oversellnodes.EventNodesReamplified+" Event for NodeOversell "+no.Name, func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 2*time.Minute, "a "+oversellnodes.EventNodesReamplified+" Event for NodeOversell "+no.Name, func(ctx context.Context) (bool, error) {
 		var evs eventsv1.EventList
 		if err := env.Client.List(ctx, &evs, client.InNamespace(corev1.NamespaceDefault)); err != nil {
 			return false, err
