@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -102,17 +103,24 @@ type WatchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error
 
 // Watch calls each on every event of the watch w opens from
 // resourceVersion rv, in order, until each returns true or an error, ctx
-// ends or timeout passes; the error names what was awaited. A watch the
-// API server closes is reopened where it stopped (client-go's
-// RetryWatcher), so no event is missed: for what a poll can miss, a state
-// that does not last, or a count of writes (a heartbeat, a renewal).
+// ends or timeout passes; the error names what was awaited. It is for
+// what a poll can miss: a state that does not last, or a count of writes
+// (a heartbeat, a renewal). A watch the API server closes is reopened
+// where it stopped (client-go's RetryWatcher), so no event is missed; one
+// that cannot resume (an Error event, e.g. 410 Gone) fails Watch.
 func Watch(ctx context.Context, timeout time.Duration, what, rv string, w WatchFunc, each func(watch.Event) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		return w(ctx, o)
 	}}
-	_, err := watchtools.Until(ctx, rv, lw, each)
+	_, err := watchtools.Until(ctx, rv, lw, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Error {
+			// E.g. 410 Gone: the watch cannot resume, events were lost.
+			return false, fmt.Errorf("watch ended: %w", apierrors.FromObject(ev.Object))
+		}
+		return each(ev)
+	})
 	switch {
 	case err == nil:
 		return nil

@@ -57,3 +57,18 @@ func TestWatchTimesOutNamingWhat(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestWatchFailsOnAnErrorEvent(t *testing.T) {
+	w := func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		fw := watch.NewFakeWithChanSize(1, false)
+		fw.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone, Message: "too old resource version"})
+		return fw, nil
+	}
+	err := Watch(context.Background(), 30*time.Second, "two renewals", "1", w, func(watch.Event) (bool, error) {
+		t.Error("each called")
+		return false, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "too old resource version") {
+		t.Fatalf("err = %v", err)
+	}
+}
