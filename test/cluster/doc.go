@@ -49,7 +49,8 @@
 //   - process.go: how does the harness run a child process (StartProcess,
 //     Settle, its log, a free port)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
-//     Permanent)? Every wait and repeated check in test/... uses these.
+//     Permanent, and Watch for what a poll can miss)? Every wait and
+//     repeated check in test/... uses these.
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,

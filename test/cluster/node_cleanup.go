@@ -97,7 +97,9 @@ func (n *RealNode) nodeCgroupDirs() []string {
 // whose command line names the node's directory (a shim containerd lost).
 func (n *RealNode) killLeftoverProcesses() error {
 	var pids []int
-	if _, err := Poll(context.Background(), 100*time.Millisecond, 10*time.Second, "processes of node "+n.Name+" gone", func(context.Context) (bool, error) {
+	// The deadline is for a loaded machine, where the kernel takes its
+	// time to end processes; the wait ends as soon as they are gone.
+	if _, err := Poll(context.Background(), 100*time.Millisecond, time.Minute, "processes of node "+n.Name+" gone", func(context.Context) (bool, error) {
 		pids = n.processes()
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -147,7 +149,9 @@ func (n *RealNode) processes() []int {
 // its QoS and pod cgroups in every hierarchy), deepest first.
 func (n *RealNode) removeCgroups() error {
 	var last error
-	if _, err := Poll(context.Background(), 100*time.Millisecond, 5*time.Second, "cgroups of node "+n.Name+" removed", func(context.Context) (bool, error) {
+	// A loaded machine's kernel takes its time to release them; the wait
+	// ends as soon as they are removed.
+	if _, err := Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "cgroups of node "+n.Name+" removed", func(context.Context) (bool, error) {
 		last = nil
 		for _, d := range n.nodeCgroupDirs() {
 			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {

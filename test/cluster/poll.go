@@ -5,6 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // Condition is what a poll asks: true once the awaited state holds. An
@@ -89,3 +96,37 @@ func (p *permanentError) Error() string { return p.err.Error() }
 
 // Permanent marks a Condition's error as final: the poll stops with it.
 func Permanent(err error) error { return &permanentError{err: err} }
+
+// WatchFunc opens a watch from the options' resourceVersion, e.g. a
+// typed client's Watch with a field or label selector set.
+type WatchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)
+
+// Watch calls each on every event of the watch w opens from
+// resourceVersion rv, in order, until each returns true or an error, ctx
+// ends or timeout passes; the error names what was awaited. It is for
+// what a poll can miss: a state that does not last, or a count of writes
+// (a heartbeat, a renewal). A watch the API server closes is reopened
+// where it stopped (client-go's RetryWatcher), so no event is missed; one
+// that cannot resume (an Error event, e.g. 410 Gone) fails Watch.
+func Watch(ctx context.Context, timeout time.Duration, what, rv string, w WatchFunc, each func(watch.Event) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return w(ctx, o)
+	}}
+	_, err := watchtools.Until(ctx, rv, lw, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Error {
+			// E.g. 410 Gone: the watch cannot resume, events were lost.
+			return false, fmt.Errorf("watch ended: %w", apierrors.FromObject(ev.Object))
+		}
+		return each(ev)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && wait.Interrupted(err):
+		return fmt.Errorf("timed out after %s watching for %s", timeout, what)
+	default:
+		return fmt.Errorf("%s: %w", what, err)
+	}
+}

@@ -94,47 +94,76 @@ func startOversellServer(t *testing.T, ctx context.Context) (*cluster.Process, s
 	return p, fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics)
 }
 
-// heldReviews reads the server's count of kubelet restatements it held
-// (hookwright_oversell_mutations_total{outcome="held"}).
-func heldReviews(ctx context.Context, t *testing.T, url string) int {
-	t.Helper()
+// kubeletReviews reads the server's count of the kubelet's status reports
+// it reviewed (hookwright_oversell_mutations_total{writer="kubelet"}, any
+// outcome) and of those it held (outcome "held"). It returns an error
+// rather than failing t, so a poll can go on.
+func kubeletReviews(ctx context.Context, url string) (reviewed, held int, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, err
 	}
-	n := 0.0
+	var r, h float64
 	for _, l := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(l, "hookwright_oversell_mutations_total{") || !strings.Contains(l, `outcome="held"`) {
+		if !strings.HasPrefix(l, "hookwright_oversell_mutations_total{") || !strings.Contains(l, `writer="kubelet"`) {
 			continue
 		}
 		f := strings.Fields(l)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			t.Fatalf("metric line %q: %v", l, err)
+			return 0, 0, fmt.Errorf("metric line %q: %w", l, err)
 		}
-		n += v
+		r += v
+		if strings.Contains(l, `outcome="held"`) {
+			h += v
+		}
 	}
-	return int(n)
+	return int(r), int(h), nil
+}
+
+// mustKubeletReviews is kubeletReviews for the test's goroutine.
+func mustKubeletReviews(ctx context.Context, t *testing.T, url string) (reviewed, held int) {
+	t.Helper()
+	r, h, err := kubeletReviews(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, h
 }
 
 // nodeWrites counts the writes of the Node object (each is an etcd write:
-// a patch that changes nothing is not stored) during d.
+// a patch that changes nothing is not stored) during d. It is a figure:
+// nothing is asserted on it.
 func nodeWrites(ctx context.Context, t *testing.T, d time.Duration) int {
+	t.Helper()
+	return nodeWritesWhile(ctx, t, func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	})
+}
+
+// nodeWritesWhile counts the writes of the Node object (each is an etcd
+// write: a patch that changes nothing is not stored) from before span is
+// called until after it returns: every write stored by then is counted,
+// however late the watch delivers it.
+func nodeWritesWhile(ctx context.Context, t *testing.T, span func(context.Context)) int {
 	t.Helper()
 	n, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, d)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := env.Clientset.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{
 		FieldSelector: "metadata.name=" + nodeName, ResourceVersion: n.ResourceVersion,
@@ -143,13 +172,84 @@ func nodeWrites(ctx context.Context, t *testing.T, d time.Duration) int {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	span(ctx)
+	// The node's last write when the span ended: the watch has delivered
+	// every write up to it once it delivers that one.
+	end, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.ResourceVersion == n.ResourceVersion {
+		return 0
+	}
+	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+	defer dcancel()
 	count := 0
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Modified {
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch of node %s closed after %d writes, before the write %s", nodeName, count, end.ResourceVersion)
+			}
+			if ev.Type != watch.Modified {
+				continue
+			}
 			count++
+			if o, ok := ev.Object.(*corev1.Node); ok && o.ResourceVersion == end.ResourceVersion {
+				return count
+			}
+		case <-dctx.Done():
+			t.Fatalf("watch of node %s: write %s not delivered (%d counted)", nodeName, end.ResourceVersion, count)
 		}
 	}
-	return count
+}
+
+// waitKubeletReports waits until the server has reviewed n status
+// reports of the kubelet beyond since (a count from kubeletReviews),
+// calling check, whose error stops the wait, at each poll. The kubelet
+// sends its next report only once the last one returned, so when report
+// since+n is reviewed the writes of the n-1 before it are stored.
+func waitKubeletReports(ctx context.Context, url string, since, n int, timeout time.Duration, what string, check func(context.Context) error) error {
+	seen := 0
+	_, err := cluster.Poll(ctx, 200*time.Millisecond, timeout, fmt.Sprintf("%d kubelet status reports %s", n, what), func(ctx context.Context) (bool, error) {
+		if check != nil {
+			if err := check(ctx); err != nil {
+				return false, cluster.Permanent(err)
+			}
+		}
+		r, _, err := kubeletReviews(ctx, url)
+		if err != nil {
+			return false, err
+		}
+		seen = r - since
+		return seen >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%d seen)", err, seen)
+	}
+	return nil
+}
+
+// waitLeaseRenewals waits until the kubelet has renewed its node Lease
+// (kube-node-lease/<node>, every 10 s: a quarter of its 40 s duration) n
+// times after resourceVersion rv, each renewal one watch event.
+func waitLeaseRenewals(ctx context.Context, rv string, n int, timeout time.Duration) error {
+	leases := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	renewals := 0
+	err := cluster.Watch(ctx, timeout, fmt.Sprintf("%d renewals of the kubelet's Lease %s", n, nodeName), rv,
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = "metadata.name=" + nodeName
+			return leases.Watch(ctx, o)
+		}, func(ev watch.Event) (bool, error) {
+			if ev.Type == watch.Modified {
+				renewals++
+			}
+			return renewals >= n, nil
+		})
+	if err != nil {
+		return fmt.Errorf("%w (%d seen)", err, renewals)
+	}
+	return nil
 }
 
 func allocatableCPU(ctx context.Context, t *testing.T) int64 {
@@ -272,15 +372,28 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 		}
 	}
 	// They keep running while the kubelet's status reports (raw) are
-	// amplified again by the webhook: at least two report periods.
-	time.Sleep(25 * time.Second)
+	// amplified again by the webhook: two reports, counted by the server
+	// that reviews them (the kubelet patches every 10 s while its
+	// allocatable differs from the Node's), and the third, which the
+	// kubelet sends only once the second returned.
+	// A report stored raw would end them (the kubelet then has nothing to
+	// correct): the wait stops there, and the checks below say so.
+	reviewed, _ := mustKubeletReviews(ctx, t, metricsURL)
+	if err := waitKubeletReports(ctx, metricsURL, reviewed, 3, 3*time.Minute, "reviewed by the server", func(ctx context.Context) error {
+		if got := allocatableCPU(ctx, t); got != 2*raw {
+			return fmt.Errorf("allocatable cpu %dm, want %dm", got, 2*raw)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 	for name := range over {
 		p, err := env.Clientset.CoreV1().Pods("oversell-on").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.Status.Phase != corev1.PodRunning {
-			t.Errorf("with ratio 2, %s after 25 s: phase %s reason %q", name, p.Status.Phase, p.Status.Reason)
+			t.Errorf("with ratio 2, %s after two of the kubelet's status reports: phase %s reason %q", name, p.Status.Phase, p.Status.Reason)
 		}
 	}
 	if got := allocatableCPU(ctx, t); got != 2*raw {
@@ -313,7 +426,17 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(15 * time.Second)
+	// No rejection follows: the restarted kubelet runs on for two
+	// renewals of its node Lease (10 s apart) and the pods are as they
+	// were. The Lease is the kubelet's own clock, not the test's: a
+	// kubelet slowed by the machine's load takes as long to renew it.
+	lease, err := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitLeaseRenewals(ctx, lease.ResourceVersion, 2, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	for name := range over {
 		p, err := env.Clientset.CoreV1().Pods("oversell-on").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -336,14 +459,28 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 	// tryUpdateNodeStatus). Such a patch only restates raw allocatable and
 	// heartbeat times, so the server answers it with the stored values
 	// (webhooks/oversell/hold.go): the API server stores nothing.
-	heldBefore := heldReviews(ctx, t, metricsURL)
-	amplified := nodeWrites(ctx, t, time.Minute)
-	held := heldReviews(ctx, t, metricsURL) - heldBefore
-	t.Logf("figure: Node writes in 60 s while amplified: %d; kubelet patches held by the server: %d", amplified, held)
+	// The span is six of the kubelet's reports (60 s at its 10 s period),
+	// counted by the server, or 4 min if they do not come (a patch stored
+	// raw ends the kubelet's corrections): under the 5 min heartbeat age.
+	reviewedBefore, heldBefore := mustKubeletReviews(ctx, t, metricsURL)
+	var spanErr error
+	spanStart := time.Now()
+	amplified := nodeWritesWhile(ctx, t, func(ctx context.Context) {
+		spanErr = waitKubeletReports(ctx, metricsURL, reviewedBefore, 6, 4*time.Minute, "while amplified", nil)
+	})
+	span := time.Since(spanStart)
+	reviewedAfter, heldAfter := mustKubeletReviews(ctx, t, metricsURL)
+	reports, held := reviewedAfter-reviewedBefore, heldAfter-heldBefore
+	t.Logf("figure: while amplified, over %d kubelet status reports (%s): %d Node writes; kubelet patches held by the server: %d",
+		reports, span.Round(time.Second), amplified, held)
+	if spanErr != nil {
+		t.Logf("the span ended at its deadline: %v", spanErr)
+	}
 	// At most one real heartbeat (--max-heartbeat-age, 5 min) and one
 	// managedFields change after the kubelet restart go through.
 	if held < 2 || amplified > 2 {
-		t.Errorf("while amplified: %d Node writes, %d held kubelet patches in 60 s; want the kubelet's patches held (at least 2) and at most 2 writes", amplified, held)
+		t.Errorf("while amplified: %d Node writes, %d held kubelet patches over %d kubelet reports (%s); want the kubelet's patches held (at least 2) and at most 2 writes",
+			amplified, held, reports, span.Round(time.Second))
 	}
 
 	// The server stops; under failurePolicy Ignore the kubelet's next

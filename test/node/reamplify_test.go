@@ -66,7 +66,10 @@ func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
 	}
 	t.Logf("figure: oversell server stopped -> the kubelet's raw allocatable stored in %s", time.Since(down).Round(100*time.Millisecond))
 
-	// The server returns: the operator repairs replicas 0 -> 1.
+	// The server returns: the operator repairs replicas 0 -> 1. The Event
+	// below is judged against an instant taken before the unpause, which
+	// no scheduling delay of this goroutine can place after the Event.
+	asked := time.Now()
 	setPaused(ctx, t, no.Name, false)
 	unpaused := time.Now()
 	var readyAt time.Time
@@ -89,13 +92,13 @@ func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
 
 	// It was the operator's touch, not a kubelet report. The Event is
 	// written by the recorder's broadcaster, a moment after the touch.
-	err := cluster.WaitFor(ctx, 30*time.Second, "a "+oversellnodes.EventNodesReamplified+" Event for NodeOversell "+no.Name, func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 2*time.Minute, "a "+oversellnodes.EventNodesReamplified+" Event for NodeOversell "+no.Name, func(ctx context.Context) (bool, error) {
 		var evs eventsv1.EventList
 		if err := env.Client.List(ctx, &evs, client.InNamespace(corev1.NamespaceDefault)); err != nil {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Reason == oversellnodes.EventNodesReamplified && e.Regarding.Name == no.Name && e.EventTime.After(unpaused) {
+			if e.Reason == oversellnodes.EventNodesReamplified && e.Regarding.Name == no.Name && e.EventTime.After(asked) {
 				t.Logf("event %s: %s", e.Reason, e.Note)
 				return true, nil
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,8 +22,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
@@ -398,6 +401,13 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	var counts []string
 	maxInFlight := 0
+	// The record leaves a pod once it is done, which a poll can miss on a
+	// loaded machine: every write of the pods is watched for it.
+	pl, err := env.Clientset.CoreV1().Pods(rolloutNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + rolloutApp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := watchRecords(ctx, pl.ResourceVersion, oldRev, slices.Collect(maps.Keys(before)))
 	patchSI(ctx, t, `{"spec":{"rollout":{"paused":false}}}`)
 	unpaused := time.Now()
 	si = &v1alpha1.SidecarInjector{}
@@ -414,9 +424,6 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 			u, ok := ups[p.Name]
 			if !ok {
 				return false, cluster.Permanent(fmt.Errorf("new pod %s: the in-place rollout replaced a pod", p.Name))
-			}
-			if rec, ok := fleet.ParseRecord(p); ok && rec.Revision != oldRev && u.at.IsZero() {
-				u.at = rec.At
 			}
 			if c := specContainer(p, "proxy"); c != nil && c.Image == rolloutProxyNew && u.seen.IsZero() {
 				u.seen = seenAt
@@ -446,6 +453,11 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	t.Logf("figure: in-place rollout of 2 pods, unpaused -> complete %s; status.fleet went %s",
 		time.Since(unpaused).Round(time.Millisecond), strings.Join(counts, " -> "))
+	for n, at := range records(time.Minute) {
+		if u := ups[n]; u != nil {
+			u.at = at
+		}
+	}
 	for _, n := range slices.Sorted(func(yield func(string) bool) {
 		for n := range ups {
 			if !yield(n) {
@@ -497,6 +509,54 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	t.Logf("pods %s and %s kept their UIDs; proxy restartCount +1, nginx unchanged, both Ready; %s",
 		after[0].Name, after[1].Name, fleetLine(si))
+}
+
+// watchRecords watches every write of the pods of deployment web from
+// resourceVersion rv for the rollout record (fleet.Record) of a revision
+// other than oldRev, which the operator removes once a pod is done. The
+// function it returns waits until each pod of names has shown one, or
+// timeout, stops the watch and returns each pod's first record time.
+func watchRecords(ctx context.Context, rv, oldRev string, names []string) func(timeout time.Duration) map[string]time.Time {
+	ctx, cancel := context.WithCancel(ctx)
+	pods := env.Clientset.CoreV1().Pods(rolloutNS)
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Its end is seen in at: every pod has a record, or not.
+		_ = cluster.Watch(ctx, time.Hour, "rollout records", rv, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = "app=" + rolloutApp
+			return pods.Watch(ctx, o)
+		}, func(ev watch.Event) (bool, error) {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				return false, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if rec, ok := fleet.ParseRecord(p); ok && rec.Revision != oldRev && at[p.Name].IsZero() {
+				at[p.Name] = rec.At
+			}
+			for _, n := range names {
+				if at[n].IsZero() {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}()
+	return func(timeout time.Duration) map[string]time.Time {
+		select {
+		case <-done:
+		case <-time.After(timeout):
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(at)
+	}
 }
 
 func rolloutInPlaceResize(ctx context.Context, t *testing.T) {
@@ -704,8 +764,10 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("RolloutBlocked True %s: %s; status.rollout.changed %v, blocked at generation %d", c.Reason, c.Message, st.Changed, st.BlockedGeneration)
 
-	// The stop holds: over two of the rollout's rechecks (5 s) the other
-	// pod stays as it was.
+	// The stop holds: over two of the rollout's steps (each a reconcile
+	// of the fleet controller; while blocked they come at least every
+	// 5 s, rolloutRecheck) the other pod stays as it was. The steps are
+	// counted, not timed: a loaded machine takes longer for two.
 	check := func(ctx context.Context) error {
 		pods, err := webPods(ctx)
 		if err != nil {
@@ -728,7 +790,15 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	}
-	if err := cluster.During(ctx, 10*time.Second, 200*time.Millisecond, check); err != nil {
+	steps := fleetReconciles(t)
+	if _, err := cluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "two rollout steps after the stop", func(ctx context.Context) (bool, error) {
+		// Counted first: what those steps did is then in the pods read.
+		n := fleetReconciles(t) - steps
+		if err := check(ctx); err != nil {
+			return false, cluster.Permanent(err)
+		}
+		return n >= 2, nil
+	}); err != nil {
 		t.Errorf("%v\n%s", err, describePods(ctx))
 	}
 	t.Logf("the other pod kept proxy %s, its UID and restart counts", before[otherPod(before, changed)].proxyImage)
@@ -747,6 +817,32 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("figure: image back to %s -> the stopped pod fixed in place, rollout complete in %s; %s",
 		rolloutProxyNew, time.Since(fixed).Round(time.Millisecond), fleetLine(si))
+}
+
+// fleetReconciles is how many reconciles the operator's fleet controller
+// (controllers/fleet.go, "sidecar-fleet"; each runs a rollout step) has
+// finished: controller_runtime_reconcile_total from the registry of the
+// operator, which runs in this process.
+func fleetReconciles(t *testing.T) float64 {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "sidecar-fleet" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
 
 func otherPod(m map[string]podSnap, not string) string {

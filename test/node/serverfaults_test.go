@@ -97,6 +97,31 @@ func (o *outcomes) add(class, msg string) {
 	}
 }
 
+// total is the count of every class.
+func (o *outcomes) total() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, v := range o.counts {
+		n += v
+	}
+	return n
+}
+
+// waitLoad waits until both loads have counted more requests: pods more
+// pod creates and beats more status patches than when it was called.
+func waitLoad(ctx context.Context, t *testing.T, what string, podLoad *outcomes, pods int, beatLoad *outcomes, beats int) {
+	t.Helper()
+	p0, b0 := podLoad.total(), beatLoad.total()
+	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("%d pod creates and %d status patches %s", pods, beats, what), func(context.Context) (bool, error) {
+		return podLoad.total()-p0 >= pods && beatLoad.total()-b0 >= beats, nil
+	}); err != nil {
+		pc, _ := podLoad.get()
+		bc, _ := beatLoad.get()
+		t.Fatalf("%v (pod creates %s, status patches %s)", err, fmtCounts(pc), fmtCounts(bc))
+	}
+}
+
 func (o *outcomes) get() (map[string]int, map[string]string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -165,6 +190,10 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 	// The kubelet's status report as its patch carries it (raw
 	// allocatable), four times a second on top of the real kubelet's.
 	report := fmt.Appendf(nil, `{"status":{"allocatable":{"cpu":%q}}}`, rawQ)
+	// The requests of each load counted before the kills and after the
+	// recovery: about 3 s of them on an idle machine (status patches come
+	// every 250 ms); a loaded machine takes longer for as many.
+	const loadPods, loadBeats = 60, 12
 
 	for _, tc := range []struct {
 		fp       v1alpha1.FailurePolicy
@@ -218,9 +247,10 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 				})
 			}()
 
-			// Let the API server's connections settle, then kill the
-			// containers they go to.
-			time.Sleep(3 * time.Second)
+			// Let the API server's connections settle (both loads
+			// counted requests: what 3 s of them make on an idle
+			// machine), then kill the containers they go to.
+			waitLoad(ctx, t, "before the kills", &pods, loadPods, &beats, loadBeats)
 			type victim struct {
 				kind     desired.Kind
 				cr, pod  string
@@ -249,7 +279,8 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 				waitAvailable(ctx, t, v.kind, v.cr, tc.replicas)
 			}
 			recovered := time.Since(killed)
-			time.Sleep(3 * time.Second)
+			// The loads go on against the recovered servers.
+			waitLoad(ctx, t, "after the recovery", &pods, loadPods, &beats, loadBeats)
 			stop()
 			wg.Wait()
 
@@ -346,7 +377,8 @@ func setFailurePolicy(ctx context.Context, t *testing.T, si *v1alpha1.SidecarInj
 }
 
 // busiestServerPod is the server pod of a CR whose webhook request count
-// grows most over 2 s: the one behind the API server's connection.
+// grows most until one has served busyRequests more: the one behind the
+// API server's connection.
 func busiestServerPod(ctx context.Context, t *testing.T, kind desired.Kind, cr string) *corev1.Pod {
 	t.Helper()
 	var pods corev1.PodList
@@ -359,16 +391,21 @@ func busiestServerPod(ctx context.Context, t *testing.T, kind desired.Kind, cr s
 	for _, p := range pods.Items {
 		before[p.Name] = webhookRequests(ctx, t, p.Status.PodIP, kind)
 	}
-	time.Sleep(2 * time.Second)
+	// Counted requests, not seconds: a loaded machine serves fewer per
+	// second. busyRequests is 2 s of the status patches (4 a second).
+	const busyRequests = 8
 	var best *corev1.Pod
 	var most float64
-	for i, p := range pods.Items {
-		if d := webhookRequests(ctx, t, p.Status.PodIP, kind) - before[p.Name]; d > most {
-			best, most = &pods.Items[i], d
+	if err := cluster.WaitFor(ctx, time.Minute, fmt.Sprintf("a %s server pod of %s serving %d requests", kind.Short, cr, busyRequests), func(ctx context.Context) (bool, error) {
+		best, most = nil, 0
+		for i, p := range pods.Items {
+			if d := webhookRequests(ctx, t, p.Status.PodIP, kind) - before[p.Name]; d > most {
+				best, most = &pods.Items[i], d
+			}
 		}
-	}
-	if best == nil {
-		t.Fatalf("no %s server pod of %s served a request in 2 s", kind.Short, cr)
+		return most >= busyRequests, nil
+	}); err != nil {
+		t.Fatalf("%v: the busiest served %v", err, most)
 	}
 	return best
 }

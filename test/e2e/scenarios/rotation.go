@@ -32,6 +32,13 @@ const (
 	operatorSigner = "hookwright.io/webhook-serving"
 	// rotationLoad is the dry-run pod creates per second during scenario 6.
 	rotationLoad = 50
+	// rotationBaseline is the admissions per namespace counted before
+	// the rotation and after the new certificate is served: 2 s of the
+	// load on an idle machine (it alternates between two namespaces).
+	rotationBaseline = 2 * rotationLoad / 2
+	// rotationBaselineSamples is the WebhookReachable samples taken in
+	// the same spans: 2 s of them (two injectors every 200 ms).
+	rotationBaselineSamples = 20
 )
 
 // admissionLoad counts dry-run pod creates against one namespace.
@@ -179,7 +186,11 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 			}
 		})
 	}()
-	time.Sleep(2 * time.Second) // a baseline before rotating
+	// A baseline before rotating: admissions counted, not seconds (what
+	// 2 s make on an idle machine).
+	if err := awaitAdmissions(ctx, loads, rotationBaseline, "before rotating", &samples, rotationBaselineSamples); err != nil {
+		return err
+	}
 
 	token := time.Now().UTC().Format(time.RFC3339)
 	if _, _, err := e.RunKubectl(ctx, nil, "-n", OperatorNamespace, "annotate", "secret", desired.CASecretName,
@@ -246,7 +257,10 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → every sample server pod serves it (the kubelet's Secret update, certwatcher)", time.Since(asked), 0)
-	time.Sleep(2 * time.Second) // admissions against the new certificate
+	// Admissions against the new certificate, counted.
+	if err := awaitAdmissions(ctx, loads, rotationBaseline, "against the new certificate", &samples, rotationBaselineSamples); err != nil {
+		return err
+	}
 	stop()
 	wg.Wait()
 
@@ -263,6 +277,31 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.check("WebhookReachable True in all %d samples of both injectors (every 200 ms)", samples.Load())
 	r.check("old CA %q stays trusted until the drain grace ends (5 min by default; not waited for here)", oldCA.Subject.CommonName)
+	return nil
+}
+
+// awaitAdmissions waits until every load has recorded n more dry-run
+// creates and the reachability sampler taken m more samples than when it
+// was called.
+func awaitAdmissions(ctx context.Context, loads []*admissionLoad, n int64, what string, samples *atomic.Int64, m int64) error {
+	base := make([]int64, len(loads))
+	for i, l := range loads {
+		base[i] = l.attempted.Load()
+	}
+	s0 := samples.Load()
+	var last string
+	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("%d admissions per namespace %s", n, what), func(context.Context) (bool, error) {
+		ok := samples.Load()-s0 >= m
+		last = fmt.Sprintf("%d samples", samples.Load()-s0)
+		for i, l := range loads {
+			got := l.attempted.Load() - base[i]
+			last += fmt.Sprintf(", %s: %d", l.ns, got)
+			ok = ok && got >= n
+		}
+		return ok, nil
+	}); err != nil {
+		return fmt.Errorf("%w (%s)", err, last)
+	}
 	return nil
 }
 
