@@ -43,7 +43,7 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 			fmt.Fprintln(w)
 		}
 		cr = cr.WithDefaults()
-		inj, err := fleetInjector(cr, src.operatorNamespace, src.kubeVersion)
+		inj, err := fleet.NewInjector(cr, src.settings(), src.kubeVersion)
 		if err != nil {
 			broken++
 			fmt.Fprintf(w, "SidecarInjector %s: not checked, it does not compile: %v\n", cr.Name, err)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -49,6 +50,13 @@ func (s *injectorSource) addFlags(fs *pflag.FlagSet, defaultInjector string) {
 	fs.StringVar(&s.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
 	fs.StringVar(&s.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
 	fs.StringVar(&s.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
+}
+
+// settings are the operator settings an injector is built with. The CLI
+// knows the operator's namespace only: the allowed server namespaces are
+// the manager's flags.
+func (s *injectorSource) settings() desired.Settings {
+	return desired.Settings{Namespace: s.operatorNamespace}
 }
 
 // restConfig loads the cluster's client config with client-go's standard

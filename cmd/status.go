@@ -20,7 +20,6 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/fleet"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 func init() {
@@ -149,7 +148,7 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
 			st.RolloutCondition = c.Reason + ": " + c.Message
 		}
-		inj, err := fleetInjector(cr, operatorNS, "")
+		inj, err := fleet.NewInjector(cr, desired.Settings{Namespace: operatorNS}, "")
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)
@@ -202,23 +201,6 @@ func livePods(ctx context.Context, c client.Client) ([]corev1.Pod, map[string]ma
 		nsLabels[ns.Name] = l
 	}
 	return podList.Items, nsLabels, nil
-}
-
-// fleetInjector is what the classification needs of cr (defaulted): what
-// its servers inject (sidecar.Served) compiled, its revision, and the
-// parameters the operator's webhook configuration sets. kubeVersion is for
-// nativeSidecars Auto when something is rendered.
-func fleetInjector(cr *v1alpha1.SidecarInjector, operatorNS, kubeVersion string) (fleet.Injector, error) {
-	eff, rev, _ := sidecar.Served(cr)
-	cfg, err := sidecar.Compile(eff)
-	if err != nil {
-		return fleet.Injector{}, err
-	}
-	return fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
-		OperatorNamespace:  operatorNS,
-		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
-		ServerVersion:      kubeVersion,
-	}}, nil
 }
 
 // sortedPods orders pods by namespace and name.

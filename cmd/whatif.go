@@ -45,7 +45,7 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 	case err != nil:
 		return fmt.Errorf("SidecarInjector %s: %w", next.Name, err)
 	default:
-		inj, err := fleetInjector(live.WithDefaults(), src.operatorNamespace, src.kubeVersion)
+		inj, err := fleet.NewInjector(live.WithDefaults(), src.settings(), src.kubeVersion)
 		if err == nil {
 			now = &inj
 		}
@@ -55,7 +55,7 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 			next.Status.Pinned = live.Status.Pinned
 		}
 	}
-	nextInj, err := fleetInjector(next.WithDefaults(), src.operatorNamespace, src.kubeVersion)
+	nextInj, err := fleet.NewInjector(next.WithDefaults(), src.settings(), src.kubeVersion)
 	if err != nil {
 		return fmt.Errorf("%s: SidecarInjector %s does not compile: %w", file, next.Name, err)
 	}
