@@ -46,15 +46,15 @@ func TestRestConfigFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	for ctx, want := range map[string]string{"": "https://one.example:6443", "two": "https://two.example:6443"} {
-		cfg, err := (&injectorSource{kubeconfig: kc, kubeContext: ctx}).restConfig()
+		cfg, err := (&injectorSource{cluster: clusterAt(kc, ctx)}).restConfig()
 		if err != nil || cfg.Host != want {
 			t.Errorf("context %q: %v %v, want host %s", ctx, cfg, err, want)
 		}
 	}
-	if _, err := (&injectorSource{kubeconfig: kc, kubeContext: "three"}).restConfig(); err == nil || !strings.Contains(err.Error(), "three") {
+	if _, err := (&injectorSource{cluster: clusterAt(kc, "three")}).restConfig(); err == nil || !strings.Contains(err.Error(), "three") {
 		t.Errorf("unknown context: %v", err)
 	}
-	if _, err := (&injectorSource{kubeconfig: filepath.Join(dir, "missing")}).restConfig(); err == nil {
+	if _, err := (&injectorSource{cluster: clusterAt(filepath.Join(dir, "missing"), "")}).restConfig(); err == nil {
 		t.Error("missing kubeconfig accepted")
 	}
 	// $KUBECONFIG still works without the flag.

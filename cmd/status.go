@@ -105,20 +105,9 @@ container diff of one example pod (as check-inject --live shows it).`,
 			if whatIf {
 				return runWhatIf(ctx, cmd.OutOrStdout(), c, src, file, output)
 			}
-			var crs []v1alpha1.SidecarInjector
-			if len(args) == 0 {
-				var list v1alpha1.SidecarInjectorList
-				if err := c.List(ctx, &list); err != nil {
-					return fmt.Errorf("list SidecarInjectors: %w", err)
-				}
-				crs = list.Items
-			}
-			for _, name := range args {
-				cr := v1alpha1.SidecarInjector{}
-				if err := c.Get(ctx, client.ObjectKey{Name: name}, &cr); err != nil {
-					return fmt.Errorf("SidecarInjector %s: %w", name, err)
-				}
-				crs = append(crs, cr)
+			crs, err := src.loadInjectors(ctx, injectorQuery{names: args, noneOK: true})
+			if err != nil {
+				return err
 			}
 			podList, nsLabels, err := livePods(ctx, c)
 			if err != nil {
@@ -134,13 +123,12 @@ container diff of one example pod (as check-inject --live shows it).`,
 	fs.StringVarP(&file, "filename", "f", "", "SidecarInjector YAML/JSON for --what-if, - for stdin")
 	fs.StringVarP(&output, "output", "o", "", "json or yaml (default: tables)")
 	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
-	fs.StringVar(&src.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
-	fs.StringVar(&src.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
+	src.cluster.addFlags(fs, "", "")
 	return cmd
 }
 
 // buildStatus classifies pods for every cr as the operator does.
-func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
+func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
 		cr := crs[i].WithDefaults()
