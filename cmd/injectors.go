@@ -14,6 +14,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/fleet"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -163,7 +164,8 @@ func (s *injectorSource) loadInjectors(ctx context.Context, q injectorQuery) ([]
 }
 
 // load returns the compiled configs of --config or --injector (every
-// SidecarInjector without either) and the engine parameters. When every
+// SidecarInjector without either), built by fleet.NewInjector as the
+// servers serve them, and the engine parameters. When every
 // SidecarInjector of the cluster is read, one that does not compile is
 // returned in broken (its error names it) and the others still load; a
 // single named or file config that does not compile is an error.
@@ -178,7 +180,8 @@ func (s *injectorSource) load(ctx context.Context) (cfgs []*sidecar.Config, brok
 	}
 	listed := q.file == "" && len(q.names) == 0
 	for _, cr := range crs {
-		cfg, err := sidecar.Compile(cr)
+		// What the servers serve: the pinned revision once resolved.
+		inj, err := fleet.NewInjector(cr, s.settings(), s.kubeVersion)
 		if err != nil {
 			err = fmt.Errorf("SidecarInjector %s: %w", cr.Name, err)
 			if !listed {
@@ -187,7 +190,7 @@ func (s *injectorSource) load(ctx context.Context) (cfgs []*sidecar.Config, brok
 			broken = append(broken, err)
 			continue
 		}
-		cfgs = append(cfgs, cfg)
+		cfgs = append(cfgs, inj.Config)
 	}
 	return cfgs, broken, sidecar.Params{OperatorNamespace: s.operatorNamespace, ServerVersion: s.kubeVersion}, nil
 }

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 const twoContexts = `apiVersion: v1
@@ -68,5 +72,29 @@ func TestRestConfigFlags(t *testing.T) {
 		if cmd.Flags().Lookup("kubeconfig") == nil || cmd.Flags().Lookup("context") == nil {
 			t.Errorf("%s lacks --kubeconfig/--context", cmd.Name())
 		}
+	}
+}
+
+// TestLoadServesThePinnedRevision: kube-inject and check-inject compile
+// what the servers serve: with spec.revision pinned and resolved in
+// status.pinned, the pinned values, not the spec's.
+func TestLoadServesThePinnedRevision(t *testing.T) {
+	si := sampleInjector(t)
+	old := withValues(t, si, "proxy:1.4.2", "proxy:1.4.1")
+	si.Spec.Revision = "sidecar-injector-1"
+	si.Status.Pinned = &v1alpha1.PinnedRevision{Revision: si.Spec.Revision, Templates: old.Spec.Templates,
+		DefaultTemplates: old.Spec.DefaultTemplates, Values: old.Spec.Values}
+	src := &injectorSource{client: fakeCluster(t, si), injector: si.Name, kubeVersion: "v1.33.0", operatorNamespace: "hookwright-system"}
+	cfgs, _, params, err := src.load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(livePod("lab", "web"))
+	res, err := sidecar.Inject(cfgs[0], params, sidecar.Input{Raw: raw, WantJSON: true})
+	if err != nil || !res.Injected {
+		t.Fatalf("inject: %v %+v", err, res)
+	}
+	if !strings.Contains(string(res.JSON), "proxy:1.4.1") || strings.Contains(string(res.JSON), "proxy:1.4.2") {
+		t.Errorf("injected the spec, not the pinned revision:\n%s", res.JSON)
 	}
 }
