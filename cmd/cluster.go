@@ -101,21 +101,23 @@ func inCluster() bool {
 	return err == nil
 }
 
-// newClient is a controller-runtime client of the chosen cluster knowing
-// every type the operator uses (manager.NewScheme), and its config.
-// Errors are restConfig's, or client.New's.
+// newClient is a controller-runtime client of the chosen cluster (see
+// clientFor), and its config. Errors are restConfig's or clientFor's.
 func (k *clusterFlags) newClient() (client.Client, *rest.Config, error) {
 	cfg, err := k.restConfig()
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err := clientFor(cfg)
+	return c, cfg, err
+}
+
+// clientFor is a controller-runtime client of cfg knowing every type the
+// operator uses (manager.NewScheme).
+func clientFor(cfg *rest.Config) (client.Client, error) {
 	scheme, err := manager.NewScheme()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, cfg, nil
+	return client.New(cfg, client.Options{Scheme: scheme})
 }

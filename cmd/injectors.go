@@ -56,14 +56,10 @@ func (s *injectorSource) settings() desired.Settings {
 // offline way out.
 func (s *injectorSource) restConfig() (*rest.Config, error) {
 	cfg, err := s.cluster.restConfig()
-	return cfg, offlineHint(err)
-}
-
-func offlineHint(err error) error {
 	if errors.Is(err, errNoCluster) {
-		return fmt.Errorf("no cluster configured: use --config FILE to work offline, or --kubeconfig FILE (or $KUBECONFIG) to read SidecarInjectors from a cluster")
+		return nil, fmt.Errorf("no cluster configured: use --config FILE to work offline, or --kubeconfig FILE (or $KUBECONFIG) to read SidecarInjectors from a cluster")
 	}
-	return err
+	return cfg, err
 }
 
 // clusterClient dials the cluster once, and asks its version unless
@@ -72,11 +68,13 @@ func (s *injectorSource) clusterClient() (client.Client, error) {
 	if s.client != nil {
 		return s.client, nil
 	}
-	c, cfg, err := s.cluster.newClient()
+	cfg, err := s.restConfig()
 	if err != nil {
-		return nil, offlineHint(err)
+		return nil, err
 	}
-	s.client = c
+	if s.client, err = clientFor(cfg); err != nil {
+		return nil, err
+	}
 	if s.kubeVersion == "" {
 		if s.kubeVersion, err = serverVersion(cfg); err != nil {
 			return nil, fmt.Errorf("reading the API server version (set --kube-version): %w", err)
