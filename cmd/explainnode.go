@@ -25,13 +25,13 @@ func newExplainNodeCommand() *cobra.Command {
 		Short: "Why a node publishes the allocatable it does: raw and effective, ratio and source, the deciding NodeOversell, holds and taints",
 		Long: `Read the node, every NodeOversell, the node's pods and (when metrics.k8s.io
 is served) their usage, with the kubeconfig kubectl uses (--kubeconfig,
-KUBECONFIG, ~/.kube/config or in-cluster; --context), and print: capacity, raw and
-effective allocatable, the ratio in use and its source (static, usage,
-fallback, pressure), the NodeOversell whose server decides it and why it
-won, the exclusive CPUs subtracted, the kubelet's last report and when, the
-running pods' requests and the headroom, and any taint of ours with its
-reason. It needs get on the node, list of nodeoversells and of pods (and
-metrics.k8s.io pods, optional).`,
+KUBECONFIG, ~/.kube/config or in-cluster; --context picks the context),
+and print: capacity, raw and effective allocatable, the ratio in use and
+its source (static, usage, fallback, pressure), the NodeOversell whose
+server decides it and why it won, the exclusive CPUs subtracted, the
+kubelet's last report and when, the running pods' requests and the
+headroom, and any taint of ours with its reason. It needs get on the node,
+list of nodeoversells and of pods (and metrics.k8s.io pods, optional).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := cluster.newClient()
