@@ -20,10 +20,7 @@ func newCheckInjectCommand() *cobra.Command { return checkInjectCommand(&injecto
 
 // checkInjectCommand reads SidecarInjectors through src (tests preset its client).
 func checkInjectCommand(src *injectorSource) *cobra.Command {
-	var (
-		file, ns, live string
-		nsFlagSet      bool
-	)
+	var file, live string
 	cmd := &cobra.Command{
 		Use:   "check-inject (-f POD.yaml | -n NS POD | -n NS --live POD) [--injector NAME | --config CR.yaml]",
 		Short: "Tell whether pods would be injected, and by which rule",
@@ -47,7 +44,7 @@ and whether that can be done in place (only images and/or resources of
 injected containers differ) or needs a new pod (Restart). It only reads.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			nsFlagSet = cmd.Flags().Changed("namespace")
+			ns := src.cluster.namespace()
 			if live != "" {
 				if file != "" || len(args) > 0 {
 					return fmt.Errorf("--live POD takes no -f and no other pod name")
@@ -57,7 +54,6 @@ injected containers differ) or needs a new pod (Restart). It only reads.`,
 			if (file == "") == (len(args) == 0) {
 				return fmt.Errorf("give either -f FILE or a pod name (with -n NAMESPACE)")
 			}
-			src.all = true
 			ctx := cmd.Context()
 			cfgs, broken, params, err := src.load(ctx)
 			if err != nil {
@@ -81,9 +77,6 @@ injected containers differ) or needs a new pod (Restart). It only reads.`,
 					sites = append(sites, sidecar.FindPods(o, ns)...)
 				}
 			} else {
-				if !nsFlagSet {
-					ns = "default"
-				}
 				c, err := src.clusterClient()
 				if err != nil {
 					return err
@@ -141,7 +134,7 @@ injected containers differ) or needs a new pod (Restart). It only reads.`,
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "filename", "f", "", "manifest with pods or workloads, - for stdin")
 	fs.StringVar(&live, "live", "", "name of a running pod (in -n NAMESPACE): would it get the current revision, and what would change")
-	fs.StringVarP(&ns, "namespace", "n", "default", "namespace of the pod (and of manifest objects that name none)")
 	src.addFlags(fs, "")
+	src.cluster.addFlags(fs, "default", "namespace of the pod (and of manifest objects that name none)")
 	return cmd
 }

@@ -8,9 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // checkLive is check-inject --live: the running pod ns/name against every
@@ -33,7 +31,7 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 	if nsLabels == nil {
 		nsLabels = map[string]string{}
 	}
-	crs, err := src.injectorObjects(ctx, c)
+	crs, err := src.loadInjectors(ctx, src.query())
 	if err != nil {
 		return err
 	}
@@ -43,7 +41,7 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 			fmt.Fprintln(w)
 		}
 		cr = cr.WithDefaults()
-		inj, err := fleetInjector(cr, src.operatorNamespace, src.kubeVersion)
+		inj, err := fleet.NewInjector(cr, src.settings(), src.kubeVersion)
 		if err != nil {
 			broken++
 			fmt.Fprintf(w, "SidecarInjector %s: not checked, it does not compile: %v\n", cr.Name, err)
@@ -78,39 +76,4 @@ func writePlan(w io.Writer, injector, revision string, p fleet.Plan) {
 	for _, l := range fleet.DiffLines(p.Containers) {
 		fmt.Fprintf(w, "    %s\n", l)
 	}
-}
-
-// injectorObjects are the SidecarInjectors --live and --what-if read:
-// the one of --config, the one named by --injector, or every one.
-func (s *injectorSource) injectorObjects(ctx context.Context, c client.Client) ([]*v1alpha1.SidecarInjector, error) {
-	if s.configFile != "" {
-		b, err := readInput(s.configFile)
-		if err != nil {
-			return nil, err
-		}
-		cr, err := sidecar.DecodeSidecarInjector(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.configFile, err)
-		}
-		return []*v1alpha1.SidecarInjector{cr}, nil
-	}
-	if s.injector != "" {
-		cr := &v1alpha1.SidecarInjector{}
-		if err := c.Get(ctx, client.ObjectKey{Name: s.injector}, cr); err != nil {
-			return nil, fmt.Errorf("SidecarInjector %s: %w", s.injector, err)
-		}
-		return []*v1alpha1.SidecarInjector{cr}, nil
-	}
-	var list v1alpha1.SidecarInjectorList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("list SidecarInjectors: %w", err)
-	}
-	if len(list.Items) == 0 {
-		return nil, fmt.Errorf("no SidecarInjector in the cluster")
-	}
-	out := make([]*v1alpha1.SidecarInjector, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
 }

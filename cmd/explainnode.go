@@ -8,12 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/explain"
-	"github.com/hookwright/hookwright/internal/manager"
 )
 
 func init() {
@@ -21,29 +19,22 @@ func init() {
 }
 
 func newExplainNodeCommand() *cobra.Command {
-	return &cobra.Command{
+	var cluster clusterFlags
+	cmd := &cobra.Command{
 		Use:   "explain-node NODE",
 		Short: "Why a node publishes the allocatable it does: raw and effective, ratio and source, the deciding NodeOversell, holds and taints",
 		Long: `Read the node, every NodeOversell, the node's pods and (when metrics.k8s.io
 is served) their usage, with the kubeconfig kubectl uses (--kubeconfig,
-KUBECONFIG, ~/.kube/config or in-cluster), and print: capacity, raw and
-effective allocatable, the ratio in use and its source (static, usage,
-fallback, pressure), the NodeOversell whose server decides it and why it
-won, the exclusive CPUs subtracted, the kubelet's last report and when, the
-running pods' requests and the headroom, and any taint of ours with its
-reason. It needs get on the node, list of nodeoversells and of pods (and
-metrics.k8s.io pods, optional).`,
+KUBECONFIG, ~/.kube/config or in-cluster; --context picks the context),
+and print: capacity, raw and effective allocatable, the ratio in use and
+its source (static, usage, fallback, pressure), the NodeOversell whose
+server decides it and why it won, the exclusive CPUs subtracted, the
+kubelet's last report and when, the running pods' requests and the
+headroom, and any taint of ours with its reason. It needs get on the node,
+list of nodeoversells and of pods (and metrics.k8s.io pods, optional).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := ctrl.GetConfig()
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			scheme, err := manager.NewScheme()
-			if err != nil {
-				return err
-			}
-			c, err := client.New(cfg, client.Options{Scheme: scheme})
+			c, _, err := cluster.newClient()
 			if err != nil {
 				return err
 			}
@@ -67,6 +58,9 @@ metrics.k8s.io pods, optional).`,
 			return r.Write(cmd.OutOrStdout())
 		},
 	}
+	// Nodes are cluster-scoped: no -n.
+	cluster.addFlags(cmd.Flags(), "", "")
+	return cmd
 }
 
 // podUsage sums the metrics.k8s.io usage of the node's running pods; a

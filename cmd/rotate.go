@@ -9,12 +9,10 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
 )
 
 func init() {
@@ -22,17 +20,9 @@ func init() {
 }
 
 // annotate sets one annotation with a merge patch (no read-modify-write:
-// nothing else of the object is touched).
-func annotate(cmd *cobra.Command, obj client.Object, key, value string) error {
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	scheme, err := manager.NewScheme()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+// nothing else of the object is touched) in the cluster of k.
+func annotate(cmd *cobra.Command, k *clusterFlags, obj client.Object, key, value string) error {
+	c, _, err := k.newClient()
 	if err != nil {
 		return err
 	}
@@ -44,7 +34,7 @@ func annotate(cmd *cobra.Command, obj client.Object, key, value string) error {
 }
 
 func newRotateCACommand() *cobra.Command {
-	var ns string
+	var cluster clusterFlags
 	cmd := &cobra.Command{
 		Use:   "rotate-ca [--namespace NS]",
 		Short: "Start a rotation of the installation CA now, with the usual overlap",
@@ -57,22 +47,24 @@ for incident response, or to exercise rotation in a running cluster.
 Equivalent: kubectl -n NS annotate secret ` + desired.CASecretName + ` ` + v1alpha1.AnnotationRotateCA + `="$(date -u +%FT%TZ)" --overwrite`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ns := cluster.namespace()
 			token := time.Now().UTC().Format(time.RFC3339Nano)
 			sec := &corev1.Secret{}
 			sec.Namespace, sec.Name = ns, desired.CASecretName
-			if err := annotate(cmd, sec, v1alpha1.AnnotationRotateCA, token); err != nil {
+			if err := annotate(cmd, &cluster, sec, v1alpha1.AnnotationRotateCA, token); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "secret %s/%s annotated %s=%s\n", ns, desired.CASecretName, v1alpha1.AnnotationRotateCA, token)
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&ns, "namespace", "n", envOr("POD_NAMESPACE", "hookwright-system"), "operator namespace (holds the CA Secret)")
+	cluster.addFlags(cmd.Flags(), envOr("POD_NAMESPACE", "hookwright-system"), "operator namespace (holds the CA Secret)")
 	return cmd
 }
 
 func newRenewCertificateCommand() *cobra.Command {
-	return &cobra.Command{
+	var cluster clusterFlags
+	cmd := &cobra.Command{
 		Use:   "renew-certificate (sidecarinjector|nodeoversell)/NAME",
 		Short: "Re-issue the serving certificate of one SidecarInjector or NodeOversell now",
 		Long: `Annotate the CR with ` + v1alpha1.AnnotationRenewCertificate + `=<now>. In mode SelfSigned the
@@ -94,11 +86,14 @@ until the new one is, and its CA stays in the caBundle until pods reloaded.`,
 			}
 			obj.SetName(name)
 			token := time.Now().UTC().Format(time.RFC3339Nano)
-			if err := annotate(cmd, obj, v1alpha1.AnnotationRenewCertificate, token); err != nil {
+			if err := annotate(cmd, &cluster, obj, v1alpha1.AnnotationRenewCertificate, token); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s annotated %s=%s\n", args[0], v1alpha1.AnnotationRenewCertificate, token)
 			return nil
 		},
 	}
+	// Both kinds are cluster-scoped: no -n.
+	cluster.addFlags(cmd.Flags(), "", "")
+	return cmd
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/fleet"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 func init() {
@@ -106,20 +105,9 @@ container diff of one example pod (as check-inject --live shows it).`,
 			if whatIf {
 				return runWhatIf(ctx, cmd.OutOrStdout(), c, src, file, output)
 			}
-			var crs []v1alpha1.SidecarInjector
-			if len(args) == 0 {
-				var list v1alpha1.SidecarInjectorList
-				if err := c.List(ctx, &list); err != nil {
-					return fmt.Errorf("list SidecarInjectors: %w", err)
-				}
-				crs = list.Items
-			}
-			for _, name := range args {
-				cr := v1alpha1.SidecarInjector{}
-				if err := c.Get(ctx, client.ObjectKey{Name: name}, &cr); err != nil {
-					return fmt.Errorf("SidecarInjector %s: %w", name, err)
-				}
-				crs = append(crs, cr)
+			crs, err := src.loadInjectors(ctx, injectorQuery{names: args, noneOK: true})
+			if err != nil {
+				return err
 			}
 			podList, nsLabels, err := livePods(ctx, c)
 			if err != nil {
@@ -135,13 +123,12 @@ container diff of one example pod (as check-inject --live shows it).`,
 	fs.StringVarP(&file, "filename", "f", "", "SidecarInjector YAML/JSON for --what-if, - for stdin")
 	fs.StringVarP(&output, "output", "o", "", "json or yaml (default: tables)")
 	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
-	fs.StringVar(&src.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)")
-	fs.StringVar(&src.kubeContext, "context", "", "kubeconfig context to use (default its current context)")
+	src.cluster.addFlags(fs, "", "")
 	return cmd
 }
 
 // buildStatus classifies pods for every cr as the operator does.
-func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
+func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
 		cr := crs[i].WithDefaults()
@@ -149,7 +136,7 @@ func buildStatus(crs []v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map
 		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
 			st.RolloutCondition = c.Reason + ": " + c.Message
 		}
-		inj, err := fleetInjector(cr, operatorNS, "")
+		inj, err := fleet.NewInjector(cr, desired.Settings{Namespace: operatorNS}, "")
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)
@@ -202,23 +189,6 @@ func livePods(ctx context.Context, c client.Client) ([]corev1.Pod, map[string]ma
 		nsLabels[ns.Name] = l
 	}
 	return podList.Items, nsLabels, nil
-}
-
-// fleetInjector is what the classification needs of cr (defaulted): what
-// its servers inject (sidecar.Served) compiled, its revision, and the
-// parameters the operator's webhook configuration sets. kubeVersion is for
-// nativeSidecars Auto when something is rendered.
-func fleetInjector(cr *v1alpha1.SidecarInjector, operatorNS, kubeVersion string) (fleet.Injector, error) {
-	eff, rev, _ := sidecar.Served(cr)
-	cfg, err := sidecar.Compile(eff)
-	if err != nil {
-		return fleet.Injector{}, err
-	}
-	return fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
-		OperatorNamespace:  operatorNS,
-		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, desired.Settings{Namespace: operatorNS}),
-		ServerVersion:      kubeVersion,
-	}}, nil
 }
 
 // sortedPods orders pods by namespace and name.

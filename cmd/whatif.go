@@ -10,12 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
-	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
 // whatIfReport is what `hookwright status --what-if` prints (-o json|yaml).
@@ -27,35 +24,32 @@ type whatIfReport struct {
 // runWhatIf plans the SidecarInjector of file against the live pods
 // (fleet.PlanWhatIf). It only reads.
 func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorSource, file, output string) error {
-	b, err := readInput(file)
+	crs, err := src.loadInjectors(ctx, injectorQuery{file: file})
 	if err != nil {
 		return err
 	}
-	next, err := sidecar.DecodeSidecarInjector(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
+	next := crs[0]
 	if next.Name == "" {
 		return fmt.Errorf("%s: the SidecarInjector has no metadata.name", file)
 	}
-	live := &v1alpha1.SidecarInjector{}
+	// The cluster's version, if any, is what the pods are judged by today.
 	var now *fleet.Injector
-	switch err := c.Get(ctx, client.ObjectKey{Name: next.Name}, live); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("SidecarInjector %s: %w", next.Name, err)
-	default:
-		inj, err := fleetInjector(live.WithDefaults(), src.operatorNamespace, src.kubeVersion)
+	live, err := src.loadInjectors(ctx, injectorQuery{names: []string{next.Name}, missingOK: true})
+	if err != nil {
+		return err
+	}
+	if len(live) == 1 {
+		inj, err := fleet.NewInjector(live[0].WithDefaults(), src.settings(), src.kubeVersion)
 		if err == nil {
 			now = &inj
 		}
 		// A pinned revision resolves from the cluster's copy, as the
 		// operator would keep it.
 		if next.Spec.Revision != "" && next.Status.Pinned == nil {
-			next.Status.Pinned = live.Status.Pinned
+			next.Status.Pinned = live[0].Status.Pinned
 		}
 	}
-	nextInj, err := fleetInjector(next.WithDefaults(), src.operatorNamespace, src.kubeVersion)
+	nextInj, err := fleet.NewInjector(next.WithDefaults(), src.settings(), src.kubeVersion)
 	if err != nil {
 		return fmt.Errorf("%s: SidecarInjector %s does not compile: %w", file, next.Name, err)
 	}

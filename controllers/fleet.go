@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/fleet"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
@@ -124,25 +123,20 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 // injector compiles what cr's servers serve (sidecar.Served: pinned to
 // spec.revision once resolved) once per generation and revision.
 func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector, error) {
-	eff, rev, _ := sidecar.Served(cr)
+	_, rev, _ := sidecar.Served(cr)
 	r.mu.Lock()
 	c, ok := r.compiled[cr.Name]
 	r.mu.Unlock()
 	if ok && c.uid == cr.UID && c.generation == cr.Generation && c.revision == rev && c.inj.Params.ServerVersion != "" {
 		return c.inj, nil
 	}
-	cfg, err := sidecar.Compile(eff)
+	// What the servers inject with nativeSidecars Auto depends on the
+	// version: without it a rollout would judge native sidecars as
+	// containers to move, a change only a restart makes.
+	inj, err := fleet.NewInjector(cr, r.settings.Settings, r.serverVersion())
 	if err != nil {
 		return fleet.Injector{}, err
 	}
-	inj := fleet.Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
-		OperatorNamespace:  r.settings.Namespace,
-		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, r.settings.Settings),
-		// What the servers inject with nativeSidecars Auto depends on it:
-		// without it a rollout would judge native sidecars as containers
-		// to move, a change only a restart makes.
-		ServerVersion: r.serverVersion(),
-	}}
 	r.mu.Lock()
 	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, revision: rev, inj: inj}
 	r.mu.Unlock()

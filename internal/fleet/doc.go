@@ -9,8 +9,13 @@
 //
 // Whether a pod should carry the sidecars is sidecar.Decide, the very
 // function the webhook runs at admission: this package never decides on
-// its own. It is pure: every function is a function of its arguments. It
-// must not import a Kubernetes client (controller-runtime's client or
-// cache, client-go's clientsets), the operator or the oversell engine
-// (internal/importrules checks the whole closure).
+// its own. NewInjector is the one place a SidecarInjector becomes the
+// compiled injector that the operator and the CLI classify with.
+//
+// It is pure: every function is a function of its arguments. It must not
+// import a Kubernetes client (controller-runtime's client or cache,
+// client-go's clientsets), the operator or the oversell engine
+// (internal/importrules checks the whole closure). It may import
+// internal/desired, itself pure, for the webhook configuration's
+// excluded namespaces.
 package fleet

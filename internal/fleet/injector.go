@@ -1,0 +1,29 @@
+package fleet
+
+import (
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/webhooks/sidecar"
+)
+
+// NewInjector compiles what cr's servers serve (sidecar.Served: the
+// revision pinned by spec.revision once status.pinned holds it, else the
+// spec) into the Injector the engine and the classification run. Its
+// Params are those of the operator's webhook configuration for settings s
+// (operator namespace, desired.InjectorExcludedNamespaces) with
+// serverVersion, the API server's version that nativeSidecars Auto
+// follows ("" means not native). The error is sidecar.Compile's; the
+// operator and every CLI command build injectors here only, so that all of
+// them judge a pod as the servers do.
+func NewInjector(cr *v1alpha1.SidecarInjector, s desired.Settings, serverVersion string) (Injector, error) {
+	eff, rev, _ := sidecar.Served(cr)
+	cfg, err := sidecar.Compile(eff)
+	if err != nil {
+		return Injector{}, err
+	}
+	return Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
+		OperatorNamespace:  s.Namespace,
+		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, s),
+		ServerVersion:      serverVersion,
+	}}, nil
+}
