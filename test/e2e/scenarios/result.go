@@ -97,8 +97,9 @@ type Scenario struct {
 	Timeout time.Duration
 }
 
-// DefaultTimeout bounds a scenario that sets no Timeout.
-const DefaultTimeout = 5 * time.Minute
+// DefaultTimeout bounds a scenario that sets no Timeout: a deadline for
+// a machine loaded far beyond the scenarios' own minute or two.
+const DefaultTimeout = 10 * time.Minute
 
 // Context returns ctx bounded by the scenario's timeout.
 func (s Scenario) Context(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -201,7 +201,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	r.check("kubectl -n %s annotate secret %s %s=%s (what `hookwright rotate-ca` writes)", OperatorNamespace, desired.CASecretName, v1alpha1.AnnotationRotateCA, token)
 
 	var next *x509.Certificate
-	took, err = cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA staged", func(ctx context.Context) (bool, error) {
+	took, err = cluster.Poll(ctx, 5*time.Millisecond, 3*time.Minute, "next CA staged", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
@@ -212,7 +212,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → next CA staged in the CA Secret", took, 0)
-	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA in every caBundle and the ClusterTrustBundle", func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, 3*time.Minute, "next CA in every caBundle and the ClusterTrustBundle", func(ctx context.Context) (bool, error) {
 		configs, err := ownedConfigs(ctx, e)
 		if err != nil || len(configs) == 0 {
 			return false, err
@@ -229,7 +229,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.timing("rotate-ca → next CA in every caBundle (SelfSigned and CSR) and the ClusterTrustBundle", time.Since(asked), 0)
-	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "next CA promoted", func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, 3*time.Minute, "next CA promoted", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
@@ -240,7 +240,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("rotate-ca → next CA promoted (signs from now on)", time.Since(asked), 0)
 	servingKey := client.ObjectKey{Namespace: OperatorNamespace, Name: desired.ServingSecretName(desired.SidecarCR(sample))}
-	if _, err := cluster.Poll(ctx, 5*time.Millisecond, time.Minute, "SelfSigned serving certificate from the new CA", func(ctx context.Context) (bool, error) {
+	if _, err := cluster.Poll(ctx, 5*time.Millisecond, 3*time.Minute, "SelfSigned serving certificate from the new CA", func(ctx context.Context) (bool, error) {
 		sec := &corev1.Secret{}
 		if err := c.Get(ctx, servingKey, sec); err != nil {
 			return false, err
