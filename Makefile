@@ -29,6 +29,10 @@ TEST_TIMEOUT ?= 40m
 # control planes and nodes (about a quarter of 2 cores busy at go test's
 # default of GOMAXPROCS), and every real node takes its own slot.
 TEST_PARALLEL ?= 4
+# The cluster packages, longest first: go test starts packages in the
+# order it is given them, so the long poles do not wait behind the
+# unit tests for a slot.
+CLUSTER_TEST_PKGS := ./test/e2e ./test/operator ./test/node ./test/usage ./test/integration ./test/scale ./test/olm
 
 .PHONY: all
 all: build
@@ -84,7 +88,8 @@ verify: verify-fmt vet verify-tidy verify-generated verify-no-binaries lint ## g
 
 .PHONY: test
 test: tools node-prereqs verify ## Run every test (builds the tools it needs first).
-	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(CLUSTER_TEST_PKGS) \
+		$$(go list ./... | grep -v -x $(foreach p,$(CLUSTER_TEST_PKGS),-e 'github.com/hookwright/hookwright/$(p:./%=%)'))
 
 .PHONY: node-prereqs
 node-prereqs: ## Install the Debian packages the real test node needs, if missing (root).
