@@ -107,8 +107,11 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 			return State{}, err
 		}
 		p := csrmode.Compute(in)
-		for _, name := range p.Delete {
-			if err := c.deleteCSR(ctx, obs.csrs[name]); err != nil {
+		// A request replaced by the one about to be served goes once the
+		// new certificate is in the Secret, not before: until then it is
+		// the record of what is served.
+		if p.Serve == nil {
+			if err := c.deleteCSRs(ctx, obs, p.Delete); err != nil {
 				return State{}, err
 			}
 		}
@@ -159,6 +162,9 @@ func (c *csrSource) Certificate(ctx context.Context, cr desired.CR, apply Apply)
 				sec.Annotations[annotationCSRDrainingUntil] = fmtTime(p.DrainingUntil)
 			}
 			if err := apply(ctx, sec); err != nil {
+				return st, err
+			}
+			if err := c.deleteCSRs(ctx, obs, p.Delete); err != nil {
 				return st, err
 			}
 			log.FromContext(ctx).Info("CSR certificate served", "csr", p.Serve.CSR, "secret", ns+"/"+sec.Name)
@@ -343,6 +349,16 @@ func (c *csrSource) approve(ctx context.Context, name string) error {
 	})
 	if _, err := csrs.UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("approve CertificateSigningRequest %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteCSRs deletes the observed CSRs named.
+func (c *csrSource) deleteCSRs(ctx context.Context, obs csrObserved, names []string) error {
+	for _, name := range names {
+		if err := c.deleteCSR(ctx, obs.csrs[name]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
