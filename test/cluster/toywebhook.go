@@ -44,7 +44,26 @@ func StartToyWebhookPEM(certPEM, keyPEM []byte) (*ToyWebhook, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	return startToyWebhook(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+// StartToyWebhookFunc serves with the certificate (chain) and key that
+// keyPair returns at each handshake: a certificate that is re-issued
+// while the server runs (a rotating CA) is served as a kubelet-refreshed
+// Secret volume would serve it.
+func StartToyWebhookFunc(keyPair func() (certPEM, keyPEM []byte, err error)) (*ToyWebhook, error) {
+	return startToyWebhook(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, k, err := keyPair()
+		if err != nil {
+			return nil, err
+		}
+		cert, err := tls.X509KeyPair(c, k)
+		return &cert, err
+	}})
+}
+
+func startToyWebhook(cfg *tls.Config) (*ToyWebhook, error) {
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -114,6 +114,26 @@ func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) (addr string, stop func()
 	return w.Addr, func() { _ = w.Close() }
 }
 
+// fakeWebhookFollowing is fakeWebhook serving the serving Secret sec as
+// it is in the API at each TLS handshake.
+func fakeWebhookFollowing(t *testing.T, sec *corev1.Secret) (addr string, stop func()) {
+	t.Helper()
+	w, err := cluster.StartToyWebhookFunc(func() ([]byte, []byte, error) {
+		cur := &corev1.Secret{}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sec), cur); err != nil {
+			return nil, nil, err
+		}
+		return cur.Data[corev1.TLSCertKey], cur.Data[corev1.TLSPrivateKeyKey], nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w.Addr, func() { _ = w.Close() }
+}
+
 // The live check of each webhook: WebhookReachable becomes True for a
 // SidecarInjector and a NodeOversell served by the real servers, False with
 // the failing step when the webhook is broken (a server with a certificate
@@ -255,8 +275,10 @@ func TestWebhookReachable(t *testing.T) {
 	siSrv = serve(siO, "injector-probe-3")
 	repaired("route restored", si)
 
-	// A server that answers with the right certificate but injects nothing.
-	fake, stopFake = fakeWebhook(t, siO.Secret.Data[corev1.TLSCertKey], siO.Secret.Data[corev1.TLSPrivateKeyKey])
+	// A server that answers with the right certificate but injects nothing:
+	// the Secret's current one at each handshake, since the test CA rotates
+	// on its own every few minutes of the package.
+	fake, stopFake = fakeWebhookFollowing(t, siO.Secret)
 	route(siO, fake)
 	stopServer(siSrv)
 	broken("server that does not inject", si, v1alpha1.WebhookProbeReasonWrongAnswer)
