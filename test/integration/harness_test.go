@@ -101,8 +101,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// ctxT is a context for one test, cancelled when it ends.
+// d is what the test needs on an idle machine; the deadline is three times
+// that and at least 10 min, since it only guards against a hang and a
+// loaded 2-core machine runs a test two to three times slower.
 func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
 	t.Cleanup(cancel)
 	return ctx
 }
