@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,6 +113,37 @@ func fakeWebhook(t *testing.T, certPEM, keyPEM []byte) (addr string, stop func()
 	}
 	t.Cleanup(func() { _ = w.Close() })
 	return w.Addr, func() { _ = w.Close() }
+}
+
+// probeState is what of a CR's owned objects its probe fingerprint
+// follows: the webhook configuration's generation and the served
+// certificate.
+type probeState struct {
+	mwcGeneration int64
+	cert          string
+}
+
+func probeInputs(t *testing.T, ctx context.Context, o owned) probeState {
+	t.Helper()
+	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), m); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.Secret), sec); err != nil {
+		t.Fatal(err)
+	}
+	return probeState{mwcGeneration: m.Generation, cert: string(sec.Data[corev1.TLSCertKey])}
+}
+
+// changesSince counts the changes from before to s: each generation of
+// the configuration, and the certificate if it was re-issued.
+func (s probeState) changesSince(before probeState) int {
+	n := int(s.mwcGeneration - before.mwcGeneration)
+	if s.cert != before.cert {
+		n++
+	}
+	return n
 }
 
 // fakeWebhookFollowing is fakeWebhook serving the serving Secret sec as
@@ -249,6 +281,11 @@ func TestWebhookReachable(t *testing.T) {
 
 	// From here on the NodeOversell is left alone: steady state.
 	steadyFrom, steadyCount := time.Now(), total(probeCounts(t, desired.OversellKind.Name, no.Name))
+	// What the operator's probe fingerprint follows besides the CR: the
+	// webhook configuration and the serving certificate. The test CA
+	// rotates on its own every few minutes of the package, and a rotation
+	// changes both: the NodeOversell is then re-probed, rightly.
+	steadyConfig := probeInputs(t, ctx, noO)
 	dryFrom := writes.dryRuns.Load()
 
 	// A server whose certificate a foreign CA signed.
@@ -291,8 +328,12 @@ func TestWebhookReachable(t *testing.T) {
 	n := total(probeCounts(t, desired.OversellKind.Name, no.Name)) - steadyCount
 	t.Logf("NodeOversell left alone for %s: %.0f probes (%.2f per minute); the operator's dry-run requests in that time, both CRs: %d",
 		steady.Round(time.Second), n, n/steady.Minutes(), writes.dryRuns.Load()-dryFrom)
-	if n > steady.Minutes()+1 {
-		t.Errorf("%.0f probes of an unchanged NodeOversell in %s: more than one a minute", n, steady.Round(time.Second))
+	changes := probeInputs(t, ctx, noO).changesSince(steadyConfig)
+	if changes > 0 {
+		t.Logf("NodeOversell's webhook configuration or certificate changed %d times meanwhile (test CA rotation): one probe each allowed", changes)
+	}
+	if n > steady.Minutes()+1+float64(changes) {
+		t.Errorf("%.0f probes of a NodeOversell in %s with %d changes: more than one a minute", n, steady.Round(time.Second), changes)
 	}
 	if c := apimeta.FindStatusCondition(no.Status.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("NodeOversell WebhookReachable %+v during the SidecarInjector's breaks", c)
