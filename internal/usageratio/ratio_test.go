@@ -439,19 +439,26 @@ func TestMinChangeIntervalRealTime(t *testing.T) {
 				}
 				last, lastRatio = now, r
 			}
-			// The annotation's round trip, as the operator reads it back.
-			b, err := json.Marshal(d.Target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prev = &v1alpha1.OversellTarget{}
-			if err := json.Unmarshal(b, prev); err != nil {
-				t.Fatal(err)
-			}
+			prev = roundTrip(t, d.Target)
 			// The next pass: the interval, late by up to a second of load.
 			now = now.Add(c.Interval + time.Duration(rng.Int64N(int64(time.Second))))
 		}
 	}
+}
+
+// roundTrip is the target annotation's JSON round trip, as the operator
+// reads back what it wrote.
+func roundTrip(t *testing.T, tg v1alpha1.OversellTarget) *v1alpha1.OversellTarget {
+	t.Helper()
+	b, err := json.Marshal(tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &v1alpha1.OversellTarget{}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestNextChange: a whole-second stamp counts from the end of its second;
@@ -505,14 +512,7 @@ func TestPressureHoldRealTime(t *testing.T) {
 				}
 				pressed, below = false, time.Time{}
 			}
-			b, err := json.Marshal(d.Target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			prev = &v1alpha1.OversellTarget{}
-			if err := json.Unmarshal(b, prev); err != nil {
-				t.Fatal(err)
-			}
+			prev = roundTrip(t, d.Target)
 			now = now.Add(c.Interval + time.Duration(rng.Int64N(int64(time.Second))))
 		}
 	}
