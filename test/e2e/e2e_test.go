@@ -65,10 +65,10 @@ func TestMain(m *testing.M) {
 // TestScenarios runs the scenarios in order; each depends on the state the
 // previous one leaves, so a failure stops the rest.
 //
-// Last, the README's "OLM without Docker" block runs as written against
-// the stack the scenarios leave (scenarios.README), as a user with a
-// running make demo would: it is the one run of operator-sdk run bundle on
-// the real node besides scenario 7 (test/olm has none).
+// Scenario 7 runs the README's "OLM without Docker" block as written up to
+// its last line, the one run of operator-sdk run bundle on the real node
+// (test/olm has none); that line, make cleanup-bundle, runs after the
+// other scenarios (scenarios.README) and must leave nothing of the install.
 func TestScenarios(t *testing.T) {
 	for _, s := range append(append([]scenarios.Scenario(nil), scenarios.All...), scenarios.README) {
 		ok := t.Run(s.Name, func(t *testing.T) {

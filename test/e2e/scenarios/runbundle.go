@@ -25,6 +25,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/test/cluster"
+	"github.com/hookwright/hookwright/test/olm"
 )
 
 // The names scenario 7 and the README's block install.
@@ -36,26 +37,34 @@ const (
 	image011 = "ghcr.io/hookwright/hookwright:v0.1.1"
 )
 
-// RunBundle is scenario 7: `operator-sdk run bundle` the way the README's
-// "OLM without Docker" block runs it, through the make targets
-// (hack/runbundle) against this stack (DEMO_DIR is its directory, so the
-// targets take the kubeconfig, the registry's HTTPS address and its CA
-// from its env file):
+// RunBundle is scenario 7: the README's "OLM without Docker" block
+// (READMEBlock) run as written against this stack (Shell: DEMO_DIR is its
+// directory, so the targets take the kubeconfig, the registry's HTTPS
+// address and its CA from its env file), all but its last line:
 //
 //   - make cleanup-bundle removes scenario 5's catalog install: operator-sdk
 //     cleanup deletes its Subscription, CSV, CatalogSource and
 //     OperatorGroup and the CRDs, so every SidecarInjector and NodeOversell
 //     (each NodeOversell restores its nodes while the operator still runs);
 //   - make bundle-image, make run-bundle: the CSV hookwright.v0.1.0
-//     Succeeded, its operator pods Running in containerd on SystemNode;
-//   - config/samples applied and Ready;
+//     Succeeded, its operator pods Running and Ready in containerd on
+//     SystemNode; config/samples applied and Ready;
 //   - make bundle-image VERSION=0.1.1, make run-bundle-upgrade
 //     VERSION=0.1.1: the CSV hookwright.v0.1.1 Succeeded, its pods running
 //     image011, the CRs' UIDs unchanged, pods injected.
 //
 // It leaves that install running with the samples applied, for the
-// scenarios after it.
+// scenarios after it. The block's last line, make cleanup-bundle, is
+// READMEOLM's: test/e2e runs it after every scenario, so the block runs
+// once in all, as a user with a running make demo would run it.
 func RunBundle(ctx context.Context, e *Env, r *Result) error {
+	lines, err := READMEBlock()
+	if err != nil {
+		return err
+	}
+	if len(lines) < 2 || lines[0] != cleanupLine || lines[len(lines)-1] != cleanupLine {
+		return fmt.Errorf("README block %q: want %s first and last", lines, cleanupLine)
+	}
 	c, err := e.client()
 	if err != nil {
 		return err
@@ -68,58 +77,14 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	if err := c.List(ctx, &nos); err != nil {
 		return err
 	}
-	var total time.Duration
-	// An install or an upgrade through OLM within 2 minutes: what the issue
-	// asks of the README's whole block (test/e2e times that, READMEOLM).
-	step := func(what string, bound time.Duration, args ...string) error {
-		took, err := e.Make(ctx, args...)
-		total += took
-		r.timing("make "+strings.Join(args, " ")+": "+what, took, bound)
-		return err
+	b := &readmeRun{crsBefore: fmt.Sprintf("SidecarInjectors: %d, NodeOversells: %d", len(sis.Items), len(nos.Items))}
+	for _, line := range lines[:len(lines)-1] {
+		if err := e.readmeLine(ctx, r, b, line); err != nil {
+			return err
+		}
 	}
-	if err := step("scenario 5's catalog install removed", 0, "cleanup-bundle"); err != nil {
-		return err
-	}
-	if err := e.crdsGone(ctx); err != nil {
-		return err
-	}
-	if e.olmInstall != nil {
-		e.olmInstall.StopCatalog()
-		e.olmInstall = nil
-	}
-	r.check("make cleanup-bundle removed scenario 5's catalog install (operator-sdk cleanup: Subscription, CSV, CatalogSource, OperatorGroup) and the CRDs, and with them every CR (SidecarInjectors: %d, NodeOversells: %d), as it says",
-		len(sis.Items), len(nos.Items))
-
-	if err := step("images built and pushed", 0, "bundle-image"); err != nil {
-		return err
-	}
-	if err := step("CSV "+csv010+" Succeeded", 2*time.Minute, "run-bundle"); err != nil {
-		return err
-	}
-	pods, err := e.checkCSV(ctx, csv010, ServerImage)
-	if err != nil {
-		return err
-	}
-	r.check("make run-bundle: CSV %s Succeeded; operator pods %s Running and Ready in containerd on %s", csv010, strings.Join(pods, ", "), SystemNode)
-
-	start := time.Now()
-	crs, err := e.applySamples(ctx)
-	if err != nil {
-		return err
-	}
-	r.timing("config/samples applied → Ready (their servers' pods Ready)", time.Since(start), 0)
-
-	if err := step("0.1.1 bundle built and pushed", 0, "bundle-image", "VERSION=0.1.1"); err != nil {
-		return err
-	}
-	if err := step("CSV "+csv011+" Succeeded", 2*time.Minute, "run-bundle-upgrade", "VERSION=0.1.1"); err != nil {
-		return err
-	}
-	if pods, err = e.checkCSV(ctx, csv011, image011); err != nil {
-		return err
-	}
-	if err := e.sameUIDs(ctx, crs); err != nil {
-		return err
+	if b.upgraded == nil {
+		return fmt.Errorf("README block %q: no make run-bundle-upgrade VERSION=0.1.1", lines)
 	}
 	if err := e.WaitReady(ctx, 3*time.Minute); err != nil {
 		return err
@@ -128,9 +93,90 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	if err != nil {
 		return err
 	}
-	r.check("make run-bundle-upgrade VERSION=0.1.1: CSV %s Succeeded (replaces %s, which is gone); operator pods %s run %s; the CRs kept their UIDs and are Ready; a pod is injected %s later",
-		csv011, csv010, strings.Join(pods, ", "), image011, lag.Round(time.Millisecond))
-	r.timing("the make commands above, added up", total, 0)
+	r.check("after the upgrade the CRs are Ready and a pod is injected %s later", lag.Round(time.Millisecond))
+	r.timing("the make commands above, added up", b.total, 0)
+	e.readme = b
+	return nil
+}
+
+// cleanupLine is the README block's first and last command.
+const cleanupLine = "make cleanup-bundle"
+
+// readmeRun is what the README block's lines leave for the lines after
+// them (scenario 7 runs all but the last; READMEOLM the last).
+type readmeRun struct {
+	// crsBefore counts the CRs the first cleanup removes.
+	crsBefore string
+	// before is installScope after the first cleanup.
+	before map[olm.ObjectKey]olm.ObjectInfo
+	// crs are the samples' UIDs as make run-bundle left them.
+	crs map[string]types.UID
+	// upgraded is the 0.1.1 operator's pods after the upgrade.
+	upgraded []string
+	cleanups int
+	total    time.Duration
+}
+
+// readmeLine runs one line of the README block and checks what it
+// promises.
+func (e *Env) readmeLine(ctx context.Context, r *Result, b *readmeRun, line string) error {
+	// An install or an upgrade through OLM within 2 minutes: what the
+	// issue asks of the block's commands one by one.
+	var bound time.Duration
+	if strings.HasPrefix(line, "make run-bundle") {
+		bound = 2 * time.Minute
+	}
+	took, err := e.Shell(ctx, line)
+	b.total += took
+	r.timing(line, took, bound)
+	if err != nil {
+		return err
+	}
+	switch line {
+	case cleanupLine:
+		b.cleanups++
+		if err := e.crdsGone(ctx); err != nil {
+			return err
+		}
+		if b.cleanups > 1 {
+			left, err := e.leftAfter(ctx, b.before)
+			if err != nil {
+				return err
+			}
+			r.check("%s: nothing of the install left among %d objects of every listable kind (OLM's Operator object included), Events aside", line, len(left))
+			return nil
+		}
+		if e.olmInstall != nil {
+			e.olmInstall.StopCatalog()
+			e.olmInstall = nil
+		}
+		if b.before, err = e.installScope(ctx); err != nil {
+			return err
+		}
+		r.check("%s removed the install before it (scenario 5's catalog install: operator-sdk cleanup deletes Subscription, CSV, CatalogSource, OperatorGroup) and the CRDs, and with them every CR (%s), as it says; %d objects listed (cluster-scoped, %s, %s)",
+			line, b.crsBefore, len(b.before), OperatorNamespace, olm.DefaultNamespace)
+	case "make run-bundle":
+		pods, err := e.checkCSV(ctx, csv010, ServerImage)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if b.crs, err = e.applySamples(ctx); err != nil {
+			return err
+		}
+		r.timing("config/samples applied → Ready (their servers' pods Ready)", time.Since(start), 0)
+		r.check("%s: CSV %s Succeeded, operator pods %s Running and Ready in containerd on %s; config/samples applied and Ready", line, csv010, strings.Join(pods, ", "), SystemNode)
+	case "make run-bundle-upgrade VERSION=0.1.1":
+		pods, err := e.checkCSV(ctx, csv011, image011)
+		if err != nil {
+			return err
+		}
+		if err := e.sameUIDs(ctx, b.crs); err != nil {
+			return err
+		}
+		b.upgraded = pods
+		r.check("%s: CSV %s Succeeded (replaces %s, which is gone); operator pods %s run %s; the CRs kept their UIDs", line, csv011, csv010, strings.Join(pods, ", "), image011)
+	}
 	return nil
 }
 
@@ -287,11 +333,6 @@ func (e *Env) Shell(ctx context.Context, line string) (time.Duration, error) {
 		return took, fmt.Errorf("%s: %w\n%s", line, err, w.tail())
 	}
 	return took, nil
-}
-
-// Make runs make with args in the repository root (see Shell).
-func (e *Env) Make(ctx context.Context, args ...string) (time.Duration, error) {
-	return e.Shell(ctx, "make --no-print-directory "+strings.Join(args, " "))
 }
 
 // userVars are what the make targets and tools read from the

@@ -125,6 +125,8 @@ type Env struct {
 	olm      *olm.OLM
 	// olmInstall is scenario 5's catalog install (scenario 7 removes it).
 	olmInstall *olm.Installation
+	// readme is scenario 7's run of the README block, for READMEOLM.
+	readme *readmeRun
 	// allKinds is client()'s client.
 	clientOnce sync.Once
 	allKinds   client.Client
