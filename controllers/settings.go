@@ -6,6 +6,7 @@ import (
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/webhookprobe"
 )
 
 // Settings are the operator-wide inputs of the reconcilers.
@@ -32,4 +33,7 @@ type Settings struct {
 	// FleetWriteInterval is the least time between two fleet status
 	// writes of one SidecarInjector; zero means DefaultFleetWriteInterval.
 	FleetWriteInterval time.Duration
+	// Probe is the pace of the live check of each CR's webhook; a zero
+	// value means webhookprobe.DefaultPolicy (one probe a minute).
+	Probe webhookprobe.Policy
 }

@@ -70,7 +70,11 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if err := mgr.Add(sh.upgrade); err != nil {
 		return err
 	}
-	sh.prober = newProber(webhookprobe.DefaultPolicy)
+	policy := s.Probe
+	if policy == (webhookprobe.Policy{}) {
+		policy = webhookprobe.DefaultPolicy
+	}
+	sh.prober = newProber(policy)
 	if sh.prober.client, err = newProbeClient(mgr); err != nil {
 		return err
 	}

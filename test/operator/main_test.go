@@ -36,6 +36,7 @@ import (
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
+	"github.com/hookwright/hookwright/internal/webhookprobe"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -71,6 +72,10 @@ var (
 
 // testFleetWriteInterval is the operator's fleet write interval here.
 const testFleetWriteInterval = time.Second
+
+// testProbePolicy is the operator's probe pace here: the default's, with
+// the period and the longest back-off shortened from a minute.
+var testProbePolicy = webhookprobe.Policy{Period: 20 * time.Second, MinGap: 5 * time.Second, BackoffBase: 5 * time.Second, BackoffMax: 20 * time.Second}
 
 // testSignerMaxValidity is the CSR signer's --csr-max-validity;
 // testSignerWait is how long mode CSR waits for a signer before saying it
@@ -258,6 +263,10 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 			// Rollout steps and counts reach status sooner than the 5 s
 			// default; TestFleetStatus still sees a quiet fleet write nothing.
 			FleetWriteInterval: testFleetWriteInterval,
+			// A break is seen at the next probe: a period of 20 s, not
+			// the minute of the default, lets TestWebhookReachable see
+			// four breaks in as many periods.
+			Probe: testProbePolicy,
 		},
 		Signer: &csrsigner.Options{SignerName: v1alpha1.DefaultCSRSignerName, MaxValidity: testSignerMaxValidity},
 		WrapValidation: func(h admission.Handler) admission.Handler {

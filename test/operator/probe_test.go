@@ -171,7 +171,7 @@ func fakeWebhookFollowing(t *testing.T, sec *corev1.Secret) (addr string, stop f
 // the failing step when the webhook is broken (a server with a certificate
 // of a foreign CA, no route to the Service, a server that does not inject,
 // the oversell webhook not called) and True again after each repair; a CR
-// left alone is probed at most once a minute.
+// left alone is probed at most once a probe period (testProbePolicy).
 func TestWebhookReachable(t *testing.T) {
 	ctx := ctxT(t, 12*time.Minute)
 	c := env.Client
@@ -323,17 +323,18 @@ func TestWebhookReachable(t *testing.T) {
 	serve(siO, "injector-probe-4")
 	repaired("real server back", si)
 
-	// The NodeOversell's steady state: at most one probe a minute.
+	// The NodeOversell's steady state: at most one probe a period.
 	steady := time.Since(steadyFrom)
+	periods := steady.Seconds() / testProbePolicy.Period.Seconds()
 	n := total(probeCounts(t, desired.OversellKind.Name, no.Name)) - steadyCount
-	t.Logf("NodeOversell left alone for %s: %.0f probes (%.2f per minute); the operator's dry-run requests in that time, both CRs: %d",
-		steady.Round(time.Second), n, n/steady.Minutes(), writes.dryRuns.Load()-dryFrom)
+	t.Logf("NodeOversell left alone for %s: %.0f probes (%.2f per %s period); the operator's dry-run requests in that time, both CRs: %d",
+		steady.Round(time.Second), n, n/periods, testProbePolicy.Period, writes.dryRuns.Load()-dryFrom)
 	changes := probeInputs(t, ctx, noO).changesSince(steadyConfig)
 	if changes > 0 {
 		t.Logf("NodeOversell's webhook configuration or certificate changed %d times meanwhile (test CA rotation): one probe each allowed", changes)
 	}
-	if n > steady.Minutes()+1+float64(changes) {
-		t.Errorf("%.0f probes of a NodeOversell in %s with %d changes: more than one a minute", n, steady.Round(time.Second), changes)
+	if n > periods+1+float64(changes) {
+		t.Errorf("%.0f probes of a NodeOversell in %s with %d changes: more than one per %s period", n, steady.Round(time.Second), changes, testProbePolicy.Period)
 	}
 	if c := apimeta.FindStatusCondition(no.Status.Conditions, v1alpha1.ConditionWebhookReachable); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("NodeOversell WebhookReachable %+v during the SidecarInjector's breaks", c)
