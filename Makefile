@@ -221,7 +221,7 @@ bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundl
 scorecard: tool-scorecard-test ## Run the scorecard's basic and OLM suites offline against ./bundle (hack/scorecard.sh).
 	hack/scorecard.sh bundle
 
-# OLM without Docker (hack/runbundle, the README's Install section): the
+# OLM without Docker (hack/runbundle, docs/install.md): the
 # images pushed to IMAGE_REGISTRY and operator-sdk run against the cluster of
 # KUBECONFIG; what the environment leaves unset (IMAGE_REGISTRY, KUBECONFIG,
 # SSL_CERT_FILE) comes from the running demo's $(DEMO_DIR)/env. Each command
