@@ -96,8 +96,23 @@ node-prereqs: ## Install the Debian packages the real test node needs, if missin
 	@hack/node-prereqs.sh
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane.
-	go test -count=1 $$(go list ./... | grep -v -e /test/)
+test-unit: ## Run the tests that need no control plane: every package outside test/ (cluster.New refuses to start one).
+	HOOKWRIGHT_NO_CONTROL_PLANE=1 go test -count=1 $$(go list ./... | grep -v -e /test/)
+
+# One suite at a time, each one package with make test's flags
+# (test/README.md maps each feature to its tests in these suites).
+TEST_SUITES := test-e2e test-operator test-node test-usage test-integration test-scale test-olm test-bundle
+.PHONY: $(TEST_SUITES)
+test-e2e: ## Run test/e2e alone: the demo's scenarios and the install block of docs/install.md.
+test-operator: ## Run test/operator alone: the operator against a real control plane.
+test-node: ## Run test/node alone: the operator's servers and rollout on a real node (root).
+test-usage: ## Run test/usage alone: usage-aware NodeOversell with metrics-server and a real node (root).
+test-integration: ## Run test/integration alone: the harness and both servers against the real API server.
+test-scale: ## Run test/scale alone, at make test's sizes (make scale measures the full ones).
+test-olm: ## Run test/olm alone: the bundle through OLM on the harness cluster.
+test-bundle: ## Run test/bundle alone: the committed bundle (no control plane).
+$(TEST_SUITES): tools node-prereqs
+	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/$(@:test-%=%)
 
 .PHONY: scale
 scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes and fleet status at 10,000 pods into _scale/report-full.md (not part of make test).
@@ -221,7 +236,7 @@ bundle: manifests tool-kustomize tool-operator-sdk ## Generate bundle/ and bundl
 scorecard: tool-scorecard-test ## Run the scorecard's basic and OLM suites offline against ./bundle (hack/scorecard.sh).
 	hack/scorecard.sh bundle
 
-# OLM without Docker (hack/runbundle, the README's Install section): the
+# OLM without Docker (hack/runbundle, docs/install.md): the
 # images pushed to IMAGE_REGISTRY and operator-sdk run against the cluster of
 # KUBECONFIG; what the environment leaves unset (IMAGE_REGISTRY, KUBECONFIG,
 # SSL_CERT_FILE) comes from the running demo's $(DEMO_DIR)/env. Each command

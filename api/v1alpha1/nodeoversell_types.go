@@ -244,7 +244,7 @@ type PressureThreshold struct {
 	Memory *int32 `json:"memory,omitempty"`
 }
 
-// OversellUsage configures the usage-aware ratio (README: NodeOversell,
+// OversellUsage configures the usage-aware ratio (docs/nodeoversell.md,
 // usage-aware ratio).
 type OversellUsage struct {
 	// TargetUtilization per resource.

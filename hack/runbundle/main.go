@@ -1,5 +1,5 @@
 // Command runbundle is behind `make bundle-image`, `make run-bundle`,
-// `make run-bundle-upgrade` and `make cleanup-bundle`: the README's
+// `make run-bundle-upgrade` and `make cleanup-bundle`: docs/install.md's
 // "OLM without Docker" path, `operator-sdk run bundle` by hand on a
 // machine without a Docker engine.
 //

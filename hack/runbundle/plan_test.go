@@ -147,17 +147,17 @@ func TestRegistryError(t *testing.T) {
 	}
 }
 
-// The README's by-hand block is exactly what the targets print, with the
-// demo's registry as $IMAGE_REGISTRY and the tools on PATH (the env file
-// puts bin/ there).
+// The by-hand block of docs/install.md (the README's install page) is
+// exactly what the targets print, with the demo's registry as
+// $IMAGE_REGISTRY and the tools on PATH (the env file puts bin/ there).
 func TestREADMEShowsTheCommandsRun(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)<!-- hack/runbundle prints these -->\n```sh\n(.*?)```").FindSubmatch(raw)
 	if m == nil {
-		t.Fatal("README.md has no block after <!-- hack/runbundle prints these -->")
+		t.Fatal("docs/install.md has no block after <!-- hack/runbundle prints these -->")
 	}
 	var readme []string
 	for _, l := range strings.Split(string(m[1]), "\n") {
@@ -183,6 +183,6 @@ func TestREADMEShowsTheCommandsRun(t *testing.T) {
 		s.commandLine("kubectl", []string{"delete", "operators.operators.coreos.com", olmOperatorName(s.Namespace), "--ignore-not-found"}))
 	got := strings.ReplaceAll(strings.Join(readme, "\n"), "$IMAGE_REGISTRY", reg)
 	if w := strings.Join(want, "\n"); got != w {
-		t.Errorf("README block:\n%s\nwhat hack/runbundle runs:\n%s", got, w)
+		t.Errorf("docs/install.md block:\n%s\nwhat hack/runbundle runs:\n%s", got, w)
 	}
 }

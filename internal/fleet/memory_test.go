@@ -82,7 +82,7 @@ func heapOf(tb testing.TB, raw [][]byte, keep func(*corev1.Pod) any) (uint64, []
 
 // TestTrimmedPodMemory measures what 1,000 injected pods hold in the heap
 // as a full pod informer keeps them and as fleet.TrimPod leaves them (the
-// figure goes in the README; it is logged, not asserted beyond "smaller").
+// figure goes in docs/sidecarinjector.md; it is logged, not asserted beyond "smaller").
 func TestTrimmedPodMemory(t *testing.T) {
 	inj := testInjector(t, "proxy:2")
 	const n = 1000

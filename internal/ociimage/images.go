@@ -17,7 +17,7 @@ const (
 	// (internal/cri/config.DefaultSandboxImage), so a node needs no
 	// sandbox_image setting.
 	PauseName = "registry.k8s.io/pause:3.10.2"
-	// nginxName is the image of the README's first scenario
+	// nginxName is the image of the demo's first scenario (docs/demo.md)
 	// (`kubectl create deployment test --image=nginx:1.23-alpine`).
 	nginxName = "docker.io/library/nginx:1.23-alpine"
 	// The sample SidecarInjector's images

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,8 +95,31 @@ type Cluster struct {
 	kwokPort    int
 }
 
-// New starts a cluster. Call Stop to end every process and remove temp files.
+// NoControlPlaneEnv names the variable `make test-unit` sets: the unit
+// suite promises no control plane, so while it is set New refuses to
+// start one and RequireControlPlane skips the few tests outside test/
+// that need one (they run in `make test`).
+const NoControlPlaneEnv = "HOOKWRIGHT_NO_CONTROL_PLANE"
+
+// ErrNoControlPlane is New's error while NoControlPlaneEnv is set.
+var ErrNoControlPlane = errors.New(NoControlPlaneEnv + " is set (make test-unit): no control plane may start; " +
+	"a test that needs one lives under test/ or calls cluster.RequireControlPlane")
+
+// RequireControlPlane skips t while NoControlPlaneEnv is set: for a test
+// outside test/ that starts a control plane.
+func RequireControlPlane(t testing.TB) {
+	t.Helper()
+	if os.Getenv(NoControlPlaneEnv) != "" {
+		t.Skipf("starts a control plane; %s is set (make test-unit), make test runs it", NoControlPlaneEnv)
+	}
+}
+
+// New starts a cluster. Call Stop to end every process and remove temp
+// files. While NoControlPlaneEnv is set it returns ErrNoControlPlane.
 func New(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if os.Getenv(NoControlPlaneEnv) != "" {
+		return nil, ErrNoControlPlane
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err

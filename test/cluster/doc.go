@@ -17,7 +17,8 @@
 // Each file answers one question:
 //
 //   - cluster.go: how does the control plane start and stop (Options, New,
-//     Stop, Leaks, StopChecked)?
+//     Stop, Leaks, StopChecked), and how does `make test-unit` keep it from
+//     starting (NoControlPlaneEnv, RequireControlPlane)?
 //   - components.go: how are kube-controller-manager and kube-scheduler
 //     started and awaited?
 //   - clients.go: how does a test act on the cluster: as whom (Impersonate,

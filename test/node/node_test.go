@@ -4,9 +4,18 @@
 // authorizer, a hardened pod really runs with the security context it asks
 // for and answers on its pod IP, a Service reaches it through kube-proxy,
 // nothing of the node's network reaches off the machine, and Stop leaves
-// nothing behind.
+// nothing behind. Then it runs the operator's webhook servers there: the
+// oversell ratio the real kubelet admits pods against and its
+// re-amplification after an outage, server pod failures surfacing on the
+// CR, a server container killed under load, and a rollout on the real
+// kubelet.
 //
-// It must not import controllers or webhooks: it tests the node alone.
+// The operator runs in this process, wired as `hookwright manager` wires
+// it (internal/manager; controllers only for its scheme, settings and
+// condition names: operator_test.go, reamplify_test.go). The webhook
+// servers never do: they run only as pods of the operator image on the
+// node, as a cluster runs them, so the package imports no webhooks/
+// package.
 package node
 
 import (

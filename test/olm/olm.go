@@ -33,7 +33,7 @@
 // The image path, as users run it (`make run-bundle`, hack/runbundle:
 // bin/operator-sdk with images from internal/ociimage and pods on a real
 // node), is tested against the demo's stack by test/e2e, which runs the
-// README's block; Snapshot and NewObjects (snapshot.go) find what an
+// block of docs/install.md; Snapshot and NewObjects (snapshot.go) find what an
 // uninstall left of any kind.
 //
 // It must not import controllers or webhooks: OLM installs the operator

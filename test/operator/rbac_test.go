@@ -172,7 +172,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		}
 	}
 
-	// A further allowed server namespace, bound as the README says.
+	// A further allowed server namespace, bound as docs/security.md says.
 	rb := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
 		"metadata": map[string]any{"name": prefix + "servers", "namespace": extraNS},

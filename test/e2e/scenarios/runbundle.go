@@ -395,20 +395,24 @@ func (w *lineWriter) tail() string {
 	return strings.Join(w.last, "\n")
 }
 
-// READMEBlock returns the commands of the README's block marked
+// READMEDoc is the page, relative to the repository, holding the block
+// READMEBlock reads (the README links to it).
+const READMEDoc = "docs/install.md"
+
+// READMEBlock returns the commands of the block of READMEDoc marked
 // `<!-- test/e2e runs this block -->`, comments stripped, in order.
 func READMEBlock() ([]string, error) {
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(root, READMEDoc))
 	if err != nil {
 		return nil, err
 	}
 	m := regexp.MustCompile("(?s)<!-- test/e2e runs this block -->\n```sh\n(.*?)```").FindSubmatch(raw)
 	if m == nil {
-		return nil, fmt.Errorf("README.md has no ```sh block after <!-- test/e2e runs this block -->")
+		return nil, fmt.Errorf("%s has no ```sh block after <!-- test/e2e runs this block -->", READMEDoc)
 	}
 	var out []string
 	for _, l := range strings.Split(string(m[1]), "\n") {
