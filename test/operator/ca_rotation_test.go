@@ -428,16 +428,18 @@ func TestCADirAndCARotation(t *testing.T) {
 	for _, m := range statusSteps {
 		t.Logf("CertificateReady during the rotation: %s", m)
 	}
-	reasons, err := eventReasons(ctx, "SidecarInjector", si.Name)
+	// Events are recorded asynchronously: polled, not read once.
+	var reasons, idleReasons map[string]int
+	err = cluster.WaitFor(ctx, time.Minute, certsource.EventCARotation+" events", func(ctx context.Context) (bool, error) {
+		var err error
+		if reasons, err = eventReasons(ctx, "SidecarInjector", si.Name); err != nil {
+			return false, err
+		}
+		idleReasons, err = eventReasons(ctx, "SidecarInjector", idle.Name)
+		return reasons[certsource.EventCARotation]+idleReasons[certsource.EventCARotation] > 0, err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	idleReasons, err := eventReasons(ctx, "SidecarInjector", idle.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if reasons[certsource.EventCARotation]+idleReasons[certsource.EventCARotation] == 0 {
-		t.Fatalf("no %s events: %v / %v", certsource.EventCARotation, reasons, idleReasons)
+		t.Fatalf("%v: %v / %v", err, reasons, idleReasons)
 	}
 	t.Logf("events: %s %v, %s %v", si.Name, reasons, idle.Name, idleReasons)
 	if reasons[apply.EventDriftRepaired]+idleReasons[apply.EventDriftRepaired] != 0 {

@@ -96,7 +96,7 @@ func TestCertManagerMode(t *testing.T) {
 
 	// 2. cert-manager's CRDs appear: the operator notices on its recheck.
 	start := time.Now()
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{certManagerCRDs(t)}, ErrorIfPathMissing: true}); err != nil {
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{certManagerCRDs(t)}, ErrorIfPathMissing: true, MaxTime: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	crt := &cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Name: base, Namespace: operatorNS}}

@@ -143,6 +143,24 @@ func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context
 	return took
 }
 
+// awaitEvent polls until an Event about the kind/name CR has reason and
+// returns the counts by reason (the operator records Events
+// asynchronously: a read right after the act can miss them on a loaded
+// machine).
+func awaitEvent(t *testing.T, ctx context.Context, kind, name, reason string) map[string]int {
+	t.Helper()
+	var r map[string]int
+	err := cluster.WaitFor(ctx, time.Minute, fmt.Sprintf("%s %s Event %s", kind, name, reason), func(ctx context.Context) (bool, error) {
+		var err error
+		r, err = eventReasons(ctx, kind, name)
+		return r[reason] > 0, err
+	})
+	if err != nil {
+		t.Fatalf("%v (events %v)", err, r)
+	}
+	return r
+}
+
 // eventReasons counts events.k8s.io Events about the CR named name by
 // reason (one per distinct related object; a series counts once).
 func eventReasons(ctx context.Context, kind, name string) (map[string]int, error) {

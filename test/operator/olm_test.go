@@ -70,7 +70,7 @@ func (h *conditionHistory) String() string {
 // for an installed CSV, sets OPERATOR_CONDITION_NAME for the in-process
 // operator and starts recording Upgradeable.
 func setupOLM(ctx context.Context) error {
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crds.OperatorCondition()}}); err != nil {
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crds.OperatorCondition()}, MaxTime: 2 * time.Minute}); err != nil {
 		return fmt.Errorf("install the OperatorCondition CRD: %w", err)
 	}
 	if err := env.Client.Create(ctx, &apiv2.OperatorCondition{

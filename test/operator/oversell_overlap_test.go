@@ -143,9 +143,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 
 	relabel("none")
 	expect("no NodeOversell selects the node: the operator restores it", "3800m", "7Gi", "")
-	if r, err := eventReasons(ctx, "NodeOversell", "ovd-b"); err != nil || r[oversellnodes.EventNodesRestored] == 0 {
-		t.Fatalf("ovd-b events %v (%v)", r, err)
-	}
+	awaitEvent(t, ctx, "NodeOversell", "ovd-b", oversellnodes.EventNodesRestored)
 
 	// Back in both selectors: a kubelet report is amplified once, by ovd-a.
 	relabel("a")

@@ -227,10 +227,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 			t.Fatalf("annotation %s=%s left after deletion", k, v)
 		}
 	}
-	r, err := eventReasons(ctx, "NodeOversell", "pool")
-	if err != nil || r[oversellnodes.EventNodesRestored] == 0 {
-		t.Fatalf("events %v (%v); want NodesRestored", r, err)
-	}
+	r := awaitEvent(t, ctx, "NodeOversell", "pool", oversellnodes.EventNodesRestored)
 	if r[oversellnodes.EventNodesResynced] == 0 {
 		// Another nodes/status write can publish the new ratio first: the
 		// operator's own target write (Sync skips nodes Targets just

@@ -121,7 +121,9 @@ var All = []Scenario{
 	{Name: "3. Hot reload", Run: HotReload},
 	{Name: "4. Self-healing webhooks", Run: SelfHealing},
 	{Name: "5. OLM", Run: OLMInstall},
-	{Name: "6. CA rotation under load", Run: Rotation},
+	// Two waits for admissions and one for the rotation, each minutes long
+	// on a starved machine.
+	{Name: "6. CA rotation under load", Run: Rotation, Timeout: 15 * time.Minute},
 	// Two image builds and two OLM installs: longer than the others.
 	{Name: "7. operator-sdk run bundle", Run: RunBundle, Timeout: 15 * time.Minute},
 	// In place, an outage's missing pods, Restart, and back (lab as before).

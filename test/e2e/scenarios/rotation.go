@@ -290,7 +290,9 @@ func awaitAdmissions(ctx context.Context, loads []*admissionLoad, n int64, what 
 	}
 	s0 := samples.Load()
 	var last string
-	if err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("%d admissions per namespace %s", n, what), func(context.Context) (bool, error) {
+	// Minutes, not the seconds it takes idle: a starved API server
+	// answers the sampler's reads one every few seconds.
+	if err := cluster.WaitFor(ctx, 5*time.Minute, fmt.Sprintf("%d admissions per namespace %s", n, what), func(context.Context) (bool, error) {
 		ok := samples.Load()-s0 >= m
 		last = fmt.Sprintf("%d samples", samples.Load()-s0)
 		for i, l := range loads {
