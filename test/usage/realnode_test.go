@@ -35,7 +35,7 @@ func TestRealNode(t *testing.T) {
 		},
 	}
 	newOversell(t, ctx, no)
-	waitNode(t, ctx, time.Minute, realNode, "1500m x 2", func(s nodeState) bool { return s.cpu == "3" })
+	waitNode(t, ctx, 3*time.Minute, realNode, "1500m x 2", func(s nodeState) bool { return s.cpu == "3" })
 
 	t.Run("ExclusiveCPUsStayReal", func(t *testing.T) { exclusiveCPUs(t, ctx) })
 	t.Run("CutHeldAcrossKubeletRestart", func(t *testing.T) { cutAcrossRestart(t, ctx, no) })
