@@ -1,0 +1,85 @@
+package healthcheck
+
+import (
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Status is a check's outcome.
+type Status string
+
+const (
+	// OK: the check passed.
+	OK Status = "ok"
+	// Warn: reported with a hint, but the run still succeeds.
+	Warn Status = "warn"
+	// Fail: the run fails (non-zero exit).
+	Fail Status = "fail"
+	// Skip: not run, because a check it depends on failed.
+	Skip Status = "skip"
+)
+
+// Result is one check's line.
+type Result struct {
+	// Area groups lines, e.g. "kubernetes-api" or "SidecarInjector sidecar-injector".
+	Area string `json:"area"`
+	// ID is stable across releases and names the docs/cli.md section
+	// ("check-<id>"), e.g. "crd-version".
+	ID string `json:"id"`
+	// Description says what is checked, as a statement that holds when it passes.
+	Description string `json:"description"`
+	Status      Status `json:"status"`
+	// Message is the finding: what was seen (for OK too, when useful).
+	Message string `json:"message,omitempty"`
+	// Hint says what to do; set for Warn and Fail.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Got is one gathered fact and the error reading it.
+type Got[T any] struct {
+	Value T
+	Err   error
+}
+
+// Summary counts results by status.
+type Summary struct {
+	OK, Warnings, Failures, Skipped int
+}
+
+// Summarize counts rs; the run fails when Failures > 0.
+func Summarize(rs []Result) Summary {
+	var s Summary
+	for _, r := range rs {
+		switch r.Status {
+		case OK:
+			s.OK++
+		case Warn:
+			s.Warnings++
+		case Fail:
+			s.Failures++
+		case Skip:
+			s.Skipped++
+		}
+	}
+	return s
+}
+
+// readError is a failed read as a check's message and hint: a refusal by
+// RBAC names what to grant, an absent API names it, anything else is
+// passed through. what is "list mutatingwebhookconfigurations.admissionregistration.k8s.io".
+func readError(what string, err error) (msg, hint string) {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsForbidden(err):
+		return "forbidden: cannot " + what,
+			fmt.Sprintf("run as a user allowed to %s (kubectl auth can-i %s), or pass --as", what, what)
+	case apierrors.IsUnauthorized(err):
+		return "unauthorized: the API server did not accept the credentials",
+			"check the kubeconfig's user (kubectl config view --minify)"
+	case apierrors.IsNotFound(err) && errors.As(err, &status):
+		return "not found: " + status.Status().Message, ""
+	}
+	return fmt.Sprintf("cannot %s: %v", what, err), "check that the API server is reachable (kubectl cluster-info)"
+}
