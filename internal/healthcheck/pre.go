@@ -11,10 +11,10 @@ import (
 
 // Areas of `check --pre`.
 const (
-	AreaFeatures  = "kubernetes-features"
-	AreaRBAC      = "installer-rbac"
-	AreaOverlap   = "existing-webhooks"
-	MinKubeMinor  = "v1.29.0" // the CSV's minKubeVersion
+	AreaFeatures = "kubernetes-features"
+	AreaRBAC     = "installer-rbac"
+	AreaOverlap  = "existing-webhooks"
+	MinKubeMinor = "v1.29.0" // the CSV's minKubeVersion
 )
 
 // Feature is an API one of our features needs, and how we degrade without it.
