@@ -221,6 +221,7 @@ func gatherCheckFacts(ctx context.Context, cfg *rest.Config, ns string, pre bool
 			cr.ObservedGeneration, cr.Conditions = o.Status.ObservedGeneration, o.Status.Conditions
 		}
 		serverNS := desired.ServerNamespace(op, settings)
+		cr.ServingSecretNamespace = serverNS
 		sec := &corev1.Secret{}
 		err := c.Get(ctx, client.ObjectKey{Namespace: serverNS, Name: desired.ServingSecretName(op)}, sec)
 		cr.ServingSecret = healthcheck.Got[*corev1.Secret]{Value: sec, Err: err}

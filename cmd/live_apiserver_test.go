@@ -21,6 +21,8 @@ import (
 // image change is InPlace, for check-inject --live and status --what-if.
 //
 // It starts a control plane, so `make test-unit` skips it.
+// Then `hookwright check` on the same API server (checkAgainstAPIServer),
+// which shares it to spare the suite a second control plane.
 func TestLiveAgainstAPIServer(t *testing.T) {
 	cluster.RequireControlPlane(t)
 	ctx := context.Background()
@@ -78,4 +80,5 @@ func TestLiveAgainstAPIServer(t *testing.T) {
 	if !strings.Contains(out.String(), "1 counted pods, 1 would not be current (0 of them current or not counted today): 1 in place, 0 by restart") {
 		t.Errorf("--what-if:\n%s", out.String())
 	}
+	t.Run("check", func(t *testing.T) { checkAgainstAPIServer(t, env) })
 }

@@ -107,7 +107,7 @@ func timeout(w admissionregistrationv1.MutatingWebhook) time.Duration {
 // every namespace, and the time a node heartbeat may wait on them.
 func (c *checker) admission(_ []CR) {
 	if c.f.MutatingWebhooks.Err != nil {
-		msg, hint := readError("list mutatingwebhookconfigurations.admissionregistration.k8s.io", c.f.MutatingWebhooks.Err)
+		msg, hint := readError("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", c.f.MutatingWebhooks.Err)
 		c.add(AreaAdmission, "risky-scope", "no webhook of ours fails closed on every namespace", Fail, msg, hint)
 		c.add(AreaAdmission, "heartbeat-budget", "node heartbeats cannot time out on our webhooks", Fail, msg, hint)
 		return

@@ -88,7 +88,7 @@ func withDefaults(f Facts) Facts {
 func (c *checker) apiReachable() bool {
 	const desc = "can reach the API server"
 	if err := c.f.ServerVersion.Err; err != nil {
-		msg, hint := readError("get /version", err)
+		msg, hint := readError("get", "/version", "", err)
 		c.add(AreaAPI, "api-reachable", desc, Fail, msg, hint+"; every other check needs the API server, so none ran")
 		return false
 	}
@@ -112,7 +112,7 @@ func (c *checker) crds() bool {
 			all = false
 			continue
 		case got.Err != nil:
-			msg, hint := readError("get customresourcedefinitions.apiextensions.k8s.io "+name, got.Err)
+			msg, hint := readError("get", "customresourcedefinitions.apiextensions.k8s.io", "", got.Err)
 			c.add(AreaCRDs, "crd-present", desc, Fail, msg, hint)
 			all = false
 			continue
@@ -174,7 +174,7 @@ func (c *checker) operator() {
 		c.add(AreaOperator, "operator-replicas", desc, Fail, "no operator Deployment in namespace "+ns,
 			"install the operator (make deploy, or the OLM bundle), or pass --operator-namespace")
 	case err != nil:
-		msg, hint := readError("list deployments.apps in namespace "+ns, err)
+		msg, hint := readError("list", "deployments.apps", ns, err)
 		c.add(AreaOperator, "operator-replicas", desc, Fail, msg, hint)
 	default:
 		want := replicas(d)
@@ -199,7 +199,7 @@ func (c *checker) operator() {
 		c.add(AreaOperator, "operator-leader", desc, Fail, "no leader election Lease in namespace "+ns,
 			"no operator replica has started leading: kubectl -n "+ns+" logs deployment/hookwright-controller-manager")
 	case err != nil:
-		msg, hint := readError("get leases.coordination.k8s.io in namespace "+ns, err)
+		msg, hint := readError("get", "leases.coordination.k8s.io", ns, err)
 		c.add(AreaOperator, "operator-leader", desc, Fail, msg, hint)
 	default:
 		holder := ""
@@ -242,11 +242,11 @@ func replicas(d *appsv1.Deployment) int32 {
 func (c *checker) customResources(crdsOK bool) []CR {
 	desc := "the SidecarInjectors and NodeOversells can be read"
 	if err := c.f.CRs.Err; err != nil {
-		if !crdsOK {
+		if !crdsOK && apierrors.IsNotFound(err) {
 			c.add(AreaCRDs, "cr-list", desc, Skip, "the CRDs are missing or not served", "")
 			return nil
 		}
-		msg, hint := readError("list sidecarinjectors and nodeoversells.admission.hookwright.io", err)
+		msg, hint := readError("list", "sidecarinjectors.admission.hookwright.io", "", err)
 		c.add(AreaCRDs, "cr-list", desc, Fail, msg, hint)
 		return nil
 	}
@@ -306,7 +306,7 @@ func (c *checker) servingCert(area string, cr CR) *x509.Certificate {
 			"the operator writes it (mode SelfSigned, CSR) or you or cert-manager do (Secret, CertManager): see the CR's CertificateReady condition")
 		return nil
 	case err != nil:
-		msg, hint := readError("get the serving certificate's Secret", err)
+		msg, hint := readError("get", "secrets", cr.ServingSecretNamespace, err)
 		c.add(area, "serving-cert", desc, Fail, msg, hint)
 		return nil
 	}
@@ -369,7 +369,7 @@ func (c *checker) webhookOf(cr CR) *admissionregistrationv1.MutatingWebhookConfi
 	area := cr.Kind + " " + cr.Name
 	const desc = "its MutatingWebhookConfiguration exists"
 	if err := c.f.MutatingWebhooks.Err; err != nil {
-		msg, hint := readError("list mutatingwebhookconfigurations.admissionregistration.k8s.io", err)
+		msg, hint := readError("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", err)
 		c.add(area, "webhook-config", desc, Fail, msg, hint)
 		return nil
 	}
@@ -397,7 +397,7 @@ func (c *checker) webhookConfig(area string, cr CR, wh *admissionregistrationv1.
 			got := c.f.EndpointSlices[key]
 			switch {
 			case got.Err != nil:
-				msg, hint := readError("list endpointslices.discovery.k8s.io in namespace "+svc.Namespace, got.Err)
+				msg, hint := readError("list", "endpointslices.discovery.k8s.io", svc.Namespace, got.Err)
 				c.add(area, "webhook-endpoints", desc, Fail, msg, hint)
 			default:
 				n := readyEndpoints(got.Value)

@@ -72,6 +72,8 @@ type CR struct {
 	// WebhookConfiguration is the name of the MutatingWebhookConfiguration
 	// the operator creates for it.
 	WebhookConfiguration string
+	// ServingSecretNamespace is the server's namespace.
+	ServingSecretNamespace string
 	// ServingSecret is the Secret the server mounts (tls.crt).
 	ServingSecret Got[*corev1.Secret]
 	// Server is the server's Deployment.

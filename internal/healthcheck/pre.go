@@ -102,7 +102,7 @@ func (c *checker) features() {
 		desc := ft.Name + " is available"
 		if ft.Resource != "" {
 			if err := c.f.Pre.Resources.Err; err != nil {
-				msg, hint := readError("read API discovery", err)
+				msg, hint := readError("get", "/apis", "", err)
 				c.add(AreaFeatures, ft.ID, desc, Warn, msg, hint)
 				continue
 			}
@@ -148,7 +148,7 @@ func (c *checker) rbac() {
 		desc := fmt.Sprintf("can %s %s%s", a.Verb, res, where)
 		switch {
 		case a.Err != nil:
-			msg, hint := readError("create selfsubjectaccessreviews.authorization.k8s.io", a.Err)
+			msg, hint := readError("create", "selfsubjectaccessreviews.authorization.k8s.io", "", a.Err)
 			c.add(AreaRBAC, "installer-rbac", desc, Fail, msg, hint)
 		case !a.Allowed:
 			msg := "denied"
@@ -169,7 +169,7 @@ func (c *checker) rbac() {
 func (c *checker) overlap() {
 	const desc = "no other mutating webhook sees the requests ours do"
 	if err := c.f.MutatingWebhooks.Err; err != nil {
-		msg, hint := readError("list mutatingwebhookconfigurations.admissionregistration.k8s.io", err)
+		msg, hint := readError("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", err)
 		c.add(AreaOverlap, "webhook-overlap", desc, Fail, msg, hint)
 		return
 	}

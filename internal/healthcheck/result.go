@@ -66,20 +66,28 @@ func Summarize(rs []Result) Summary {
 	return s
 }
 
-// readError is a failed read as a check's message and hint: a refusal by
-// RBAC names what to grant, an absent API names it, anything else is
-// passed through. what is "list mutatingwebhookconfigurations.admissionregistration.k8s.io".
-func readError(what string, err error) (msg, hint string) {
+// readError is a failed request as a check's message and hint: a refusal
+// by RBAC names the right to grant, an absent object or API says so,
+// anything else is passed through. verb and resource are RBAC's
+// ("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io");
+// ns is empty for cluster-scoped resources.
+func readError(verb, resource, ns string, err error) (msg, hint string) {
+	what := verb + " " + resource
+	canI := "kubectl auth can-i " + what
+	if ns != "" {
+		what += " in namespace " + ns
+		canI += " -n " + ns
+	}
 	var status apierrors.APIStatus
 	switch {
 	case apierrors.IsForbidden(err):
 		return "forbidden: cannot " + what,
-			fmt.Sprintf("run as a user allowed to %s (kubectl auth can-i %s), or pass --as", what, what)
+			fmt.Sprintf("run as a user allowed to %s (%s), e.g. with --as", what, canI)
 	case apierrors.IsUnauthorized(err):
 		return "unauthorized: the API server did not accept the credentials",
 			"check the kubeconfig's user (kubectl config view --minify)"
 	case apierrors.IsNotFound(err) && errors.As(err, &status):
-		return "not found: " + status.Status().Message, ""
+		return "not found: " + status.Status().Message, "check the name and namespace"
 	}
 	return fmt.Sprintf("cannot %s: %v", what, err), "check that the API server is reachable (kubectl cluster-info)"
 }
