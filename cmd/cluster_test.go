@@ -24,6 +24,12 @@ import (
 const mainArgsEnv = "HOOKWRIGHT_TEST_MAIN_ARGS"
 
 func TestMain(m *testing.M) {
+	if pluginName(os.Args[0]) {
+		// Run by kubectl as its plugin (TestKubectlPlugin links this
+		// test binary as kubectl-hookwright): be the CLI.
+		main()
+		os.Exit(0)
+	}
 	if raw, ok := os.LookupEnv(mainArgsEnv); ok {
 		var args []string
 		if err := json.Unmarshal([]byte(raw), &args); err != nil {
@@ -275,11 +281,11 @@ func TestCommandsDialTheContext(t *testing.T) {
 }
 
 // TestClusterFlagsEverywhere: every command that talks to a cluster has
-// --kubeconfig and --context from the one builder, and -n where it has a
-// namespace, with its own default.
+// kubectl's flags (--kubeconfig, --context, --as, --server, ...) from the
+// one builder, and -n where it has a namespace, with its own default.
 func TestClusterFlagsEverywhere(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "")
-	nsDefault := map[string]string{"check-inject": "default", "kube-inject": "default", "rotate-ca": "hookwright-system",
+	nsDefault := map[string]string{"check": "hookwright-system", "check-inject": "default", "kube-inject": "default", "rotate-ca": "hookwright-system",
 		"status": "", "explain-node": "", "renew-certificate": ""}
 	seen := 0
 	for _, cmd := range newRootCommand().Commands() {
@@ -289,8 +295,10 @@ func TestClusterFlagsEverywhere(t *testing.T) {
 		}
 		seen++
 		fs := cmd.Flags()
-		if fs.Lookup("kubeconfig") == nil || fs.Lookup("context") == nil {
-			t.Errorf("%s lacks --kubeconfig or --context", cmd.Name())
+		for _, f := range []string{"kubeconfig", "context", "cluster", "user", "as", "as-group", "server", "token", "request-timeout"} {
+			if fs.Lookup(f) == nil {
+				t.Errorf("%s lacks --%s", cmd.Name(), f)
+			}
 		}
 		ns := fs.Lookup("namespace")
 		switch {
