@@ -41,9 +41,41 @@ func (o *outputFlags) validate() error {
 	return err
 }
 
-// printList prints items as a List of kind kind (apiVersion
-// cliGroupVersion), each item's metadata.name from name(i). Items are
-// marshalled to JSON objects and given apiVersion and kind.
+// printObject prints v as one item of kind kind named name (see printList).
+func (o *outputFlags) printObject(w io.Writer, kind, name string, v any) error {
+	p, err := o.print.ToPrinter()
+	if err != nil {
+		return err
+	}
+	u, err := toItem(kind, name, v)
+	if err != nil {
+		return err
+	}
+	if err := p.PrintObj(u, w); err != nil {
+		return fmt.Errorf("printing: %w", err)
+	}
+	return nil
+}
+
+// toItem is v's JSON object with apiVersion cliGroupVersion, kind and
+// metadata.name.
+func toItem(kind, name string, v any) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["apiVersion"], m["kind"] = cliGroupVersion, kind
+	m["metadata"] = map[string]any{"name": name}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// printList prints n items as a List (apiVersion v1) of items of kind
+// kind (apiVersion cliGroupVersion), item i being item(i)'s JSON object
+// with metadata.name name(i).
 func (o *outputFlags) printList(w io.Writer, kind string, n int, item func(i int) any, name func(i int) string) error {
 	p, err := o.print.ToPrinter()
 	if err != nil {
@@ -51,17 +83,11 @@ func (o *outputFlags) printList(w io.Writer, kind string, n int, item func(i int
 	}
 	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{}}}
 	for i := range n {
-		b, err := json.Marshal(item(i))
+		u, err := toItem(kind, name(i), item(i))
 		if err != nil {
 			return err
 		}
-		m := map[string]any{}
-		if err := json.Unmarshal(b, &m); err != nil {
-			return err
-		}
-		m["apiVersion"], m["kind"] = cliGroupVersion, kind
-		m["metadata"] = map[string]any{"name": name(i)}
-		list.Items = append(list.Items, unstructured.Unstructured{Object: m})
+		list.Items = append(list.Items, *u)
 	}
 	if err := p.PrintObj(list, w); err != nil {
 		return fmt.Errorf("printing: %w", err)
