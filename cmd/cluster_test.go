@@ -275,6 +275,9 @@ func TestCommandsDialTheContext(t *testing.T) {
 	if _, err := execute("explain-node", "kwok-node-0", "--kubeconfig", kc, "--context", "three"); err == nil || !strings.Contains(err.Error(), `context "three"`) {
 		t.Errorf("unknown context: %v", err)
 	}
+	if out, err := execute("explain-node", "kwok-node-0", "--kubeconfig", kc, "--context", "two", "-o", "jsonpath={.node} {.lines[?(@.name==\"capacity\")].value}"); err != nil || out != "kwok-node-0 cpu 8, memory 8Gi" {
+		t.Errorf("explain-node -o jsonpath: %q, %v", out, err)
+	}
 	if out, err := execute("rotate-ca"); err == nil || !strings.Contains(err.Error(), "no cluster configured") {
 		t.Errorf("no kubeconfig: %v\n%s", err, out)
 	}

@@ -26,21 +26,25 @@ type Feature struct {
 	// (any of the group versions serving Resource) instead of by version.
 	GroupVersions []string
 	Resource      string
+	// Served says, for a feature found in discovery, since when and how
+	// it is served.
+	Served string
 	// Without says what happens on an older server.
 	Without string
 }
 
 // Features are the APIs our features need (KEPs in docs/cli.md).
 var Features = []Feature{
-	{ID: "match-conditions", Name: "admissionregistration matchConditions", Since: "v1.30.0",
-		Without: "the manager's validating webhook carries a matchCondition the API server rejects before GA (KEP-3716): install fails"},
+	{ID: "match-conditions", Name: "admissionregistration matchConditions", Since: "v1.28.0",
+		Without: "the manager's validating webhook carries a matchCondition, which the API server refuses before v1.28 (KEP-3716; beta on by default in v1.28, GA in v1.30): the install fails"},
 	{ID: "native-sidecars", Name: "native sidecars (restartPolicy Always init containers)", Since: "v1.29.0",
 		Without: "nativeSidecars Auto injects plain containers (KEP-753)"},
 	{ID: "in-place-resize", Name: "in-place pod resize (pods/resize)", Since: "v1.33.0",
-		GroupVersions: []string{"v1"}, Resource: "pods/resize",
+		GroupVersions: []string{"v1"}, Resource: "pods/resize", Served: "on by default since v1.33, GA in v1.35",
 		Without: "rollouts with strategy InPlace restart pods whose sidecar resources changed (KEP-1287)"},
 	{ID: "cluster-trust-bundle", Name: "ClusterTrustBundle", Since: "v1.33.0",
 		GroupVersions: []string{"certificates.k8s.io/v1", "certificates.k8s.io/v1beta1", "certificates.k8s.io/v1alpha1"}, Resource: "clustertrustbundles",
+		Served:        "certificates.k8s.io/v1beta1 since v1.33, off unless the API server's --runtime-config and feature gate turn it on",
 		Without: "certificate mode CSR publishes its CA in caBundles only (KEP-3257; condition reason ClusterTrustBundleUnavailable)"},
 	{ID: "watch-list", Name: "WatchList (streaming lists)", Since: "v1.34.0",
 		Without: "the operator's informers fall back to paged LISTs: more API server memory at start (KEP-3157)"},
@@ -114,7 +118,7 @@ func (c *checker) features() {
 				}
 			}
 			if found == "" {
-				c.add(AreaFeatures, ft.ID, desc, Warn, fmt.Sprintf("%s not served (on by default since %s)", ft.Resource, ft.Since), ft.Without)
+				c.add(AreaFeatures, ft.ID, desc, Warn, fmt.Sprintf("%s not served (%s)", ft.Resource, ft.Served), ft.Without)
 			} else {
 				c.add(AreaFeatures, ft.ID, desc, OK, "served by "+found, "")
 			}

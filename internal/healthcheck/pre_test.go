@@ -60,13 +60,13 @@ func TestPre(t *testing.T) {
 		{"ready to install", func(*Facts) {}, nil},
 		{"unreachable", func(f *Facts) { f.ServerVersion = Got[string]{Err: errors.New("connection refused")} },
 			[]string{"fail api-reachable [kubernetes-api]: cannot get /version: connection refused"}},
-		{"v1.28", func(f *Facts) {
-			f.ServerVersion.Value = "v1.28.3"
+		{"v1.27", func(f *Facts) {
+			f.ServerVersion.Value = "v1.27.3"
 			f.Pre.Resources.Value = map[string][]string{"v1": {"pods"}}
-		}, []string{"fail kube-version [kubernetes-api]: v1.28.3",
-			"fail match-conditions [kubernetes-features]: needs v1.30.0, the server is v1.28.3",
+		}, []string{"fail kube-version [kubernetes-api]: v1.27.3",
+			"fail match-conditions [kubernetes-features]: needs v1.28.0, the server is v1.27.3",
 			"warn native-sidecars [kubernetes-features]: needs v1.29.0",
-			"warn in-place-resize [kubernetes-features]: pods/resize not served (on by default since v1.33.0)",
+			"warn in-place-resize [kubernetes-features]: pods/resize not served (on by default since v1.33, GA in v1.35)",
 			"warn cluster-trust-bundle [kubernetes-features]: clustertrustbundles not served",
 			"warn watch-list [kubernetes-features]: needs v1.34.0"}},
 		{"v1.33 from a distribution", func(f *Facts) { f.ServerVersion.Value = "v1.33.5-eks-1234" },
