@@ -44,7 +44,7 @@ var Features = []Feature{
 		Without: "rollouts with strategy InPlace restart pods whose sidecar resources changed (KEP-1287)"},
 	{ID: "cluster-trust-bundle", Name: "ClusterTrustBundle", Since: "v1.33.0",
 		GroupVersions: []string{"certificates.k8s.io/v1", "certificates.k8s.io/v1beta1", "certificates.k8s.io/v1alpha1"}, Resource: "clustertrustbundles",
-		Served:        "certificates.k8s.io/v1beta1 since v1.33, off unless the API server's --runtime-config and feature gate turn it on",
+		Served:  "certificates.k8s.io/v1beta1 since v1.33, off unless the API server's --runtime-config and feature gate turn it on",
 		Without: "certificate mode CSR publishes its CA in caBundles only (KEP-3257; condition reason ClusterTrustBundleUnavailable)"},
 	{ID: "watch-list", Name: "WatchList (streaming lists)", Since: "v1.34.0",
 		Without: "the operator's informers fall back to paged LISTs: more API server memory at start (KEP-3157)"},
