@@ -375,6 +375,7 @@ func (c *checker) webhookOf(cr CR) *admissionregistrationv1.MutatingWebhookConfi
 	}
 	for i := range c.f.MutatingWebhooks.Value {
 		if w := &c.f.MutatingWebhooks.Value[i]; w.Name == cr.WebhookConfiguration {
+			c.add(area, "webhook-config", desc, OK, w.Name, "")
 			return w
 		}
 	}
