@@ -11,13 +11,13 @@ import (
 type Status string
 
 const (
-	// OK: the check passed.
+	// OK is a passed check.
 	OK Status = "ok"
-	// Warn: reported with a hint, but the run still succeeds.
+	// Warn is reported with a hint, but the run still succeeds.
 	Warn Status = "warn"
-	// Fail: the run fails (non-zero exit).
+	// Fail makes the run fail (non-zero exit).
 	Fail Status = "fail"
-	// Skip: not run, because a check it depends on failed.
+	// Skip is a check not run because one it depends on failed.
 	Skip Status = "skip"
 )
 
