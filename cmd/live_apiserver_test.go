@@ -19,10 +19,10 @@ import (
 // defaults fieldRef apiVersions, requests from limits, ports, pull policy)
 // compare equal to what the engine renders except for what changed: an
 // image change is InPlace, for check-inject --live and status --what-if.
-//
-// It starts a control plane, so `make test-unit` skips it.
 // Then `hookwright check` on the same API server (checkAgainstAPIServer),
 // which shares it to spare the suite a second control plane.
+//
+// It starts a control plane, so `make test-unit` skips it.
 func TestLiveAgainstAPIServer(t *testing.T) {
 	cluster.RequireControlPlane(t)
 	ctx := context.Background()
