@@ -155,13 +155,16 @@ func lines(rs []Result) []string {
 	return out
 }
 
-func TestRun(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		edit func(t *testing.T, f *Facts)
-		// want are the non-OK lines, each matched as a substring, in order.
-		want []string
-	}{
+// runCase is one cluster for Run: healthy changed by edit.
+type runCase struct {
+	name string
+	edit func(t *testing.T, f *Facts)
+	// want are the non-OK lines, each matched as a substring, in order.
+	want []string
+}
+
+func runCases() []runCase {
+	return []runCase{
 		{"healthy", func(*testing.T, *Facts) {}, nil},
 		{"unreachable", func(_ *testing.T, f *Facts) {
 			f.ServerVersion = Got[string]{Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}
@@ -253,7 +256,11 @@ func TestRun(t *testing.T) {
 			f.Lease = Got[*coordinationv1.Lease]{Err: apierrors.NewNotFound(schema.GroupResource{}, "")}
 		}, []string{"fail operator-replicas [hookwright-operator]: no operator Deployment in namespace hookwright-system",
 			"fail operator-leader [hookwright-operator]: no leader election Lease in namespace hookwright-system"}},
-	} {
+	}
+}
+
+func TestRun(t *testing.T) {
+	for _, tc := range runCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			f := healthy(t)
 			tc.edit(t, &f)

@@ -41,22 +41,27 @@ func TestMatches(t *testing.T) {
 	}
 }
 
-func TestPre(t *testing.T) {
-	resources := map[string][]string{"v1": {"pods", "pods/resize", "nodes"}, "certificates.k8s.io/v1beta1": {"clustertrustbundles"}}
-	base := func(t *testing.T) Facts {
-		f := healthy(t)
-		f.Pre = PreFacts{Resources: Got[map[string][]string]{Value: resources}}
-		for _, a := range InstallerAccess {
-			a.Allowed = true
-			f.Pre.Access = append(f.Pre.Access, a)
-		}
-		return f
+// preFacts is a cluster ready for an install.
+func preFacts(t *testing.T) Facts {
+	f := healthy(t)
+	f.Pre = PreFacts{Resources: Got[map[string][]string]{Value: map[string][]string{
+		"v1": {"pods", "pods/resize", "nodes"}, "certificates.k8s.io/v1beta1": {"clustertrustbundles"}}}}
+	for _, a := range InstallerAccess {
+		a.Allowed = true
+		f.Pre.Access = append(f.Pre.Access, a)
 	}
-	for _, tc := range []struct {
-		name string
-		edit func(f *Facts)
-		want []string
-	}{
+	return f
+}
+
+// preCase is one cluster for Pre: preFacts changed by edit.
+type preCase struct {
+	name string
+	edit func(f *Facts)
+	want []string
+}
+
+func preCases() []preCase {
+	return []preCase{
 		{"ready to install", func(*Facts) {}, nil},
 		{"unreachable", func(f *Facts) { f.ServerVersion = Got[string]{Err: errors.New("connection refused")} },
 			[]string{"fail api-reachable [kubernetes-api]: cannot get /version: connection refused"}},
@@ -91,9 +96,13 @@ func TestPre(t *testing.T) {
 			f.MutatingWebhooks.Err = forbidden
 			f.Pre.Resources.Err = forbidden
 		}, []string{"warn in-place-resize", "warn cluster-trust-bundle", "fail webhook-overlap [existing-webhooks]: forbidden"}},
-	} {
+	}
+}
+
+func TestPre(t *testing.T) {
+	for _, tc := range preCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			f := base(t)
+			f := preFacts(t)
 			tc.edit(&f)
 			rs := Pre(f)
 			got := lines(rs)
