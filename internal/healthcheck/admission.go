@@ -155,7 +155,7 @@ func (c *checker) admission(_ []CR) {
 	switch {
 	case oursSum >= budget:
 		c.add(AreaAdmission, "heartbeat-budget", desc, Fail, msg,
-			"lower the NodeOversells' spec.timeoutSeconds so their sum stays under the kubelet's timeout, or select fewer nodes per NodeOversell")
+			"lower the NodeOversells' spec.timeoutSeconds so their sum stays under the kubelet's timeout, or keep their nodeSelectors from overlapping (the sum is a node every one selects)")
 	case oursSum+othersSum >= budget:
 		c.add(AreaAdmission, "heartbeat-budget", desc, Warn, msg,
 			"with the other webhooks on nodes/status a slow status write can exceed the kubelet's timeout: lower the timeouts")
