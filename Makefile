@@ -128,6 +128,16 @@ bench: ## Run the benchmarks.
 build: ## Build bin/hookwright (static; the same hack/build.sh the Dockerfile runs).
 	hack/build.sh $(BIN)/hookwright v$(VERSION) $(GIT_COMMIT)
 
+# PREFIX is where kubectl-plugin installs (PREFIX/bin must be on PATH).
+PREFIX ?= $(HOME)/.local
+
+.PHONY: kubectl-plugin
+kubectl-plugin: ## Install the binary as kubectl's plugin PREFIX/bin/kubectl-hookwright (PREFIX default ~/.local) with its completion helper: kubectl hookwright ...
+	mkdir -p $(PREFIX)/bin
+	hack/build.sh $(PREFIX)/bin/kubectl-hookwright v$(VERSION) $(GIT_COMMIT)
+	printf '#!/bin/sh\n# kubectl (1.26+) runs this to complete "kubectl hookwright ..." (docs/cli.md).\nexec kubectl-hookwright __complete "$$@"\n' >$(PREFIX)/bin/kubectl_complete-hookwright
+	chmod 0755 $(PREFIX)/bin/kubectl_complete-hookwright
+
 .PHONY: run
 run: manifests generate ## Run the manager against the current kubeconfig.
 	go run ./cmd manager

@@ -20,28 +20,34 @@ import (
 var errNoCluster = errors.New("no cluster configured: set --kubeconfig FILE or $KUBECONFIG, or write ~/.kube/config")
 
 // clusterFlags is how every command that talks to a cluster finds it and
-// builds its client: kubectl's --kubeconfig, --context and -n/--namespace,
-// parsed and resolved by cli-runtime's ConfigFlags with kubectl's loading
-// rules (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the
-// in-cluster service account). The zero value reads the defaults.
+// builds its client: kubectl's standard flags (--kubeconfig, --context,
+// --cluster, --user, -s/--server, --token, --as, --as-group, --as-uid,
+// --certificate-authority, --client-certificate, --client-key,
+// --insecure-skip-tls-verify, --tls-server-name, --request-timeout, and
+// -n/--namespace where the command has a namespace), parsed and resolved by
+// cli-runtime's ConfigFlags with kubectl's loading rules (--kubeconfig,
+// else $KUBECONFIG, else ~/.kube/config, else the in-cluster service
+// account), so `kubectl hookwright ...` takes what kubectl takes. The zero
+// value reads the defaults.
 type clusterFlags struct {
 	flags *genericclioptions.ConfigFlags
 	// namespaceDefault is -n's value when the command has no -n.
 	namespaceDefault string
 }
 
-// configFlags holds only the three flags the commands document; the nil
-// fields of ConfigFlags are neither added as flags nor applied.
+// configFlags is kubectl's flag set; a nil Namespace is neither added as
+// a flag nor applied (cluster-scoped commands have no -n).
 func (k *clusterFlags) configFlags() *genericclioptions.ConfigFlags {
 	if k.flags == nil {
-		k.flags = &genericclioptions.ConfigFlags{KubeConfig: ptr.To(""), Context: ptr.To("")}
+		k.flags = genericclioptions.NewConfigFlags(true)
+		k.flags.Namespace = nil
 	}
 	return k.flags
 }
 
-// addFlags adds --kubeconfig and --context to fs and, when nsUsage is not
-// empty, -n/--namespace defaulting to nsDefault. A command on
-// cluster-scoped objects only passes "" and gets no -n.
+// addFlags adds kubectl's flags to fs and, when nsUsage is not empty,
+// -n/--namespace defaulting to nsDefault. A command on cluster-scoped
+// objects only passes "" and gets no -n.
 func (k *clusterFlags) addFlags(fs *pflag.FlagSet, nsDefault, nsUsage string) {
 	cf := k.configFlags()
 	k.namespaceDefault = nsDefault
@@ -73,7 +79,8 @@ func (k *clusterFlags) namespace() string {
 func (k *clusterFlags) restConfig() (*rest.Config, error) {
 	cf := k.configFlags()
 	raw, err := cf.ToRawKubeConfigLoader().RawConfig()
-	if err == nil && clientcmdapi.IsConfigEmpty(&raw) && !inCluster() {
+	server := cf.APIServer != nil && *cf.APIServer != ""
+	if err == nil && clientcmdapi.IsConfigEmpty(&raw) && !server && !inCluster() {
 		// ConfigFlags would dial http://localhost:8080, client-go's
 		// deprecated default: say what is missing instead.
 		return nil, errNoCluster

@@ -24,6 +24,12 @@ import (
 const mainArgsEnv = "HOOKWRIGHT_TEST_MAIN_ARGS"
 
 func TestMain(m *testing.M) {
+	if pluginName(os.Args[0]) {
+		// Run by kubectl as its plugin (TestKubectlPlugin links this
+		// test binary as kubectl-hookwright): be the CLI.
+		main()
+		os.Exit(0)
+	}
 	if raw, ok := os.LookupEnv(mainArgsEnv); ok {
 		var args []string
 		if err := json.Unmarshal([]byte(raw), &args); err != nil {
@@ -269,17 +275,20 @@ func TestCommandsDialTheContext(t *testing.T) {
 	if _, err := execute("explain-node", "kwok-node-0", "--kubeconfig", kc, "--context", "three"); err == nil || !strings.Contains(err.Error(), `context "three"`) {
 		t.Errorf("unknown context: %v", err)
 	}
+	if out, err := execute("explain-node", "kwok-node-0", "--kubeconfig", kc, "--context", "two", "-o", "jsonpath={.node} {.lines[?(@.name==\"capacity\")].value}"); err != nil || out != "kwok-node-0 cpu 8, memory 8Gi" {
+		t.Errorf("explain-node -o jsonpath: %q, %v", out, err)
+	}
 	if out, err := execute("rotate-ca"); err == nil || !strings.Contains(err.Error(), "no cluster configured") {
 		t.Errorf("no kubeconfig: %v\n%s", err, out)
 	}
 }
 
 // TestClusterFlagsEverywhere: every command that talks to a cluster has
-// --kubeconfig and --context from the one builder, and -n where it has a
-// namespace, with its own default.
+// kubectl's flags (--kubeconfig, --context, --as, --server, ...) from the
+// one builder, and -n where it has a namespace, with its own default.
 func TestClusterFlagsEverywhere(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "")
-	nsDefault := map[string]string{"check-inject": "default", "kube-inject": "default", "rotate-ca": "hookwright-system",
+	nsDefault := map[string]string{"check": "hookwright-system", "check-inject": "default", "kube-inject": "default", "rotate-ca": "hookwright-system",
 		"status": "", "explain-node": "", "renew-certificate": ""}
 	seen := 0
 	for _, cmd := range newRootCommand().Commands() {
@@ -289,8 +298,10 @@ func TestClusterFlagsEverywhere(t *testing.T) {
 		}
 		seen++
 		fs := cmd.Flags()
-		if fs.Lookup("kubeconfig") == nil || fs.Lookup("context") == nil {
-			t.Errorf("%s lacks --kubeconfig or --context", cmd.Name())
+		for _, f := range []string{"kubeconfig", "context", "cluster", "user", "as", "as-group", "server", "token", "request-timeout"} {
+			if fs.Lookup(f) == nil {
+				t.Errorf("%s lacks --%s", cmd.Name(), f)
+			}
 		}
 		ns := fs.Lookup("namespace")
 		switch {

@@ -19,7 +19,10 @@ func init() {
 }
 
 func newExplainNodeCommand() *cobra.Command {
-	var cluster clusterFlags
+	var (
+		cluster clusterFlags
+		out     outputFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "explain-node NODE",
 		Short: "Why a node publishes the allocatable it does: raw and effective, ratio and source, the deciding NodeOversell, holds and taints",
@@ -31,9 +34,14 @@ its source (static, usage, fallback, pressure), the NodeOversell whose
 server decides it and why it won, the exclusive CPUs subtracted, the
 kubelet's last report and when, the running pods' requests and the
 headroom, and any taint of ours with its reason. It needs get on the node,
-list of nodeoversells and of pods (and metrics.k8s.io pods, optional).`,
+list of nodeoversells and of pods (and metrics.k8s.io pods, optional).
+-o json|yaml|jsonpath=... prints the same lines as a NodeExplanation
+(kubectl's printers).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
 			c, _, err := cluster.newClient()
 			if err != nil {
 				return err
@@ -55,12 +63,34 @@ list of nodeoversells and of pods (and metrics.k8s.io pods, optional).`,
 			in.Pods = pods.Items
 			in.Usage, in.UsageTime, in.UsageProblem = podUsage(cmd, c, pods.Items)
 			r := explain.Node(in)
+			if !out.text() {
+				return out.printObject(cmd.OutOrStdout(), "NodeExplanation", r.Node, nodeExplanation(r))
+			}
 			return r.Write(cmd.OutOrStdout())
 		},
 	}
 	// Nodes are cluster-scoped: no -n.
 	cluster.addFlags(cmd.Flags(), "", "")
+	out.addFlags(cmd)
 	return cmd
+}
+
+// explanationLine is one "name: value" line of explain-node.
+type explanationLine struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// nodeExplanation is explain-node's -o form: the lines in output order.
+func nodeExplanation(r explain.Report) any {
+	lines := make([]explanationLine, 0, len(r.Lines))
+	for _, l := range r.Lines {
+		lines = append(lines, explanationLine{Name: l[0], Value: l[1]})
+	}
+	return struct {
+		Node  string            `json:"node"`
+		Lines []explanationLine `json:"lines"`
+	}{r.Node, lines}
 }
 
 // podUsage sums the metrics.k8s.io usage of the node's running pods; a

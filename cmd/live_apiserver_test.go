@@ -19,6 +19,8 @@ import (
 // defaults fieldRef apiVersions, requests from limits, ports, pull policy)
 // compare equal to what the engine renders except for what changed: an
 // image change is InPlace, for check-inject --live and status --what-if.
+// Then `hookwright check` on the same API server (checkAgainstAPIServer),
+// which shares it to spare the suite a second control plane.
 //
 // It starts a control plane, so `make test-unit` skips it.
 func TestLiveAgainstAPIServer(t *testing.T) {
@@ -78,4 +80,5 @@ func TestLiveAgainstAPIServer(t *testing.T) {
 	if !strings.Contains(out.String(), "1 counted pods, 1 would not be current (0 of them current or not counted today): 1 in place, 0 by restart") {
 		t.Errorf("--what-if:\n%s", out.String())
 	}
+	t.Run("check", func(t *testing.T) { checkAgainstAPIServer(t, env) })
 }

@@ -9,6 +9,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,10 +27,22 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	if pluginName(os.Args[0]) {
+		// Help and completion say "kubectl hookwright" when kubectl runs
+		// this binary as its plugin (kubectl's plugin handler execs
+		// kubectl-hookwright with the arguments after "hookwright").
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl hookwright"}
+	}
 	for _, f := range subcommands {
 		root.AddCommand(f())
 	}
 	return root
+}
+
+// pluginName tells whether arg0 names the binary as kubectl's plugin
+// (kubectl-hookwright, as make kubectl-plugin and krew install it).
+func pluginName(arg0 string) bool {
+	return strings.HasPrefix(filepath.Base(arg0), "kubectl-")
 }
 
 func main() {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -56,7 +54,8 @@ func newStatusCommand() *cobra.Command { return statusCommand(&injectorSource{})
 func statusCommand(src *injectorSource) *cobra.Command {
 	var (
 		pods, whatIf bool
-		output, file string
+		file         string
+		out          outputFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "status [INJECTOR...]",
@@ -70,7 +69,8 @@ missing, orphaned), the operator's last reported counts, and a table per
 namespace; --pods adds one line per counted pod with its state and why
 (outdated: the revision it has and the injected containers; missing: the
 rule that matched and when the pod was created; orphaned: the rule that no
-longer matches). -o json or yaml prints the same as data. It needs list of
+longer matches). -o json|yaml|name|jsonpath=... prints the same as a List
+of SidecarInjectorFleet items (kubectl's printers). It needs list of
 sidecarinjectors, pods and namespaces; it changes nothing.
 
 --what-if -f CR.yaml plans the SidecarInjector of the file as if applied,
@@ -81,8 +81,8 @@ and/or resources of injected containers differ) and how many need a new
 pod, the state transitions against the version in the cluster, and the
 container diff of one example pod (as check-inject --live shows it).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" && output != "yaml" {
-				return fmt.Errorf("-o %q: want json or yaml (default: tables)", output)
+			if err := out.validate(); err != nil {
+				return err
 			}
 			if whatIf != (file != "") {
 				return fmt.Errorf("--what-if and -f CR.yaml go together")
@@ -103,7 +103,7 @@ container diff of one example pod (as check-inject --live shows it).`,
 			}
 			ctx := cmd.Context()
 			if whatIf {
-				return runWhatIf(ctx, cmd.OutOrStdout(), c, src, file, output)
+				return runWhatIf(ctx, cmd.OutOrStdout(), c, src, file, &out)
 			}
 			crs, err := src.loadInjectors(ctx, injectorQuery{names: args, noneOK: true})
 			if err != nil {
@@ -114,16 +114,16 @@ container diff of one example pod (as check-inject --live shows it).`,
 				return err
 			}
 			rep := buildStatus(crs, podList, nsLabels, src.operatorNamespace, pods)
-			return writeStatus(cmd.OutOrStdout(), rep, output, time.Now())
+			return writeStatus(cmd.OutOrStdout(), rep, &out, time.Now())
 		},
 	}
 	fs := cmd.Flags()
 	fs.BoolVar(&pods, "pods", false, "one line per counted pod with its state and why")
 	fs.BoolVar(&whatIf, "what-if", false, "plan the SidecarInjector of -f as if applied; writes nothing")
 	fs.StringVarP(&file, "filename", "f", "", "SidecarInjector YAML/JSON for --what-if, - for stdin")
-	fs.StringVarP(&output, "output", "o", "", "json or yaml (default: tables)")
 	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
 	src.cluster.addFlags(fs, "", "")
+	out.addFlags(cmd)
 	return cmd
 }
 
@@ -200,28 +200,12 @@ func sortedPods(pods []fleet.Pod) []fleet.Pod {
 	return out
 }
 
-// writeStructured writes v as indented JSON or as YAML (output "json" or
-// "yaml"), the -o forms of status and status --what-if.
-func writeStructured(w io.Writer, v any, output string) error {
-	if output == "yaml" {
-		b, err := sigsyaml.Marshal(v)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
-
-func writeStatus(w io.Writer, rep statusReport, output string, now time.Time) error {
-	if output == "json" || output == "yaml" {
-		return writeStructured(w, rep, output)
+// writeStatus prints tables, or with -o one SidecarInjectorFleet item per
+// injector (kubectl's printers: json, yaml, name, jsonpath, go-template).
+func writeStatus(w io.Writer, rep statusReport, out *outputFlags, now time.Time) error {
+	if !out.text() {
+		return out.printList(w, "SidecarInjectorFleet", len(rep.Injectors),
+			func(i int) any { return rep.Injectors[i] }, func(i int) string { return rep.Injectors[i].Name })
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(rep.Injectors) == 0 {

@@ -86,12 +86,21 @@ func TestStatusCommand(t *testing.T) {
 	if strings.Contains(got, "web-other") {
 		t.Errorf("unselected namespace counted:\n%s", got)
 	}
-	var rep statusReport
+	var rep struct {
+		Kind  string
+		Items []injectorStatus
+	}
 	if err := json.Unmarshal([]byte(run("sidecar-injector", "-o", "json")), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Injectors) != 1 || rep.Injectors[0].Counts.MissingPods != 1 || rep.Injectors[0].Pods != nil {
+	if rep.Kind != "List" || len(rep.Items) != 1 || rep.Items[0].Counts.MissingPods != 1 || rep.Items[0].Pods != nil {
 		t.Errorf("json %+v", rep)
+	}
+	if got := run("-o", "name"); got != "sidecarinjectorfleet.cli.hookwright.io/sidecar-injector\n" {
+		t.Errorf("-o name: %q", got)
+	}
+	if got := run("-o", "jsonpath={.items[0].counts.missingPods}"); got != "1" {
+		t.Errorf("-o jsonpath: %q", got)
 	}
 	if y := run("-o", "yaml"); !strings.Contains(y, "missingPods: 1") {
 		t.Errorf("yaml:\n%s", y)
@@ -100,7 +109,7 @@ func TestStatusCommand(t *testing.T) {
 	cmd.SetArgs([]string{"-o", "xml"})
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "want json or yaml") {
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `unable to match a printer suitable for the output format "xml"`) {
 		t.Errorf("-o xml: %v", err)
 	}
 }

@@ -23,7 +23,7 @@ type whatIfReport struct {
 
 // runWhatIf plans the SidecarInjector of file against the live pods
 // (fleet.PlanWhatIf). It only reads.
-func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorSource, file, output string) error {
+func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorSource, file string, out *outputFlags) error {
 	crs, err := src.loadInjectors(ctx, injectorQuery{file: file})
 	if err != nil {
 		return err
@@ -58,12 +58,14 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 		return err
 	}
 	rep := whatIfReport{Name: next.Name, WhatIf: fleet.PlanWhatIf(now, nextInj, podPtrs(pods), nsLabels)}
-	return writeWhatIf(w, rep, output)
+	return writeWhatIf(w, rep, out)
 }
 
-func writeWhatIf(w io.Writer, rep whatIfReport, output string) error {
-	if output == "json" || output == "yaml" {
-		return writeStructured(w, rep, output)
+// writeWhatIf prints the plan, or with -o one WhatIfPlan item named
+// after the SidecarInjector (kubectl's printers).
+func writeWhatIf(w io.Writer, rep whatIfReport, out *outputFlags) error {
+	if !out.text() {
+		return out.printObject(w, "WhatIfPlan", rep.Name, rep)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	before := rep.Before

@@ -41,8 +41,9 @@ import (
 	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
-// leaderElectionID is the Lease the manager replicas elect a leader on.
-const leaderElectionID = "hookwright.admission.hookwright.io"
+// LeaderElectionID is the Lease the manager replicas elect a leader on
+// (in their namespace; hookwright check reads it).
+const LeaderElectionID = "hookwright.admission.hookwright.io"
 
 // NewScheme registers client-go's kinds, hookwright's, and the third-party
 // kinds the controllers read and write (controllers.AddToScheme).
@@ -62,7 +63,7 @@ type Options struct {
 	Metrics metricsserver.Options
 	// ProbeAddr is the address of /healthz and /readyz ("0" disables them).
 	ProbeAddr string
-	// LeaderElection elects a leader on leaderElectionID in
+	// LeaderElection elects a leader on LeaderElectionID in
 	// LeaderElectionNamespace (empty: Settings.Namespace).
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -103,7 +104,7 @@ func Run(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options) err
 		if leNS == "" {
 			leNS = o.Settings.Namespace
 		}
-		deleteReleasedLease(cfg, leNS, leaderElectionID)
+		deleteReleasedLease(cfg, leNS, LeaderElectionID)
 	}
 	return err
 }
@@ -135,7 +136,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Metrics:                 o.Metrics,
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        leaderElectionID,
+		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: leNS,
 		// Step down on shutdown (the process exits right after Start
 		// returns), so the Lease can be deleted: see Run.
@@ -164,7 +165,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		pod := *o.LeaseOwner
 		// A Runnable without NeedLeaderElection runs only on the leader.
 		if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
-			ownLease(ctx, cs, leNS, leaderElectionID, pod)
+			ownLease(ctx, cs, leNS, LeaderElectionID, pod)
 			return nil
 		})); err != nil {
 			return nil, err

@@ -278,6 +278,12 @@ func TestWebhookReachable(t *testing.T) {
 	noSrv := serve(noO, "oversell-probe")
 	repaired("SidecarInjector server routed", si)
 	repaired("NodeOversell server routed", no)
+	// hookwright check judges the same installation healthy (it only reads).
+	for _, r := range checkCRs(t, ctx, "SidecarInjector "+si.Name, "NodeOversell "+no.Name) {
+		if r.Area == "SidecarInjector "+si.Name || r.Area == "NodeOversell "+no.Name {
+			t.Logf("hookwright check: %s %s: %s", r.Status, r.Description, r.Message)
+		}
+	}
 
 	// From here on the NodeOversell is left alone: steady state.
 	steadyFrom, steadyCount := time.Now(), total(probeCounts(t, desired.OversellKind.Name, no.Name))
