@@ -25,6 +25,7 @@ import (
 	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
+	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
 type managerOptions struct {
@@ -45,6 +46,7 @@ type managerOptions struct {
 	webhookService   string
 	csrSignerName    string
 	csrMaxValidity   time.Duration
+	drainPeriod      time.Duration
 	zap              zap.Options
 }
 
@@ -105,6 +107,9 @@ func init() {
 				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
 		fs.DurationVar(&o.csrMaxValidity, "csr-max-validity", csrsign.DefaultMaxValidity,
 			"longest certificate the signer issues; a request with a longer spec.expirationSeconds is refused, one without gets this")
+		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
+			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
+				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
 		return cmd
 	})
 }
@@ -182,7 +187,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	mo := manager.Options{
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
-		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
+		WebhookPort: o.webhookPort, WebhookService: o.webhookService, WebhookDrainPeriod: o.drainPeriod,
 		Servers: servers,
 		Signer:  signer,
 		Settings: controllers.Settings{

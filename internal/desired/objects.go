@@ -217,6 +217,7 @@ func build(op CR, s Settings, args []string) *Desired {
 		fmt.Sprintf("--webhook-port=%d", WebhookPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", probePort),
 		fmt.Sprintf("--metrics-bind-address=:%d", MetricsPort),
+		"--drain-period="+ServerDrainPeriod.String(),
 	)
 	d := &Desired{}
 	d.ServiceAccount = &corev1.ServiceAccount{ObjectMeta: meta(op, name, ns)}
@@ -248,7 +249,8 @@ func build(op CR, s Settings, args []string) *Desired {
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
-			// Never fewer ready servers than asked for during a rollout.
+			// Never fewer ready servers than asked for during a rollout:
+			// the new pod is Ready before an old one starts to drain.
 			Strategy: appsv1.DeploymentStrategy{
 				Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{
@@ -260,6 +262,8 @@ func build(op CR, s Settings, args []string) *Desired {
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: name,
+					// The server drains on SIGTERM, then finishes in-flight reviews.
+					TerminationGracePeriodSeconds: ptr.To(ServerTerminationGracePeriodSeconds),
 					// Pod Security Standards "restricted" (v1.37 profile).
 					// fsGroup: the kubelet writes the serving-cert files
 					// root-owned with mode 0440, so the non-root server

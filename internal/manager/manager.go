@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -70,6 +71,10 @@ type Options struct {
 	// listens (Host empty: every interface).
 	WebhookHost string
 	WebhookPort int
+	// WebhookDrainPeriod is the validating webhook server's drain after
+	// the context ends (listener.Options.DrainPeriod); 0 means none (tests
+	// and out-of-cluster runs, where no Service routes to this process).
+	WebhookDrainPeriod time.Duration
 	// WebhookService, when set, is the Service in Settings.Namespace in front
 	// of the webhook server: the manager then serves the validating webhook
 	// and manages its configuration and certificate. Empty serves none.
@@ -124,7 +129,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// request, a connection limit), HTTP/1.1 only as on the metrics port:
 	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
 	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
-	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
+	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000, DrainPeriod: o.WebhookDrainPeriod}
+	if o.WebhookDrainPeriod == 0 {
+		so.DrainPeriod = -1
+	}
 	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
 	if err != nil {
 		return nil, err
@@ -142,6 +150,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(append([]string{s.Namespace}, o.Servers.Namespaces...)...),
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		// The webhook server drains and finishes in-flight reviews after
+		// the controllers and caches stopped; leave it the time.
+		GracefulShutdownTimeout: ptr.To(so.ShutdownBound() + 10*time.Second),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
