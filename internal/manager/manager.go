@@ -130,9 +130,6 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
 	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
 	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000, DrainPeriod: o.WebhookDrainPeriod}
-	if o.WebhookDrainPeriod == 0 {
-		so.DrainPeriod = -1
-	}
 	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
 	if err != nil {
 		return nil, err

@@ -64,7 +64,8 @@ type Options struct {
 	// the API server's pooled keep-alive connections move to another
 	// replica at their next call instead of meeting a closed socket (the
 	// API server does not retry a POST that got EOF, kubernetes #127335).
-	// 0 means DefaultDrainPeriod; negative means none.
+	// 0 (or negative) means none; the --drain-period flag defaults to
+	// DefaultDrainPeriod.
 	DrainPeriod time.Duration
 	// DrainDone, when non-nil, ends the drain period early once closed
 	// (tests step through the shutdown with it).
@@ -82,15 +83,7 @@ type Options struct {
 // request timeout (the webhook's timeoutSeconds bounds them anyway).
 const DefaultDrainPeriod = 5 * time.Second
 
-func (o *Options) drainPeriod() time.Duration {
-	switch {
-	case o.DrainPeriod < 0:
-		return 0
-	case o.DrainPeriod == 0:
-		return DefaultDrainPeriod
-	}
-	return o.DrainPeriod
-}
+func (o *Options) drainPeriod() time.Duration { return max(o.DrainPeriod, 0) }
 
 // ShutdownBound is the longest Server.Start takes to return after its
 // context ends: the drain period, then in-flight reviews up to the request
@@ -137,7 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", defaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
 	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", serving.DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
 	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
-	fs.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "after SIGTERM, keep serving this long with readiness failing and every answer closing its connection, then stop accepting and finish in-flight reviews (negative: no drain)")
+	fs.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "after SIGTERM, keep serving this long with readiness failing and every answer closing its connection, then stop accepting and finish in-flight reviews (0: none)")
 }
 
 // tlsVersion maps "1.2"/"1.3" to the crypto/tls constant.

@@ -138,7 +138,8 @@ func TestShutdownBound(t *testing.T) {
 		o    listener.Options
 		want time.Duration
 	}{
-		{listener.Options{}, listener.DefaultDrainPeriod + 31*time.Second},
+		{listener.Options{}, 31 * time.Second},
+		{listener.Options{DrainPeriod: listener.DefaultDrainPeriod}, listener.DefaultDrainPeriod + 31*time.Second},
 		{listener.Options{DrainPeriod: -1, RequestTimeout: 10 * time.Second}, 11 * time.Second},
 		{listener.Options{DrainPeriod: 2 * time.Second, RequestTimeout: 10 * time.Second}, 13 * time.Second},
 	} {

@@ -72,10 +72,6 @@ func Start(tb testing.TB, o listener.Options, register func(*listener.Server)) *
 		tb.Fatal(err)
 	}
 	o.Host, o.Port, o.CertDir, o.CertName, o.KeyName = "127.0.0.1", 0, dir, "tls.crt", "tls.key"
-	if o.DrainPeriod == 0 {
-		// Tests of the envelope stop at once; shutdown tests set their own.
-		o.DrainPeriod = -1
-	}
 	if o.MinTLSVersion == "" {
 		o.MinTLSVersion = "1.3"
 	}
