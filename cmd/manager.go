@@ -47,6 +47,7 @@ type managerOptions struct {
 	csrSignerName    string
 	csrMaxValidity   time.Duration
 	drainPeriod      time.Duration
+	excludedNS       []string
 	zap              zap.Options
 }
 
@@ -107,6 +108,9 @@ func init() {
 				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
 		fs.DurationVar(&o.csrMaxValidity, "csr-max-validity", csrsign.DefaultMaxValidity,
 			"longest certificate the signer issues; a request with a longer spec.expirationSeconds is refused, one without gets this")
+		fs.StringSliceVar(&o.excludedNS, "excluded-namespaces", envList("EXCLUDED_NAMESPACES"),
+			"namespaces (comma-separated) no SidecarInjector's webhook is ever called for, besides kube-system, kube-public, kube-node-lease and the server "+
+				"namespaces: what the cluster needs to recover (CNI, CSI, service mesh control planes); default: $EXCLUDED_NAMESPACES")
 		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
 			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
 				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
@@ -195,7 +199,8 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 				Namespace: o.namespace, Image: o.serverImage,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 				// OLM passes the cluster proxy to the operator; the servers get it too.
-				ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+				ProxyEnv:           proxy.ReadProxyVarsFromEnv(),
+				ExcludedNamespaces: o.excludedNS,
 			},
 			CADir: o.caDir,
 		},

@@ -150,6 +150,11 @@ type Settings struct {
 	// settings OLM gives the operator (HTTP_PROXY, HTTPS_PROXY, NO_PROXY
 	// and their lower-case forms; operator-lib's proxy.ReadProxyVarsFromEnv).
 	ProxyEnv []corev1.EnvVar
+	// ExcludedNamespaces (--excluded-namespaces) are kept from every
+	// SidecarInjector's webhook besides the system and server namespaces:
+	// the installation-wide list of what the cluster needs to recover
+	// (CNI, CSI, service mesh control planes), as Linkerd excludes its CNI.
+	ExcludedNamespaces []string
 }
 
 // ServerPolicy is where and what the operator may run for a CR (the same

@@ -159,3 +159,98 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 		t.Fatalf("pod in scope after falling back to Ignore: %v", err)
 	}
 }
+
+// With the injector down and Fail in effect, what the cluster needs to
+// recover is still admitted: pods of the two critical priority classes
+// (a CNI-like daemon), a mirror pod created with the node's identity, and
+// any pod in a namespace of --excluded-namespaces; an ordinary pod in
+// scope is refused.
+func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
+	ctx := ctxT(t, 4*time.Minute)
+	c := env.Client
+	sel := map[string]string{"failsafe-recovery": "on"}
+	si := sampleInjector(t, "recovery")
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
+	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si.Spec.Server.Replicas = ptr.To[int32](1)
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	const ns = "recovery-apps"
+	for _, n := range []string{ns, excludedNS} {
+		if _, err := env.CreateNamespace(ctx, n, sel); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		})
+	}
+	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 60*time.Second)
+	o, srv := armFail(t, ctx, si, "injector-recovery")
+	env.UnrouteService(o.Svc)
+	if err := srv.proc.Stop(5 * time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	pod := func(ns string, mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27"}}}}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	var refused error
+	err := cluster.WaitFor(ctx, 60*time.Second, "an ordinary pod refused while the injector is down", func(ctx context.Context) (bool, error) {
+		refused = c.Create(ctx, pod(ns, nil), client.DryRunAll)
+		return refused != nil && strings.Contains(refused.Error(), "failed calling webhook"), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last: %v", err, refused)
+	}
+	t.Logf("ordinary pod in scope refused: %v", refused)
+
+	admitted := 0
+	for _, pc := range []string{"system-node-critical", "system-cluster-critical"} {
+		if err := c.Create(ctx, pod(ns, func(p *corev1.Pod) { p.Spec.PriorityClassName = pc }), client.DryRunAll); err != nil {
+			t.Errorf("pod with priorityClassName %s refused while the injector is down: %v", pc, err)
+		} else {
+			admitted++
+		}
+	}
+	if err := c.Create(ctx, pod(excludedNS, nil), client.DryRunAll); err != nil {
+		t.Errorf("pod in excluded namespace %s refused: %v", excludedNS, err)
+	} else {
+		admitted++
+	}
+	// A mirror pod, as the kubelet of kwok-node-0 creates it (the node
+	// authorizer and NodeRestriction admit only that identity).
+	kubelet, err := client.New(env.KubeletConfig("kwok-node-0"), client.Options{Scheme: c.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := pod(ns, func(p *corev1.Pod) {
+		p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "static-hash"}
+		p.Spec.NodeName = "kwok-node-0"
+	})
+	if err := kubelet.Create(ctx, mirror, client.DryRunAll); err != nil {
+		t.Errorf("mirror pod refused while the injector is down: %v", err)
+	} else {
+		admitted++
+	}
+	t.Logf("injector down with Fail: %d of 4 recovery pods admitted, the ordinary pod refused", admitted)
+}
+
+// selectorWebhookSelector is a NodeOversell's first webhook's
+// objectSelector: its nodeSelector, and no node a NodeOversell manages
+// (those reach only the held. webhook, one call per heartbeat).
+func selectorWebhookSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
+	out := sel.DeepCopy()
+	if out == nil {
+		out = &metav1.LabelSelector{}
+	}
+	out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: v1alpha1.OversellNodeLabel, Operator: metav1.LabelSelectorOpDoesNotExist})
+	return out
+}

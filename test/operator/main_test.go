@@ -44,6 +44,8 @@ const (
 	serverImage = "ghcr.io/hookwright/hookwright:v0.0.0-test"
 	// serverNS is the second allowed server namespace (TestRenewalAndNamespaceMove).
 	serverNS = "mesh-servers"
+	// excludedNS is the operator's --excluded-namespaces (TestRecoveryPodsAdmittedWhileDown).
+	excludedNS = "cni-like-excluded"
 )
 
 // The operator's --allowed-server-namespaces and --allowed-server-images.
@@ -251,6 +253,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 			Settings: desired.Settings{
 				Namespace: operatorNS, Image: serverImage,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+				ExcludedNamespaces: []string{excludedNS},
 			},
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
