@@ -8,13 +8,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -94,7 +95,6 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 	si := sampleInjector(t, "unready")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	si.Spec.Server.Replicas = ptr.To[int32](1)
 	si.Spec.Server.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}}
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,6 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 	si := sampleInjector(t, "recovery")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	si.Spec.Server.Replicas = ptr.To[int32](1)
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
@@ -254,3 +253,84 @@ func selectorWebhookSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
 	out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: v1alpha1.OversellNodeLabel, Operator: metav1.LabelSelectorOpDoesNotExist})
 	return out
 }
+
+// Break-glass with the operator stopped: annotating a CR with the pause
+// annotation is admitted though the manager's own validating webhook
+// (failurePolicy Fail) cannot answer, since its matchConditions send it
+// only creates and spec changes; a webhook configuration an admin then
+// deletes stays deleted once the operator is back, while the CR is paused.
+func TestBreakGlassWithOperatorStopped(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	si := sampleInjector(t, "breakglass")
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"breakglass-test": "on"}}
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
+		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+	}, 60*time.Second)
+
+	stopOperator()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := runOperator(env.Config, allowedServerNamespaces); err != nil {
+				t.Errorf("restart the operator: %v", err)
+			}
+		}
+	})
+	// A spec change needs the manager's webhook: refused while it is down.
+	specErr := update(ctx, si, func() { si.Spec.TimeoutSeconds = ptrTo[int32](7) })
+	pauseErr := update(ctx, si, func() {
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		si.Annotations[controllers.PauseReconcileAnnotation] = "true"
+	})
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: desired.SidecarKind.BaseName(si.Name)}}
+	delErr := c.Delete(ctx, mwc)
+	restarted = true
+	if err := runOperator(env.Config, allowedServerNamespaces); err != nil {
+		t.Fatal(err)
+	}
+	if pauseErr != nil {
+		t.Fatalf("pause annotation refused with the operator stopped: %v", pauseErr)
+	}
+	if delErr != nil {
+		t.Fatalf("delete the configuration: %v", delErr)
+	}
+	if specErr == nil || !strings.Contains(specErr.Error(), "failed calling webhook") {
+		t.Errorf("spec change with the operator stopped: %v, want refused by the unreachable validating webhook", specErr)
+	}
+	t.Logf("operator stopped: pause annotation admitted, spec change refused: %v", specErr)
+
+	// The restarted operator sees the pause and leaves the deletion alone.
+	err := cluster.WaitFor(ctx, 60*time.Second, "Ready False ReconcilePaused", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+			return false, err
+		}
+		r := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionReady)
+		return r != nil && r.Reason == controllers.ReasonPaused, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(mwc), mwc); !apierrors.IsNotFound(err) {
+		t.Fatalf("configuration deleted while paused: get says %v, want NotFound", err)
+	}
+	// Unpaused, the operator puts it back.
+	if err := update(ctx, si, func() { delete(si.Annotations, controllers.PauseReconcileAnnotation) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 60*time.Second, "configuration back", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
+		return err == nil, client.IgnoreNotFound(err)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
