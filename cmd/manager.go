@@ -48,6 +48,7 @@ type managerOptions struct {
 	csrMaxValidity   time.Duration
 	drainPeriod      time.Duration
 	excludedNS       []string
+	operatorDeploy   string
 	zap              zap.Options
 }
 
@@ -111,6 +112,9 @@ func init() {
 		fs.StringSliceVar(&o.excludedNS, "excluded-namespaces", envList("EXCLUDED_NAMESPACES"),
 			"namespaces (comma-separated) no SidecarInjector's webhook is ever called for, besides kube-system, kube-public, kube-node-lease and the server "+
 				"namespaces: what the cluster needs to recover (CNI, CSI, service mesh control planes); default: $EXCLUDED_NAMESPACES")
+		fs.StringVar(&o.operatorDeploy, "operator-deployment", os.Getenv("OPERATOR_DEPLOYMENT"),
+			"Deployment in --namespace running the operator: when the manager exits and it is gone, being deleted or scaled to 0 (an uninstall), "+
+				"every webhook configuration the operator manages is switched to failurePolicy Ignore; default: $OPERATOR_DEPLOYMENT; empty: off")
 		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
 			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
 				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
@@ -192,8 +196,9 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 		WebhookPort: o.webhookPort, WebhookService: o.webhookService, WebhookDrainPeriod: o.drainPeriod,
-		Servers: servers,
-		Signer:  signer,
+		OperatorDeployment: o.operatorDeploy,
+		Servers:            servers,
+		Signer:             signer,
 		Settings: controllers.Settings{
 			Settings: desired.Settings{
 				Namespace: o.namespace, Image: o.serverImage,

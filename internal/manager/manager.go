@@ -93,6 +93,11 @@ type Options struct {
 	// LeaseOwner, when set (LeaseOwnerFromEnv), becomes the owner of the
 	// leader election Lease while this replica leads.
 	LeaseOwner *metav1.OwnerReference
+	// OperatorDeployment is the Deployment running this operator in
+	// Settings.Namespace: when it is gone, being deleted or scaled to zero
+	// as the manager exits, every webhook configuration the operator
+	// manages is switched to Ignore (uninstall.go). Empty: off.
+	OperatorDeployment string
 	// SkipNameValidation lets a process build a second manager after the
 	// first stopped (the operator tests restart theirs): controller-runtime
 	// refuses a controller name it saw before in the process otherwise.
@@ -103,6 +108,7 @@ type Options struct {
 // this replica released (see deleteReleasedLease).
 func Run(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options) error {
 	err := mgr.Start(ctx)
+	failOpenIfGone(cfg, o.Settings.Namespace, o.OperatorDeployment)
 	if o.LeaderElection {
 		leNS := o.LeaderElectionNamespace
 		if leNS == "" {
