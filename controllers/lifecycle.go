@@ -425,7 +425,12 @@ func (r *reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 	}
 	// Fail only once reachable: decided from the conditions as they stand;
 	// phaseFailurePolicy decides again from this pass's fresh ones.
+	// Armed: Fail was in effect, or fell back to Ignore from it (so the
+	// fallback stays a fallback, not a fresh start).
 	p.armed = live != nil && publishedPolicy(live) == admissionregistrationv1.Fail
+	if c := apimeta.FindStatusCondition(p.op.Conditions(), v1alpha1.ConditionFailurePolicyEnforced); c != nil && c.Reason == v1alpha1.FailurePolicyReasonFellBack {
+		p.armed = live != nil
+	}
 	r.applyFailurePolicy(p, wh)
 	published, overlapEnds := certsource.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
 	p.published = published && !p.cert.BundleOnly
@@ -716,7 +721,8 @@ func (r *reconciler) phaseFailurePolicy(ctx context.Context, p *pass) (time.Dura
 		return 0, false, nil
 	}
 	wh := p.d.Webhook
-	p.armed = publishedPolicy(wh) == admissionregistrationv1.Fail
+	// p.armed is as phaseWebhook found it: a fallback it just published
+	// stays a fallback.
 	if !r.applyFailurePolicy(p, wh) {
 		return 0, false, nil
 	}

@@ -230,9 +230,15 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
+		t.Fatal(err)
+	}
 	mirror := pod(ns, func(p *corev1.Pod) {
 		p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "static-hash"}
-		p.Spec.NodeName = "kwok-node-0"
+		p.Spec.NodeName = node.Name
+		// NodeRestriction: a node's mirror pod is owned by its Node.
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: ptrTo(true)}}
 	})
 	if err := kubelet.Create(ctx, mirror, client.DryRunAll); err != nil {
 		t.Errorf("mirror pod refused while the injector is down: %v", err)
