@@ -336,6 +336,14 @@ func build(op CR, s Settings, args []string) *Desired {
 						// ScheduleAnyway: a one-node cluster still runs every replica.
 						WhenUnsatisfiable: corev1.ScheduleAnyway,
 						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
+					}, {
+						// Across zones too, so one zone's outage leaves a
+						// replica serving; ScheduleAnyway for single-zone
+						// clusters and nodes without the label.
+						MaxSkew:           1,
+						TopologyKey:       corev1.LabelTopologyZone,
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
 					}},
 					Containers: []corev1.Container{{
 						Name:  "server",
