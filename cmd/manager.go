@@ -25,6 +25,7 @@ import (
 	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
+	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
 type managerOptions struct {
@@ -45,6 +46,9 @@ type managerOptions struct {
 	webhookService   string
 	csrSignerName    string
 	csrMaxValidity   time.Duration
+	drainPeriod      time.Duration
+	excludedNS       []string
+	operatorDeploy   string
 	zap              zap.Options
 }
 
@@ -105,6 +109,15 @@ func init() {
 				"signers rules for it; empty: no signer (an external signer serves mode CSR)")
 		fs.DurationVar(&o.csrMaxValidity, "csr-max-validity", csrsign.DefaultMaxValidity,
 			"longest certificate the signer issues; a request with a longer spec.expirationSeconds is refused, one without gets this")
+		fs.StringSliceVar(&o.excludedNS, "excluded-namespaces", envList("EXCLUDED_NAMESPACES"),
+			"namespaces (comma-separated) no SidecarInjector's webhook is ever called for, besides kube-system, kube-public, kube-node-lease and the server "+
+				"namespaces: what the cluster needs to recover (CNI, CSI, service mesh control planes); default: $EXCLUDED_NAMESPACES")
+		fs.StringVar(&o.operatorDeploy, "operator-deployment", os.Getenv("OPERATOR_DEPLOYMENT"),
+			"Deployment in --namespace running the operator: when the manager exits and it is gone, being deleted or scaled to 0 (an uninstall), "+
+				"every webhook configuration the operator manages is switched to failurePolicy Ignore; default: $OPERATOR_DEPLOYMENT; empty: off")
+		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
+			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
+				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
 		return cmd
 	})
 }
@@ -182,15 +195,17 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	mo := manager.Options{
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
-		WebhookPort: o.webhookPort, WebhookService: o.webhookService,
-		Servers: servers,
-		Signer:  signer,
+		WebhookPort: o.webhookPort, WebhookService: o.webhookService, WebhookDrainPeriod: o.drainPeriod,
+		OperatorDeployment: o.operatorDeploy,
+		Servers:            servers,
+		Signer:             signer,
 		Settings: controllers.Settings{
 			Settings: desired.Settings{
 				Namespace: o.namespace, Image: o.serverImage,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 				// OLM passes the cluster proxy to the operator; the servers get it too.
-				ProxyEnv: proxy.ReadProxyVarsFromEnv(),
+				ProxyEnv:           proxy.ReadProxyVarsFromEnv(),
+				ExcludedNamespaces: o.excludedNS,
 			},
 			CADir: o.caDir,
 		},

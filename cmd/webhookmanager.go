@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -62,6 +64,8 @@ func (o *webhookServerOptions) start(cacheOpts cache.Options) (*rest.Config, ctr
 		WebhookServer:          srv,
 		LeaderElection:         false,
 		Cache:                  cacheOpts,
+		// Room for the webhook server's drain and in-flight reviews.
+		GracefulShutdownTimeout: ptr.To(o.serving.ShutdownBound() + 10*time.Second),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create manager: %w", err)

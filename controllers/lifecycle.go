@@ -35,6 +35,7 @@ import (
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/health"
 	"github.com/hookwright/hookwright/internal/requeue"
 )
 
@@ -267,6 +268,9 @@ type pass struct {
 	d    *desired.Desired
 	// requeue is the soonest any phase wants to look again (0: on events).
 	requeue time.Duration
+	// armed: the live configuration had Fail when this pass began;
+	// published: phaseWebhook wrote the configuration with its certificate.
+	armed, published bool
 }
 
 // phase is one named step of a reconcile. run returns when to look again
@@ -291,6 +295,7 @@ func (r *reconciler) phases() []phase {
 		{name: "webhook", cond: v1alpha1.ConditionWebhookConfigured, run: r.phaseWebhook},
 		{name: "status", run: r.phaseStatus},
 		{name: "probe", cond: v1alpha1.ConditionWebhookReachable, run: r.phaseProbe}, // probe.go
+		{name: "failure-policy", cond: v1alpha1.ConditionWebhookConfigured, run: r.phaseFailurePolicy},
 	}
 	if a, ok := r.kind.(afterApplying); ok {
 		ps = append(ps, phase{name: "after-apply", run: func(ctx context.Context, p *pass) (time.Duration, bool, error) {
@@ -418,7 +423,17 @@ func (r *reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 	if m := (&admissionregistrationv1.MutatingWebhookConfiguration{}); r.Client.Get(ctx, client.ObjectKeyFromObject(wh), m) == nil {
 		live = m
 	}
+	// Fail only once reachable: decided from the conditions as they stand;
+	// phaseFailurePolicy decides again from this pass's fresh ones.
+	// Armed: Fail was in effect, or fell back to Ignore from it (so the
+	// fallback stays a fallback, not a fresh start).
+	p.armed = live != nil && publishedPolicy(live) == admissionregistrationv1.Fail
+	if c := apimeta.FindStatusCondition(p.op.Conditions(), v1alpha1.ConditionFailurePolicyEnforced); c != nil && c.Reason == v1alpha1.FailurePolicyReasonFellBack {
+		p.armed = live != nil
+	}
+	r.applyFailurePolicy(p, wh)
 	published, overlapEnds := certsource.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
+	p.published = published && !p.cert.BundleOnly
 	if !published {
 		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, reasonNoCertificate,
 			"MutatingWebhookConfiguration "+wh.Name+" is not written until a serving certificate is ready")
@@ -654,4 +669,66 @@ func (r *reconciler) pruneOwned(ctx context.Context, op desired.CR, keep []clien
 		}
 	}
 	return nil
+}
+
+// publishedPolicy is the failurePolicy of a configuration's first webhook
+// (every webhook of one configuration gets the same).
+func publishedPolicy(wh *admissionregistrationv1.MutatingWebhookConfiguration) admissionregistrationv1.FailurePolicyType {
+	if len(wh.Webhooks) == 0 || wh.Webhooks[0].FailurePolicy == nil {
+		return ""
+	}
+	return *wh.Webhooks[0].FailurePolicy
+}
+
+// requestedPolicy is the spec's failurePolicy and whenUnreachable.
+func requestedPolicy(op desired.CR) (requested, whenUnreachable v1alpha1.FailurePolicy) {
+	if si, ok := op.Object.(*v1alpha1.SidecarInjector); ok {
+		return si.Spec.FailurePolicy, si.Spec.WhenUnreachable
+	}
+	return v1alpha1.FailurePolicyIgnore, v1alpha1.FailurePolicyIgnore
+}
+
+// applyFailurePolicy sets wh's failurePolicy to the one in effect
+// (health.DecideFailurePolicy) and, for a SidecarInjector, the
+// FailurePolicyEnforced condition; it reports whether the policy changed.
+func (r *reconciler) applyFailurePolicy(p *pass, wh *admissionregistrationv1.MutatingWebhookConfiguration) bool {
+	requested, whenUnreachable := requestedPolicy(p.op)
+	reach := ""
+	if c := apimeta.FindStatusCondition(p.op.Conditions(), v1alpha1.ConditionWebhookReachable); c != nil {
+		reach = string(c.Status)
+	}
+	d := health.DecideFailurePolicy(health.FailurePolicyInput{
+		Requested: requested, WhenUnreachable: whenUnreachable, Reachable: reach, Armed: p.armed,
+		ServerAvailable: apimeta.IsStatusConditionTrue(p.op.Conditions(), v1alpha1.ConditionServerAvailable),
+	})
+	fp := admissionregistrationv1.FailurePolicyType(d.Effective)
+	changed := publishedPolicy(wh) != fp
+	for i := range wh.Webhooks {
+		wh.Webhooks[i].FailurePolicy = &fp
+	}
+	if _, ok := p.op.Object.(*v1alpha1.SidecarInjector); ok {
+		r.setCondition(p.op, v1alpha1.ConditionFailurePolicyEnforced, d.Enforced, d.Reason, d.Message)
+	}
+	return changed
+}
+
+// phaseFailurePolicy decides the failurePolicy again from this pass's
+// ServerAvailable and WebhookReachable and rewrites the configuration when
+// it changes: Ignore becomes Fail one reconcile after the probe first sees
+// the webhook answer (the probe's outcome queues that reconcile).
+func (r *reconciler) phaseFailurePolicy(ctx context.Context, p *pass) (time.Duration, bool, error) {
+	if p.d == nil || p.d.Webhook == nil || !p.published {
+		return 0, false, nil
+	}
+	wh := p.d.Webhook
+	// p.armed is as phaseWebhook found it: a fallback it just published
+	// stays a fallback.
+	if !r.applyFailurePolicy(p, wh) {
+		return 0, false, nil
+	}
+	if _, err := r.ensure(ctx, p.op, wh); err != nil {
+		return 0, false, err
+	}
+	log.FromContext(ctx).Info("failurePolicy changed", "configuration", wh.Name, "failurePolicy", publishedPolicy(wh))
+	return 0, false, nil
 }

@@ -37,6 +37,22 @@ const ConditionServerPodsHealthy = "ServerPodsHealthy"
 // the message; Unknown while there is nothing to probe yet.
 const ConditionWebhookReachable = "WebhookReachable"
 
+// ConditionFailurePolicyEnforced (SidecarInjector) is True when the
+// webhook configuration carries the failurePolicy the spec asks for, False
+// when it carries Ignore though the spec asks for Fail (the server is not
+// yet Available or not yet reached, or whenUnreachable Ignore fell back).
+// The message names the policy in effect.
+const ConditionFailurePolicyEnforced = "FailurePolicyEnforced"
+
+// Reasons of ConditionFailurePolicyEnforced.
+const (
+	FailurePolicyReasonAsRequested       = "AsRequested"
+	FailurePolicyReasonServerUnavailable = "ServerNotAvailable"
+	FailurePolicyReasonNotYetReachable   = "NotYetReachable"
+	FailurePolicyReasonKeptUnreachable   = "FailKeptWhileUnreachable"
+	FailurePolicyReasonFellBack          = "FellBackToIgnore"
+)
+
 // Reasons of ConditionWebhookReachable.
 const (
 	WebhookProbeReasonReachable     = "Reachable"

@@ -43,6 +43,7 @@ func (si *SidecarInjector) Default() {
 	setDefault(&s.Policy, PolicyEnabled)
 	setDefault(&s.NativeSidecars, NativeSidecarAuto)
 	setDefault(&s.FailurePolicy, FailurePolicyFail)
+	setDefault(&s.WhenUnreachable, FailurePolicyFail)
 	setDefault(&s.ReinvocationPolicy, ReinvocationIfNeeded)
 	defaultInt32(&s.TimeoutSeconds, DefaultSidecarTimeoutSeconds)
 	s.Server.setDefaults()

@@ -189,11 +189,33 @@ type SidecarInjectorSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Native Sidecars",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Auto","urn:alm:descriptor:com.tectonic.ui:select:Enabled","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
 	NativeSidecars NativeSidecarMode `json:"nativeSidecars,omitempty"`
 
-	// FailurePolicy of the webhook configuration.
+	// FailurePolicy of the webhook configuration. Fail takes effect only
+	// once the server Deployment is Available and the operator's probe saw
+	// a real call answered (WebhookReachable True): until then the
+	// configuration is published with Ignore, so a server that cannot
+	// start never blocks the pods in scope (the FailurePolicyEnforced
+	// condition shows the policy in effect and why). Istio's validation
+	// webhook and Kyverno start the same way.
 	// +optional
 	// +kubebuilder:default=Fail
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
 	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+
+	// WhenUnreachable is the failurePolicy published, after Fail took
+	// effect, while the server is not Available or the probe fails
+	// (WebhookReachable False). Fail (default) keeps refusing pods in
+	// scope: a user who asked for Fail wants a pod refused rather than
+	// created without its sidecar (a security or mesh proxy), and a
+	// replica outage is what replicas, the PodDisruptionBudget and the
+	// drain are for. Ignore falls back to admitting pods uninjected until
+	// the probe succeeds again, as Kyverno does when its health Lease goes
+	// stale: availability over injection (the fleet status and rollouts
+	// then restart what was created uninjected). Either way the
+	// FailurePolicyEnforced condition says which is in effect.
+	// +optional
+	// +kubebuilder:default=Fail
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Failure Policy When Unreachable",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Fail","urn:alm:descriptor:com.tectonic.ui:select:Ignore"}
+	WhenUnreachable FailurePolicy `json:"whenUnreachable,omitempty"`
 
 	// TimeoutSeconds of the webhook configuration, in seconds.
 	// +optional

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,19 @@ const (
 
 	// defaultReplicas of a server Deployment when spec.server.replicas is unset.
 	defaultReplicas int32 = 2
+
+	// ServerDrainPeriod is the servers' --drain-period: after SIGTERM a
+	// server fails readiness and keeps serving this long, each answer
+	// closing its connection, so the endpoint removal reaches kube-proxy
+	// and the API server and their pooled connections move before the
+	// listener closes (webhooks/listener.DefaultDrainPeriod says why 5 s).
+	ServerDrainPeriod = 5 * time.Second
+	// ServerTerminationGracePeriodSeconds is above what a server needs to
+	// stop: the drain, in-flight reviews up to the 30 s request timeout
+	// plus 1 s (listener.Options.ShutdownBound), and a few seconds for the
+	// manager's other runnables. No preStop hook: the process drains by
+	// itself on SIGTERM, and the image has no shell to sleep in.
+	ServerTerminationGracePeriodSeconds int64 = 45
 
 	// serverFSGroup is the server pods' fsGroup: the group of the
 	// operator image's user (65532:65532) and of the mounted serving Secret.
@@ -136,6 +150,11 @@ type Settings struct {
 	// settings OLM gives the operator (HTTP_PROXY, HTTPS_PROXY, NO_PROXY
 	// and their lower-case forms; operator-lib's proxy.ReadProxyVarsFromEnv).
 	ProxyEnv []corev1.EnvVar
+	// ExcludedNamespaces (--excluded-namespaces) are kept from every
+	// SidecarInjector's webhook besides the system and server namespaces:
+	// the installation-wide list of what the cluster needs to recover
+	// (CNI, CSI, service mesh control planes), as Linkerd excludes its CNI.
+	ExcludedNamespaces []string
 }
 
 // ServerPolicy is where and what the operator may run for a CR (the same

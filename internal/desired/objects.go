@@ -90,6 +90,7 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	})
 	wh.NamespaceSelector = nsSel
 	wh.ObjectSelector = injectorObjectSelector(si.Spec.ObjectSelector)
+	wh.MatchConditions = podMatchConditions()
 	wh.ReinvocationPolicy = &rp
 	d.Webhook.Webhooks = []admissionregistrationv1.MutatingWebhook{wh}
 	// The injector reads only its own SidecarInjector (an informer with a
@@ -141,14 +142,25 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
 	})
-	// An absent nodeSelector selects every node, as an absent objectSelector does.
+	// An absent nodeSelector selects every node, as an absent objectSelector
+	// does. A node some NodeOversell manages (it carries OversellNodeLabel)
+	// is left to that one's held. webhook, so a managed node's heartbeat
+	// reaches exactly one hookwright webhook and waits at most one
+	// timeoutSeconds (at most 5, the CRD says) of the kubelet's 10 s.
 	wh.ObjectSelector = no.Spec.NodeSelector.DeepCopy()
+	if wh.ObjectSelector == nil {
+		wh.ObjectSelector = &metav1.LabelSelector{}
+	}
+	wh.ObjectSelector.MatchExpressions = append(wh.ObjectSelector.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: v1alpha1.OversellNodeLabel, Operator: metav1.LabelSelectorOpDoesNotExist,
+	})
 	// The nodes the operator manages for this NodeOversell carry its label
 	// (v1alpha1.OversellNodeLabel): a node that left the selector, or one
 	// of a NodeOversell being deleted, still reaches the server while the
 	// operator holds it for its running pods (webhooks/oversell RouteNode).
-	// Where both match, the server is called twice; its answer is
-	// idempotent (webhooks/oversell/chain.go).
+	// The first webhook excludes labelled nodes, so the two never both
+	// match a node (but for a status write that removes the label itself;
+	// the server's answer is idempotent, webhooks/oversell/chain.go).
 	held := *wh.DeepCopy()
 	held.Name = "held." + op.Kind.WebhookName
 	held.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.OversellNodeLabel: no.Name}}
@@ -162,8 +174,46 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
 // allowed server namespace. Passed as sidecar.Params.ExcludedNamespaces,
 // they make sidecar.Decide answer for a running pod what the API server and
 // the webhook together would at its creation.
+// The installation's --excluded-namespaces follow, and in mode CertManager
+// cert-manager's namespace: an injector with Fail must not block the
+// issuer of its own certificate.
 func InjectorExcludedNamespaces(si *v1alpha1.SidecarInjector, s Settings) []string {
-	return excludedNamespaces(append([]string{s.Namespace, ServerNamespace(SidecarCR(si), s)}, s.ServerPolicy().Namespaces...)...)
+	ns := append([]string{s.Namespace, ServerNamespace(SidecarCR(si), s)}, s.ServerPolicy().Namespaces...)
+	ns = append(ns, s.ExcludedNamespaces...)
+	if CertificateMode(SidecarCR(si)) == v1alpha1.CertificateCertManager {
+		ns = append(ns, CertManagerNamespace)
+	}
+	return excludedNamespaces(ns...)
+}
+
+// CertManagerNamespace is where cert-manager's own manifests install it;
+// an installation elsewhere names its namespace in --excluded-namespaces.
+const CertManagerNamespace = "cert-manager"
+
+// Pod matchConditions of every SidecarInjector webhook (CEL,
+// admissionregistration/v1, GA in Kubernetes 1.30, KEP-3716): what the
+// cluster needs to recover is never sent to the injector, so it is
+// admitted even while the injector is down with failurePolicy Fail (the
+// Kubernetes "admission webhook good practices" page). A pod that fails
+// one is admitted unchanged without a call.
+const (
+	// MatchNotCritical spares pods of the two built-in critical priority
+	// classes: CNI, CSI and kube-proxy daemons, without which a node never
+	// becomes Ready and the injector's own server never starts (netbird
+	// kubernetes-operator #168).
+	MatchNotCritical = "not-critical-priority"
+	// MatchNotMirror spares mirror pods, the API's copy of a kubelet's
+	// static pods: the API server refuses changes to them anyway, and a
+	// refusal only hides a running control plane pod.
+	MatchNotMirror = "not-mirror-pod"
+)
+
+// podMatchConditions are the matchConditions of a pod webhook.
+func podMatchConditions() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{
+		{Name: MatchNotCritical, Expression: "!has(object.spec.priorityClassName) || !(object.spec.priorityClassName in ['system-node-critical', 'system-cluster-critical'])"},
+		{Name: MatchNotMirror, Expression: "!has(object.metadata.annotations) || !('" + corev1.MirrorPodAnnotationKey + "' in object.metadata.annotations)"},
+	}
 }
 
 func excludedNamespaces(namespaces ...string) []string {
@@ -217,6 +267,7 @@ func build(op CR, s Settings, args []string) *Desired {
 		fmt.Sprintf("--webhook-port=%d", WebhookPort),
 		fmt.Sprintf("--health-probe-bind-address=:%d", probePort),
 		fmt.Sprintf("--metrics-bind-address=:%d", MetricsPort),
+		"--drain-period="+ServerDrainPeriod.String(),
 	)
 	d := &Desired{}
 	d.ServiceAccount = &corev1.ServiceAccount{ObjectMeta: meta(op, name, ns)}
@@ -248,7 +299,8 @@ func build(op CR, s Settings, args []string) *Desired {
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
-			// Never fewer ready servers than asked for during a rollout.
+			// Never fewer ready servers than asked for during a rollout:
+			// the new pod is Ready before an old one starts to drain.
 			Strategy: appsv1.DeploymentStrategy{
 				Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{
@@ -260,6 +312,8 @@ func build(op CR, s Settings, args []string) *Desired {
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: name,
+					// The server drains on SIGTERM, then finishes in-flight reviews.
+					TerminationGracePeriodSeconds: ptr.To(ServerTerminationGracePeriodSeconds),
 					// Pod Security Standards "restricted" (v1.37 profile).
 					// fsGroup: the kubelet writes the serving-cert files
 					// root-owned with mode 0440, so the non-root server
@@ -280,6 +334,14 @@ func build(op CR, s Settings, args []string) *Desired {
 						MaxSkew:     1,
 						TopologyKey: corev1.LabelHostname,
 						// ScheduleAnyway: a one-node cluster still runs every replica.
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
+					}, {
+						// Across zones too, so one zone's outage leaves a
+						// replica serving; ScheduleAnyway for single-zone
+						// clusters and nodes without the label.
+						MaxSkew:           1,
+						TopologyKey:       corev1.LabelTopologyZone,
 						WhenUnsatisfiable: corev1.ScheduleAnyway,
 						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
 					}},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -209,15 +210,15 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	}
 	// Heartbeats reach only the servers of the NodeOversells selecting the
 	// node, each acting for its own CR (issue 11: overlapping CRs compounded).
-	if !reflect.DeepEqual(wh.ObjectSelector, no.Spec.NodeSelector) || wh.ObjectSelector == no.Spec.NodeSelector {
-		t.Fatalf("oversell objectSelector %+v, want a copy of the nodeSelector %+v", wh.ObjectSelector, no.Spec.NodeSelector)
+	if !reflect.DeepEqual(wh.ObjectSelector, withoutManaged(no.Spec.NodeSelector)) {
+		t.Fatalf("oversell objectSelector %+v, want the nodeSelector %+v and no managed node", wh.ObjectSelector, no.Spec.NodeSelector)
 	}
 	if args := d.Deployment.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--node-oversell="+no.Name) {
 		t.Fatalf("oversell server args %v lack --node-oversell=%s", args, no.Name)
 	}
 	no.Spec.NodeSelector = nil
-	if wh := BuildNodeOversell(no, testSettings).Webhook.Webhooks[0]; wh.ObjectSelector != nil {
-		t.Fatalf("an absent nodeSelector (every node) must give no objectSelector, got %+v", wh.ObjectSelector)
+	if wh := BuildNodeOversell(no, testSettings).Webhook.Webhooks[0]; !reflect.DeepEqual(wh.ObjectSelector, withoutManaged(nil)) {
+		t.Fatalf("an absent nodeSelector (every node) must give every unmanaged node, got %+v", wh.ObjectSelector)
 	}
 	no = testOversell()
 	if d.PodDisruptionBudget != nil {
@@ -420,4 +421,102 @@ func TestToApplyObjectKeepsSelfSigned(t *testing.T) {
 	if v, ok, _ := unstructured.NestedMap(u.Object, "spec", "selfSigned"); !ok || len(v) != 0 {
 		t.Fatalf("spec.selfSigned %v %v in %v", v, ok, u.Object)
 	}
+}
+
+// The installation's excluded namespaces and, in mode CertManager,
+// cert-manager's are kept from the injector; critical and mirror pods are
+// spared by matchConditions.
+func TestInjectorSparesWhatTheClusterNeeds(t *testing.T) {
+	si := testInjector()
+	s := testSettings
+	s.ExcludedNamespaces = []string{"calico-system", "kube-system"}
+	got := InjectorExcludedNamespaces(si, s)
+	if !slices.Contains(got, "calico-system") || slices.Contains(got, CertManagerNamespace) {
+		t.Fatalf("excluded %v: want calico-system, not cert-manager", got)
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(got), func(ns string) bool { return ns != "kube-system" })); n != 1 {
+		t.Fatalf("kube-system %d times in %v", n, got)
+	}
+	si.Spec.Certificate.Mode = v1alpha1.CertificateCertManager
+	if got := InjectorExcludedNamespaces(si, s); !slices.Contains(got, CertManagerNamespace) {
+		t.Fatalf("mode CertManager excluded %v: want cert-manager", got)
+	}
+	wh := BuildSidecarInjector(si, s).Webhook.Webhooks[0]
+	if !slices.Contains(wh.NamespaceSelector.MatchExpressions[len(wh.NamespaceSelector.MatchExpressions)-1].Values, CertManagerNamespace) {
+		t.Fatalf("namespaceSelector %+v lacks cert-manager", wh.NamespaceSelector)
+	}
+	var names []string
+	for _, m := range wh.MatchConditions {
+		names = append(names, m.Name)
+	}
+	if !slices.Equal(names, []string{MatchNotCritical, MatchNotMirror}) {
+		t.Fatalf("matchConditions %v", names)
+	}
+	for _, w := range BuildNodeOversell(testOversell(), s).Webhook.Webhooks {
+		if len(w.MatchConditions) != 0 {
+			t.Fatalf("oversell webhook %s has pod matchConditions", w.Name)
+		}
+	}
+}
+
+// withoutManaged is a NodeOversell's selector webhook's objectSelector:
+// the nodeSelector, and no node a NodeOversell manages.
+func withoutManaged(sel *metav1.LabelSelector) *metav1.LabelSelector {
+	out := sel.DeepCopy()
+	if out == nil {
+		out = &metav1.LabelSelector{}
+	}
+	out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: v1alpha1.OversellNodeLabel, Operator: metav1.LabelSelectorOpDoesNotExist})
+	return out
+}
+
+// A managed node's heartbeat reaches exactly one hookwright webhook, even
+// where two NodeOversells select it, so it waits at most one timeout (at
+// most 5 s of the kubelet's 10 s); an unmanaged node reaches the selector
+// webhooks of the NodeOversells selecting it.
+func TestManagedNodeReachesOneWebhook(t *testing.T) {
+	a, b := testOversell(), testOversell()
+	a.Name, b.Name = "a", "b"
+	var hooks []admissionregistrationv1.MutatingWebhook
+	for _, no := range []*v1alpha1.NodeOversell{a, b} {
+		hooks = append(hooks, BuildNodeOversell(no, testSettings).Webhook.Webhooks...)
+	}
+	sel := a.Spec.NodeSelector.MatchLabels
+	for _, c := range []struct {
+		name    string
+		labels  map[string]string
+		want    int
+		timeout int32
+	}{
+		{"selected, managed by a", merge(sel, map[string]string{v1alpha1.OversellNodeLabel: "a"}), 1, 5},
+		{"left the selector, held by b", map[string]string{v1alpha1.OversellNodeLabel: "b"}, 1, 5},
+		{"selected, not managed yet", sel, 2, 10},
+		{"not selected", map[string]string{"other": "x"}, 0, 0},
+	} {
+		n, sum := 0, int32(0)
+		for _, w := range hooks {
+			s, err := metav1.LabelSelectorAsSelector(w.ObjectSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Matches(labels.Set(c.labels)) {
+				n++
+				sum += 5 // the CRD's maximum timeoutSeconds
+			}
+		}
+		if n != c.want || sum != c.timeout {
+			t.Errorf("%s: %d webhooks, %d s at most; want %d, %d s", c.name, n, sum, c.want, c.timeout)
+		}
+	}
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
 }

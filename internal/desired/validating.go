@@ -21,6 +21,9 @@ const (
 	// DefaultWebhookService is the manager's webhook Service of config/webhook
 	// (kustomize prefix "hookwright-").
 	DefaultWebhookService = "hookwright-webhook-service"
+	// MatchSpecChange is the validating webhook's matchCondition that
+	// sends it only creates and spec changes.
+	MatchSpecChange = "spec-changed"
 	// ManagerWebhookPort is the manager's webhook server port (the Service's
 	// targetPort "webhook-server").
 	ManagerWebhookPort = 9443
@@ -50,6 +53,13 @@ func ValidatingWebhookConfiguration(ns, svc, path string) *admissionregistration
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name: "not-being-deleted", Expression: "!has(object.metadata.deletionTimestamp)",
+			}, {
+				// Only a create or a spec change is validated: metadata
+				// (the pause annotation, labels, finalizers) and status
+				// writes never wait on the manager, so break-glass works
+				// while the operator is down (Gatekeeper's failing-closed
+				// docs). The reconciler checks the spec again anyway.
+				Name: MatchSpecChange, Expression: "request.operation != 'UPDATE' || object.spec != oldObject.spec",
 			}},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),

@@ -3,7 +3,8 @@
 // ServerPodsHealthy (pods.go: the kubelet's reasons in pod status and
 // Events), ConfigLoaded (configloaded.go: the generation each ready pod
 // serves), EndpointsOwned (endpoints.go: what stands behind a webhook
-// Service) and OLM's Upgradeable (upgradeable.go).
+// Service), OLM's Upgradeable (upgradeable.go) and the failurePolicy
+// in effect, FailurePolicyEnforced (failurepolicy.go).
 //
 // controllers reads the objects and writes the conditions; this package
 // must not import a client, controllers or the webhook servers.

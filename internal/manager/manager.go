@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -71,6 +72,10 @@ type Options struct {
 	// listens (Host empty: every interface).
 	WebhookHost string
 	WebhookPort int
+	// WebhookDrainPeriod is the validating webhook server's drain after
+	// the context ends (listener.Options.DrainPeriod); 0 means none (tests
+	// and out-of-cluster runs, where no Service routes to this process).
+	WebhookDrainPeriod time.Duration
 	// WebhookService, when set, is the Service in Settings.Namespace in front
 	// of the webhook server: the manager then serves the validating webhook
 	// and manages its configuration and certificate. Empty serves none.
@@ -89,6 +94,11 @@ type Options struct {
 	// LeaseOwner, when set (LeaseOwnerFromEnv), becomes the owner of the
 	// leader election Lease while this replica leads.
 	LeaseOwner *metav1.OwnerReference
+	// OperatorDeployment is the Deployment running this operator in
+	// Settings.Namespace: when it is gone, being deleted or scaled to zero
+	// as the manager exits, every webhook configuration the operator
+	// manages is switched to Ignore (uninstall.go). Empty: off.
+	OperatorDeployment string
 	// SkipNameValidation lets a process build a second manager after the
 	// first stopped (the operator tests restart theirs): controller-runtime
 	// refuses a controller name it saw before in the process otherwise.
@@ -99,6 +109,7 @@ type Options struct {
 // this replica released (see deleteReleasedLease).
 func Run(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options) error {
 	err := mgr.Start(ctx)
+	failOpenIfGone(cfg, o.Settings.Namespace, o.OperatorDeployment)
 	if o.LeaderElection {
 		leNS := o.LeaderElectionNamespace
 		if leNS == "" {
@@ -125,7 +136,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// request, a connection limit), HTTP/1.1 only as on the metrics port:
 	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
 	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
-	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000}
+	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000, DrainPeriod: o.WebhookDrainPeriod}
 	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
 	if err != nil {
 		return nil, err
@@ -143,6 +154,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(append([]string{s.Namespace}, o.Servers.Namespaces...)...),
 		Controller:                    config.Controller{SkipNameValidation: &o.SkipNameValidation},
+		// The webhook server drains and finishes in-flight reviews after
+		// the controllers and caches stopped; leave it the time.
+		GracefulShutdownTimeout: ptr.To(so.ShutdownBound() + 10*time.Second),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

@@ -45,6 +45,8 @@ const (
 	serverImage = "ghcr.io/hookwright/hookwright:v0.0.0-test"
 	// serverNS is the second allowed server namespace (TestRenewalAndNamespaceMove).
 	serverNS = "mesh-servers"
+	// excludedNS is the operator's --excluded-namespaces (TestRecoveryPodsAdmittedWhileDown).
+	excludedNS = "cni-like-excluded"
 )
 
 // The operator's --allowed-server-namespaces and --allowed-server-images.
@@ -256,6 +258,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 			Settings: desired.Settings{
 				Namespace: operatorNS, Image: serverImage,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+				ExcludedNamespaces: []string{excludedNS},
 			},
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
@@ -397,6 +400,8 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 		"--cert-dir="+certDir,
 		"--metrics-bind-address=0",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", s.probePort),
+		// Nothing routes by endpoints here: stop at once.
+		"--drain-period=0s",
 	)
 	p, err := cluster.StartProcess(name, dir, cluster.MustHookwrightBinary(t), args, []string{"KUBECONFIG=" + kubeconfig})
 	if err != nil {

@@ -12,11 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// With the injector down and failurePolicy Fail, a pod that opted out with
+// With the injector down and failurePolicy Fail (in effect once the
+// injector answered), a pod that opted out with
 // the inject=false label is still created: the webhook's objectSelector
 // keeps it from the injector. Once the injector serves, a pod whose status
 // annotation names containers it lacks (a copied pod spec) is injected
@@ -46,6 +46,12 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 		return p
 	}
 
+	// Fail takes effect once the injector answered; then it goes away.
+	o, first := armFail(t, ctx, si, "injector-optout-0")
+	env.UnrouteService(o.Svc)
+	if err := first.proc.Stop(5 * time.Second); err != nil {
+		t.Logf("stop: %v", err)
+	}
 	// Nothing serves the Service: a pod that says nothing is refused.
 	var refused error
 	err := cluster.WaitFor(ctx, 60*time.Second, "an unlabelled pod refused while the injector is down", func(ctx context.Context) (bool, error) {
@@ -70,9 +76,8 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	}
 
 	// The injector serves: a copied pod with a stale status is injected.
-	base := desired.SidecarKind.BaseName(si.Name)
-	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "SidecarInjector", si.UID)
+	base := o.SA.Name
 	ct := o.Deploy.Spec.Template.Spec.Containers[0]
 	kc := serviceAccountKubeconfig(t, t.TempDir(), operatorNS, base)
 	srv := startLocalServer(t, "injector-optout", ct.Args, o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey], kc)

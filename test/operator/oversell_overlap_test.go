@@ -55,7 +55,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 		base := desired.OversellKind.BaseName(no.Name)
 		o := ownedKeys(base, operatorNS)
 		o.fetch(t, ctx, "NodeOversell", no.UID)
-		if wh := o.MWC.Webhooks[0]; !reflect.DeepEqual(wh.ObjectSelector, no.Spec.NodeSelector) {
+		if wh := o.MWC.Webhooks[0]; !reflect.DeepEqual(wh.ObjectSelector, selectorWebhookSelector(no.Spec.NodeSelector)) {
 			t.Fatalf("%s: objectSelector %+v, want the nodeSelector %+v", name, wh.ObjectSelector, no.Spec.NodeSelector)
 		}
 		args := o.Deploy.Spec.Template.Spec.Containers[0].Args

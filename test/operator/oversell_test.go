@@ -77,7 +77,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "NodeOversell", no.UID)
 	wh := o.MWC.Webhooks[0]
-	if *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.TimeoutSeconds != 2 || !reflect.DeepEqual(wh.ObjectSelector, no.Spec.NodeSelector) ||
+	if *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.TimeoutSeconds != 2 || !reflect.DeepEqual(wh.ObjectSelector, selectorWebhookSelector(no.Spec.NodeSelector)) ||
 		!slices.Equal(wh.Rules[0].Resources, []string{"nodes/status"}) || *wh.ClientConfig.Service.Path != "/oversell" {
 		t.Fatalf("webhook %+v", wh)
 	}

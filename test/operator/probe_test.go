@@ -208,8 +208,10 @@ func TestWebhookReachable(t *testing.T) {
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 	}, 60*time.Second)
 
-	// No route to either Service yet: the API server cannot call them.
-	cond := waitReachable(t, ctx, si, metav1.ConditionFalse, []string{v1alpha1.WebhookProbeReasonUnreachable}, 90*time.Second)
+	// No route to either Service yet: the API server cannot call them. The
+	// SidecarInjector asks for Fail but is published with Ignore until
+	// its server answers, so the probe pod comes back uninjected.
+	cond := waitReachable(t, ctx, si, metav1.ConditionFalse, []string{v1alpha1.WebhookProbeReasonNotCalled}, 90*time.Second)
 	t.Logf("SidecarInjector, no server: %s: %s", cond.Reason, cond.Message)
 	cond = waitReachable(t, ctx, no, metav1.ConditionFalse, []string{v1alpha1.WebhookProbeReasonNotCalled}, 90*time.Second)
 	t.Logf("NodeOversell, no server: %s: %s", cond.Reason, cond.Message)

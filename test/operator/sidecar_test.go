@@ -96,7 +96,9 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if s := wh.ClientConfig.Service; s == nil || s.Name != base || s.Namespace != operatorNS || *s.Path != "/inject" || *s.Port != 443 {
 		t.Fatalf("service reference %+v", s)
 	}
-	if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+	// Fail is asked for; Ignore is published until the server is
+	// Available and answers the probe (none runs here).
+	if *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
 		*wh.MatchPolicy != admissionregistrationv1.Equivalent || *wh.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy ||
 		*wh.TimeoutSeconds != 10 || !slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) {
 		t.Fatalf("webhook settings %+v", wh)

@@ -40,7 +40,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := vwc.Webhooks[0]
-	if *w.FailurePolicy != admissionregistrationv1.Fail || len(w.Rules) != 1 || len(w.MatchConditions) != 1 ||
+	if *w.FailurePolicy != admissionregistrationv1.Fail || len(w.Rules) != 1 || len(w.MatchConditions) != 2 ||
 		strings.Join(w.Rules[0].Resources, ",") != "sidecarinjectors,nodeoversells" || len(w.Rules[0].Operations) != 2 ||
 		*w.Rules[0].Scope != admissionregistrationv1.ClusterScope {
 		t.Fatalf("webhook %+v", w)

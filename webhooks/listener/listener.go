@@ -58,6 +58,40 @@ type Options struct {
 	// MaxConnections bounds open connections (golang.org/x/net/netutil);
 	// further clients wait in the kernel's accept queue. 0 means no limit.
 	MaxConnections int
+	// DrainPeriod is how long the server keeps serving after its context
+	// ends (SIGTERM) before it stops accepting: readiness fails at once
+	// (StartedChecker) and every answer carries "Connection: close", so
+	// the API server's pooled keep-alive connections move to another
+	// replica at their next call instead of meeting a closed socket (the
+	// API server does not retry a POST that got EOF, kubernetes #127335).
+	// 0 (or negative) means none; the --drain-period flag defaults to
+	// DefaultDrainPeriod.
+	DrainPeriod time.Duration
+	// DrainDone, when non-nil, ends the drain period early once closed
+	// (tests step through the shutdown with it).
+	DrainDone <-chan struct{}
+}
+
+// DefaultDrainPeriod covers the removal of a terminating pod's endpoint
+// reaching every path the API server dials through: the EndpointSlice
+// controller marks the endpoint terminating at once, then kube-proxy
+// rewrites its rules no sooner than its --iptables-min-sync-period (1 s)
+// and the API server's own endpoint informer follows within about a
+// second; a few seconds more let busy pooled connections make one more
+// call and move. openchoreo #3743 went from 181 failed calls to 0 with a
+// few seconds' preStop delay. After it, in-flight reviews get up to the
+// request timeout (the webhook's timeoutSeconds bounds them anyway).
+const DefaultDrainPeriod = 5 * time.Second
+
+func (o *Options) drainPeriod() time.Duration { return max(o.DrainPeriod, 0) }
+
+// ShutdownBound is the longest Server.Start takes to return after its
+// context ends: the drain period, then in-flight reviews up to the request
+// timeout and the second a late answer gets to go out. A manager's
+// GracefulShutdownTimeout and a pod's terminationGracePeriodSeconds must
+// be above it.
+func (o *Options) ShutdownBound() time.Duration {
+	return o.drainPeriod() + o.timeout() + time.Second
 }
 
 // defaultIdleTimeout is above the 90 s idle timeout of the API server's
@@ -96,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", defaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
 	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", serving.DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
 	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
+	fs.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "after SIGTERM, keep serving this long with readiness failing and every answer closing its connection, then stop accepting and finish in-flight reviews (0: none)")
 }
 
 // tlsVersion maps "1.2"/"1.3" to the crypto/tls constant.

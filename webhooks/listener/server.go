@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -25,11 +26,16 @@ import (
 // implementation replaces it; it keeps DefaultServer's behaviour otherwise:
 // TLS from Options with certwatcher reloading the files, paths on one
 // ServeMux, a StartedChecker that dials the listener, and a graceful
-// shutdown when the manager stops.
+// shutdown when the manager stops, which this one precedes with a drain
+// period (Options.DrainPeriod).
 type Server struct {
 	o       Options
 	tlsOpts []func(*tls.Config)
 	mux     *http.ServeMux
+
+	// draining is set when the context ends: readiness fails and every
+	// answer closes its connection.
+	draining atomic.Bool
 
 	mu      sync.Mutex
 	started bool
@@ -80,7 +86,27 @@ func (o *Options) httpServer(ctx context.Context, handler http.Handler) *http.Se
 	return srv
 }
 
-// Start serves until ctx is done, then shuts down within one minute.
+// Draining reports whether the server's context ended and it is draining
+// or shutting down.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// closeWhileDraining answers with "Connection: close" once the server
+// drains: net/http then closes the connection after the answer, and the
+// client, told so, dials anew (through the Service, to a ready replica)
+// rather than reusing a connection that is about to go.
+func (s *Server) closeWhileDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Start serves until ctx is done, then drains for the drain period
+// (readiness failing, connections closed after each answer), stops
+// accepting, closes idle connections and waits for in-flight reviews up to
+// the request timeout; it returns within Options.ShutdownBound.
 func (s *Server) Start(ctx context.Context) error {
 	cfg := &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
 	for _, op := range s.tlsOpts {
@@ -114,12 +140,23 @@ func (s *Server) Start(ctx context.Context) error {
 		ln = netutil.LimitListener(ln, s.o.MaxConnections)
 	}
 	ln = tls.NewListener(ln, cfg)
-	srv := s.o.httpServer(ctx, s.mux)
+	// Requests keep their own context through the drain: the base context
+	// is not ctx, which ends when the drain begins.
+	srv := s.o.httpServer(context.WithoutCancel(ctx), s.closeWhileDraining(s.mux))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		s.draining.Store(true)
+		d := s.o.drainPeriod()
+		log.Info("draining the webhook server", "period", d.String())
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.o.DrainDone:
+		}
+		t.Stop()
+		sctx, cancel := context.WithTimeout(context.Background(), s.o.timeout()+time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Error(err, "shutting down the webhook server")
@@ -136,9 +173,14 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// StartedChecker passes once the listener accepts TLS connections.
+// StartedChecker passes once the listener accepts TLS connections and
+// fails again from the moment the server drains: it is a readiness check
+// (never use it for liveness, or the kubelet restarts a draining server).
 func (s *Server) StartedChecker() healthz.Checker {
 	return func(*http.Request) error {
+		if s.draining.Load() {
+			return errors.New("webhook server is draining for shutdown")
+		}
 		addr := s.Addr()
 		if addr == "" {
 			return errors.New("webhook server has not been started yet")

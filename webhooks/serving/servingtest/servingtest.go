@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,22 @@ type Server struct {
 	Addr string
 	// ClientTLS trusts the server's CA and names "localhost".
 	ClientTLS *tls.Config
+
+	stop     context.CancelFunc
+	stopOnce sync.Once
+	errc     chan error
+	err      error
+}
+
+// Stop ends the server's context (as SIGTERM does) and returns what Start
+// returned once it did: the drain, then the shutdown (listener.Options).
+// Later calls return the same.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		s.stop()
+		s.err = <-s.errc
+	})
+	return s.err
 }
 
 // Start writes a CA-signed certificate for "localhost" into a temporary
@@ -68,9 +85,9 @@ func Start(tb testing.TB, o listener.Options, register func(*listener.Server)) *
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Start(ctx) }()
+	s := &Server{Server: srv, stop: cancel, errc: errc}
 	tb.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
+		if err := s.Stop(); err != nil {
 			tb.Errorf("server: %v", err)
 		}
 	})
@@ -85,7 +102,8 @@ func Start(tb testing.TB, o listener.Options, register func(*listener.Server)) *
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	return &Server{Server: srv, Addr: srv.Addr(), ClientTLS: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}}
+	s.Addr, s.ClientTLS = srv.Addr(), &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	return s
 }
 
 // Client is an HTTP/1.1 client for s with up to 64 keep-alive
