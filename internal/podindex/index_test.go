@@ -93,14 +93,26 @@ func TestViewCarriesWhatClassifyReads(t *testing.T) {
 	old := testInjector(t, "mesh", "proxy:1", map[string]string{"inject": "on"})
 	on := map[string]string{"inject": "on"}
 	cases := map[string]*corev1.Pod{
-		"missing":   pod("apps", "a", map[string]string{"app": "a"}),
-		"current":   inject(t, cur, pod("apps", "b", nil)),
-		"outdated":  inject(t, old, pod("apps", "c", nil)),
-		"orphaned":  func() *corev1.Pod { p := inject(t, cur, pod("apps", "d", nil)); p.Labels["role"] = "migration"; return p }(),
-		"optedout":  func() *corev1.Pod { p := pod("apps", "e", nil); p.Annotations = map[string]string{v1alpha1.SidecarInjectKey: "false"}; return p }(),
-		"hostnet":   func() *corev1.Pod { p := pod("apps", "f", nil); p.Spec.HostNetwork = true; return p }(),
-		"deleting":  func() *corev1.Pod { p := pod("apps", "g", nil); p.DeletionTimestamp = &metav1.Time{Time: t0}; return p }(),
-		"stale":     func() *corev1.Pod { p := inject(t, cur, pod("apps", "h", nil)); p.Spec.Containers = p.Spec.Containers[:1]; return p }(),
+		"missing":  pod("apps", "a", map[string]string{"app": "a"}),
+		"current":  inject(t, cur, pod("apps", "b", nil)),
+		"outdated": inject(t, old, pod("apps", "c", nil)),
+		"orphaned": func() *corev1.Pod {
+			p := inject(t, cur, pod("apps", "d", nil))
+			p.Labels["role"] = "migration"
+			return p
+		}(),
+		"optedout": func() *corev1.Pod {
+			p := pod("apps", "e", nil)
+			p.Annotations = map[string]string{v1alpha1.SidecarInjectKey: "false"}
+			return p
+		}(),
+		"hostnet":  func() *corev1.Pod { p := pod("apps", "f", nil); p.Spec.HostNetwork = true; return p }(),
+		"deleting": func() *corev1.Pod { p := pod("apps", "g", nil); p.DeletionTimestamp = &metav1.Time{Time: t0}; return p }(),
+		"stale": func() *corev1.Pod {
+			p := inject(t, cur, pod("apps", "h", nil))
+			p.Spec.Containers = p.Spec.Containers[:1]
+			return p
+		}(),
 		"system":    pod("kube-system", "i", nil),
 		"foreignNS": pod("other", "j", nil),
 	}
