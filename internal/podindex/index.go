@@ -381,7 +381,6 @@ func (x *Index) Replace(pods []*Pod) Changes {
 			x.delete(k, &ch)
 		}
 	}
-	keep = nil
 	for _, p := range pods {
 		if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 			x.delete(podKey{p.Namespace, p.Name}, &ch)

@@ -82,8 +82,11 @@ func (p *Pod) Running() bool {
 	return p.Node != (str{}) && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
 }
 
-// Labels, Annotations are decoded copies.
-func (p *Pod) Labels() map[string]string      { return decodeMap(p.labels.String()) }
+// Labels are a decoded copy of the pod's labels.
+func (p *Pod) Labels() map[string]string { return decodeMap(p.labels.String()) }
+
+// Annotations are a decoded copy of the pod's sidecar.hookwright.io/
+// annotations (the only ones kept).
 func (p *Pod) Annotations() map[string]string { return decodeMap(p.annotations.String()) }
 
 // Compact turns a pod into its record. Anything else (a tombstone, another
