@@ -115,8 +115,16 @@ $(TEST_SUITES): tools node-prereqs
 	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/$(@:test-%=%)
 
 .PHONY: scale
-scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes and fleet status at 10,000 pods into _scale/report-full.md (not part of make test).
-	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale)$$' -v ./test/scale/
+scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes, fleet status at 10,000 pods and the pod sweep (SWEEP_PODS) into _scale/ (not part of make test).
+	HOOKWRIGHT_SCALE=full HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale|TestPodSweep)$$' -v ./test/scale/
+
+# SWEEP_PODS is the pod sweep's number of running pods (plus 1/12 finished,
+# 1/15 namespaces, 50 SidecarInjectors): 10000, 50000 or 150000.
+SWEEP_PODS ?= 10000
+
+.PHONY: scale-pods
+scale-pods: tools ## Only the pod sweep at SWEEP_PODS running pods into _scale/report-podsweep-N.md (not part of make test).
+	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -172,6 +172,13 @@ func defaultServerImage() string {
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	limit, err := manager.SetSoftMemoryLimit()
+	if err != nil {
+		return err
+	}
+	if limit > 0 {
+		ctrl.Log.WithName("setup").Info("Go soft memory limit set from the container's", "bytes", limit)
+	}
 	if o.serverImage == "" {
 		return errors.New("--server-image must not be empty")
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,14 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
@@ -26,18 +24,25 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // The fleet status of each SidecarInjector (status.fleet, conditions
 // PodsUpToDate and PodsMissingSidecars, the hookwright_sidecar_fleet_pods
-// metric) comes from a cache of its own holding every pod of the cluster
-// trimmed by fleet.TrimPod and every namespace's labels: the manager's
-// cache holds only the servers' pods. It only reports; it never acts on a
-// pod.
+// metric) comes from the pod index (internal/podindex, fed by
+// podindex.go on the leader): it keeps each pod's state for each
+// injector and the counts, moved by each pod or namespace event, and
+// wakes a CR only when its counts moved (or, for a CR rolling out, when
+// one of its pods changed). The manager's cache holds only the servers'
+// pods. It only reports; it never acts on a pod.
 
 // DefaultFleetWriteInterval is the least time between two status writes
 // of one CR's fleet status (Settings.FleetWriteInterval): a scale-up of
 // thousands of pods becomes one write per interval, and a quiet fleet none.
 const DefaultFleetWriteInterval = 5 * time.Second
+
+// indexWait is how soon a reconcile that found the pod index still
+// syncing looks again.
+const indexWait = time.Second
 
 var fleetPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "hookwright_sidecar_fleet_pods",
@@ -46,22 +51,10 @@ var fleetPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 
 func init() { metrics.Registry.MustRegister(fleetPods) }
 
-// newFleetCache is the cache of trimmed pods and namespace labels; the
-// manager starts it.
-func newFleetCache(mgr ctrl.Manager) (cache.Cache, error) {
-	return cache.New(mgr.GetConfig(), cache.Options{
-		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:       {Transform: fleet.TrimPod},
-			&corev1.Namespace{}: {Transform: fleet.TrimNamespace},
-		},
-	})
-}
-
 // fleetReconciler writes one SidecarInjector's fleet status.
 type fleetReconciler struct {
 	client   client.Client
-	pods     cache.Cache
+	index    *podIndexer
 	settings Settings
 	now      func() time.Time
 
@@ -84,39 +77,27 @@ type compiledInjector struct {
 	inj        fleet.Injector
 }
 
-func setupFleet(mgr ctrl.Manager, s Settings) error {
-	c, err := newFleetCache(mgr)
+func setupFleet(mgr ctrl.Manager, s Settings) (*podIndexer, error) {
+	cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := mgr.Add(c); err != nil {
-		return err
+	ix := newPodIndexer(cs)
+	if err := mgr.Add(ix); err != nil {
+		return nil, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r := &fleetReconciler{client: mgr.GetClient(), pods: c, settings: s, now: time.Now, discovery: dc,
+	r := &fleetReconciler{client: mgr.GetClient(), index: ix, settings: s, now: time.Now, discovery: dc,
 		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
 		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
 			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
 			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{},
 			discovered: map[string]time.Time{}}}
-	all := func(ctx context.Context, _ client.Object) []reconcile.Request {
-		list := &v1alpha1.SidecarInjectorList{}
-		if err := r.client.List(ctx, list); err != nil {
-			log.FromContext(ctx).Error(err, "list SidecarInjectors for a pod event")
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
-		}
-		return reqs
-	}
-	return ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
-		WatchesRawSource(source.Kind(c, client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(all))).
-		WatchesRawSource(source.Kind(c, client.Object(&corev1.Namespace{}), handler.EnqueueRequestsFromMapFunc(all))).
+	return ix, ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
+		WatchesRawSource(ix.source()).
 		Complete(r)
 }
 
@@ -143,9 +124,9 @@ func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector
 	return inj, nil
 }
 
-// Reconcile classifies every cached pod for one SidecarInjector and writes
-// its fleet status when a count or condition changed, at most once per
-// write interval (Settings.FleetWriteInterval).
+// Reconcile reads one SidecarInjector's counts from the pod index and
+// writes its fleet status when a count or condition changed, at most once
+// per write interval (Settings.FleetWriteInterval).
 func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	cr := &v1alpha1.SidecarInjector{}
 	if err := r.client.Get(ctx, req.NamespacedName, cr); err != nil {
@@ -163,38 +144,26 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// The lifecycle reconciler reports a spec that does not compile.
 		return ctrl.Result{}, nil
 	}
-	// The cache's objects themselves, not copies: fleet.Classify and
-	// Summarize only read them, and a copy of 10,000 pods per reconcile
-	// was most of the operator's memory at that scale (README).
-	pods := &corev1.PodList{}
-	if err := r.pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, err
+	rolling := cr.Spec.Rollout.Strategy != v1alpha1.RolloutNone && cr.Spec.Rollout.Strategy != ""
+	// A new compiled form (a template, selector or revision change)
+	// re-classifies every pod once, here.
+	id := fmt.Sprintf("%s/%d/%s/%s", cr.UID, cr.Generation, inj.Revision, inj.Params.ServerVersion)
+	r.index.idx.SetInjector(cr.Name, id, inj, rolling)
+	if !r.index.Synced() {
+		return ctrl.Result{RequeueAfter: indexWait}, nil
 	}
-	nss := &corev1.NamespaceList{}
-	if err := r.pods.List(ctx, nss, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, err
-	}
-	nsLabels := make(map[string]map[string]string, len(nss.Items))
-	for i := range nss.Items {
-		l := nss.Items[i].Labels
-		if l == nil {
-			l = map[string]string{}
-		}
-		nsLabels[nss.Items[i].Name] = l
-	}
-	var classified []fleet.Pod
-	rolling := cr.Spec.Rollout.Strategy != v1alpha1.RolloutNone
+	sum, _ := r.index.idx.Summary(cr.Name)
 	var counted []classifiedPod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if c, ok := fleet.Classify(inj, p, nsLabels[p.Namespace]); ok {
-			classified = append(classified, c)
-			if rolling {
-				counted = append(counted, classifiedPod{pod: p, c: c})
-			}
-		}
+	var nsLabels map[string]map[string]string
+	if rolling {
+		// The rollout's selection reads the records' views (labels, our
+		// annotations, owner, Ready, UID, resourceVersion); the pods it
+		// judges it reads in full with a GET (rollout.go).
+		r.index.idx.Classified(cr.Name, func(view *corev1.Pod, c fleet.Pod) {
+			counted = append(counted, classifiedPod{pod: view, c: c})
+		})
+		nsLabels = r.index.idx.NamespaceLabels()
 	}
-	sum := fleet.Summarize(classified)
 	recordFleet(cr.Name, sum.Status.FleetCounts)
 	orig := cr.DeepCopy()
 	cr.Status.Fleet = &sum.Status
@@ -267,6 +236,9 @@ func (r *fleetReconciler) forget(name string) {
 	delete(r.compiled, name)
 	r.mu.Unlock()
 	r.roller.forget(name)
+	if r.index != nil {
+		r.index.idx.RemoveInjector(name)
+	}
 	fleetPods.DeletePartialMatch(prometheus.Labels{"name": name})
 }
 

@@ -397,7 +397,7 @@ func (r *roller) checkOwners(ctx context.Context, s *step, last []string) {
 	}
 }
 
-// readyCondition is the pod's Ready condition (kept by fleet.TrimPod,
+// readyCondition is the pod's Ready condition (kept by the pod index,
 // which drops the pod IP configloaded's podReady also wants).
 func readyCondition(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {

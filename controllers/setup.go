@@ -81,7 +81,11 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if err := mgr.Add(sh.prober); err != nil {
 		return err
 	}
-	nodes := &oversellnodes.Nodes{
+	ix, err := setupFleet(mgr, s)
+	if err != nil {
+		return err
+	}
+	nodes := &oversellnodes.Nodes{Pods: ix,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + desired.OversellKind.Short), Now: s.Certificates.Now,
 		Settings: s.Settings,
@@ -92,9 +96,6 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
-	}
-	if err := setupFleet(mgr, s); err != nil {
-		return err
 	}
 	ca := &certsource.CAReconciler{
 		Env: certsource.Env{

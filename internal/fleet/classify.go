@@ -167,10 +167,11 @@ func Summarize(pods []Pod) Summary {
 	slices.SortFunc(sorted, func(a, b Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-	var s Summary
+	var total v1alpha1.FleetCounts
+	var outdated, missing []Pod
 	byNS := map[string]*v1alpha1.NamespaceFleet{}
 	for _, p := range sorted {
-		add(&s.Status.FleetCounts, p.State)
+		add(&total, p.State)
 		n := byNS[p.Namespace]
 		if n == nil {
 			n = &v1alpha1.NamespaceFleet{Name: p.Namespace}
@@ -178,14 +179,29 @@ func Summarize(pods []Pod) Summary {
 		}
 		add(&n.FleetCounts, p.State)
 		switch {
-		case p.State == Outdated && len(s.Outdated) < MaxNamedPods:
-			s.Outdated = append(s.Outdated, p)
-		case p.State == Missing && len(s.Missing) < MaxNamedPods:
-			s.Missing = append(s.Missing, p)
+		case p.State == Outdated && len(outdated) < MaxNamedPods:
+			outdated = append(outdated, p)
+		case p.State == Missing && len(missing) < MaxNamedPods:
+			missing = append(missing, p)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(byNS)) {
-		s.Namespaces = append(s.Namespaces, *byNS[name])
+	nss := make([]v1alpha1.NamespaceFleet, 0, len(byNS))
+	for _, n := range byNS {
+		nss = append(nss, *n)
+	}
+	return SummarizeCounts(total, nss, outdated, missing)
+}
+
+// SummarizeCounts is Summarize from counts kept elsewhere (the operator's
+// pod index): total, every namespace's counts (any order; namespaces
+// without a counted pod left out) and the first MaxNamedPods outdated and
+// missing pods by namespace and name.
+func SummarizeCounts(total v1alpha1.FleetCounts, namespaces []v1alpha1.NamespaceFleet, outdated, missing []Pod) Summary {
+	s := Summary{Outdated: outdated, Missing: missing}
+	s.Status.FleetCounts = total
+	s.Namespaces = slices.SortedFunc(slices.Values(namespaces), func(a, b v1alpha1.NamespaceFleet) int { return cmp.Compare(a.Name, b.Name) })
+	if len(s.Namespaces) == 0 {
+		s.Namespaces = nil
 	}
 	s.Status.NamespacesTotal = int32(len(s.Namespaces))
 	top := slices.Clone(s.Namespaces)

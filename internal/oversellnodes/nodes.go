@@ -18,6 +18,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/podindex"
 )
 
 // Event reasons of NodeOversell.
@@ -63,6 +64,11 @@ type Nodes struct {
 	Now func() time.Time
 	// Settings name the server namespace (the server's EndpointSlices).
 	Settings desired.Settings
+	// Pods is the operator's pod index (what each node's running pods
+	// request): with it synced a pass lists no pod. Nil or not synced (a
+	// standby replica's validating webhook, a test) falls back to
+	// listing pods with APIReader.
+	Pods PodSource
 
 	// reamp is the re-amplification back-off (reamplify.go).
 	reamp reamplifyBackoff
@@ -70,6 +76,16 @@ type Nodes struct {
 	// pass that cannot read metrics.k8s.io (targets.go).
 	samples lastSamples
 }
+
+// PodSource is what a pass reads of the operator's pod index.
+type PodSource interface {
+	// Synced reports whether the index holds every pod.
+	Synced() bool
+	// NodePods tells what the running pods on one node request.
+	NodePods(node string) (podindex.NodePods, bool)
+}
+
+func (n *Nodes) indexed() bool { return n.Pods != nil && n.Pods.Synced() }
 
 func (n *Nodes) now() time.Time {
 	if n.Now != nil {
@@ -196,12 +212,17 @@ func (n *Nodes) overcommitted(ctx context.Context, no *v1alpha1.NodeOversell, no
 		if err != nil {
 			continue // not amplified yet: the kubelet's value is already real
 		}
+		if n.indexed() {
+			np, _ := n.Pods.NodePods(name)
+			lines[i] = nodeOvercommit(no, name, byName[name], raw, corev1.ResourceList{corev1.ResourceCPU: np.CPU, corev1.ResourceMemory: np.Memory})
+			continue
+		}
 		g.Go(func() error {
 			var pods corev1.PodList
 			if err := n.APIReader.List(gctx, &pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
 				return fmt.Errorf("list pods on %s: %w", name, err)
 			}
-			lines[i] = nodeOvercommit(no, name, byName[name], raw, pods.Items)
+			lines[i] = nodeOvercommit(no, name, byName[name], raw, requestedOn(pods.Items))
 			return nil
 		})
 	}

@@ -14,9 +14,8 @@ import (
 // podRequests is usageratio.PodRequests.
 func podRequests(p *corev1.Pod) corev1.ResourceList { return usageratio.PodRequests(p) }
 
-// nodeOvercommit is one line per resource of node whose non-terminated
-// pods request more than raw × the ratio of no.
-func nodeOvercommit(no *v1alpha1.NodeOversell, name string, node *corev1.Node, raw corev1.ResourceList, pods []corev1.Pod) []string {
+// requestedOn sums what the non-terminated pods request.
+func requestedOn(pods []corev1.Pod) corev1.ResourceList {
 	requested := corev1.ResourceList{}
 	for i := range pods {
 		p := &pods[i]
@@ -29,6 +28,12 @@ func nodeOvercommit(no *v1alpha1.NodeOversell, name string, node *corev1.Node, r
 			requested[k] = v
 		}
 	}
+	return requested
+}
+
+// nodeOvercommit is one line per resource of node whose non-terminated
+// pods request more than raw × the ratio of no (requested).
+func nodeOvercommit(no *v1alpha1.NodeOversell, name string, node *corev1.Node, raw, requested corev1.ResourceList) []string {
 	var out []string
 	for _, res := range []oversell.Resource{oversell.CPU, oversell.Memory} {
 		k := corev1.ResourceName(res.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,48 @@ const (
 	heldRecheck           = 10 * time.Second
 	maxTargetsMessageList = 10
 )
+
+// nodePods is what the running pods on each node of nodes request, and
+// each pod's requests by namespace/name: from the pod index when it is
+// synced (no API call), else from one list of every pod.
+func (n *Nodes) nodePods(ctx context.Context, any bool, nodes iter.Seq[string]) (map[string]*nodePods, func(string) corev1.ResourceList, error) {
+	if !any {
+		return map[string]*nodePods{}, func(string) corev1.ResourceList { return nil }, nil
+	}
+	if n.indexed() {
+		out := map[string]*nodePods{}
+		reqs := map[string]corev1.ResourceList{}
+		for name := range nodes {
+			ip, ok := n.Pods.NodePods(name)
+			if !ok {
+				continue
+			}
+			np := &nodePods{exclusive: ip.Exclusive}
+			np.requests[0], np.requests[1] = ip.CPU, ip.Memory
+			for key, r := range ip.Pods {
+				np.names = append(np.names, key)
+				reqs[key] = r
+			}
+			slices.Sort(np.names)
+			out[name] = np
+		}
+		return out, func(name string) corev1.ResourceList { return reqs[name] }, nil
+	}
+	var pods corev1.PodList
+	if err := n.APIReader.List(ctx, &pods); err != nil {
+		return nil, nil, fmt.Errorf("list pods: %w", err)
+	}
+	podIndex := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		podIndex[pods.Items[i].Namespace+"/"+pods.Items[i].Name] = &pods.Items[i]
+	}
+	return groupPods(pods.Items), func(name string) corev1.ResourceList {
+		if p := podIndex[name]; p != nil {
+			return podRequests(p)
+		}
+		return nil
+	}, nil
+}
 
 // Targets decides every node of no with usageratio.Decide and writes what
 // changed: the target annotation and the OversellNodeLabel through
@@ -113,22 +156,15 @@ func (n *Nodes) Targets(ctx context.Context, no *v1alpha1.NodeOversell) (time.Du
 		}
 	}
 
-	var pods corev1.PodList
-	if len(todo) > 0 {
-		if err := n.APIReader.List(ctx, &pods); err != nil {
-			return 0, 0, nil, fmt.Errorf("list pods: %w", err)
+	byNode, podReq, err := n.nodePods(ctx, len(todo) > 0, func(yield func(string) bool) {
+		for _, w := range todo {
+			if !yield(w.node.Name) {
+				return
+			}
 		}
-	}
-	byNode := groupPods(pods.Items)
-	podIndex := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		podIndex[pods.Items[i].Namespace+"/"+pods.Items[i].Name] = &pods.Items[i]
-	}
-	podReq := func(name string) corev1.ResourceList {
-		if p := podIndex[name]; p != nil {
-			return podRequests(p)
-		}
-		return nil
+	})
+	if err != nil {
+		return 0, 0, nil, err
 	}
 	var mv metricsView
 	if cfg.Usage && len(todo) > 0 {

@@ -38,18 +38,33 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 // removes their finalizers) before stopping it.
 func startOperatorIn(t *testing.T, ctx context.Context, ns string) *operator {
 	t.Helper()
+	return startOperatorWith(t, ctx, ns, true, nil)
+}
+
+// startOperatorWith is startOperatorIn with extra environment variables;
+// without waitCRs the test's end only stops it (a test that stops it
+// itself, or deletes its CRs before ending).
+func startOperatorWith(t *testing.T, ctx context.Context, ns string, waitCRs bool, extraEnv []string) *operator {
+	t.Helper()
 	metrics, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
 	args := []string{"manager", "--namespace=" + ns, "--leader-elect=false", "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service="}
-	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), args, []string{"KUBECONFIG=" + env.Kubeconfig})
+	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, extraEnv...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		if !waitCRs {
+			if t.Failed() {
+				t.Logf("manager log tail:\n%s", p.Tail(4000))
+			}
+			_ = p.Stop(10 * time.Second)
+			return
+		}
 		err := cluster.WaitFor(ctx, 3*time.Minute, "every NodeOversell and SidecarInjector deleted", func(ctx context.Context) (bool, error) {
 			var l v1alpha1.NodeOversellList
 			if err := env.Client.List(ctx, &l); err != nil || len(l.Items) > 0 {
@@ -81,6 +96,27 @@ func startOperatorIn(t *testing.T, ctx context.Context, ns string) *operator {
 	return &operator{proc: p, metricsPort: metrics}
 }
 
+// metricsBody is the manager's /metrics page.
+func (o *operator) metricsBody(ctx context.Context) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", o.metricsPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("manager /metrics: %s", res.Status)
+	}
+	return body, nil
+}
+
 // operatorCounters are the manager's figures from its /metrics and /proc.
 type operatorCounters struct {
 	reconciles    float64 // controller_runtime_reconcile_total{controller="oversell"}
@@ -99,21 +135,9 @@ func (a operatorCounters) minus(b operatorCounters) operatorCounters {
 }
 
 func (o *operator) read(ctx context.Context) (operatorCounters, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", o.metricsPort), nil)
+	body, err := o.metricsBody(ctx)
 	if err != nil {
 		return operatorCounters{}, err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return operatorCounters{}, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return operatorCounters{}, err
-	}
-	if res.StatusCode != http.StatusOK {
-		return operatorCounters{}, fmt.Errorf("manager /metrics: %s", res.Status)
 	}
 	fams, err := families(body)
 	if err != nil {

@@ -1,0 +1,355 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/hookwright/hookwright/internal/podindex"
+)
+
+// The pod index (internal/podindex) is fed here by two client-go
+// reflectors, on the leader only: pods with the field selector
+// podFieldSelector (finished pods are filtered on the server) and
+// namespaces (for spec.namespaceSelector). The initial sync and every
+// re-sync (a watch that expired, 410 Gone) stream the objects (WatchList,
+// KEP-3157, on by default from client-go 1.35 and kube-apiserver 1.34):
+// the store is a cache.TransformingStore, so the reflector compacts each
+// pod inside its temporary store as it arrives (client-go
+// tools/cache/reflector.go watchList, kubernetes PR #131799). Where the
+// server refuses to stream, the list is paged (listPageSize) and each
+// page compacted before the next is asked for: a full corev1.PodList is
+// never held.
+
+// podFieldSelector leaves out finished pods: they hold no resources and
+// are not counted (the pod garbage collector keeps up to 12,500).
+const podFieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
+
+// listPageSize is the page of the paged list (Gatekeeper's audit pages
+// by 500 too).
+const listPageSize = 500
+
+var (
+	// liveIndex is the index of the running leader, for the metrics.
+	liveIndex   atomic.Pointer[podindex.Index]
+	indexMetric = func(f func(podindex.Stats) int) func() float64 {
+		return func() float64 {
+			x := liveIndex.Load()
+			if x == nil {
+				return 0
+			}
+			return float64(f(x.Stats()))
+		}
+	}
+)
+
+func init() {
+	metrics.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hookwright_pod_index_pods",
+			Help: "Pods held by the operator's pod index (running and pending; finished pods are not watched)."},
+			indexMetric(func(s podindex.Stats) int { return s.Pods })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hookwright_pod_index_bytes",
+			Help: "Estimated bytes the pod index holds: records, slots and per-injector states (interned label, annotation and container sets shared between pods not counted)."},
+			indexMetric(func(s podindex.Stats) int { return s.Bytes })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hookwright_pod_index_namespaces",
+			Help: "Namespaces known to the pod index."},
+			indexMetric(func(s podindex.Stats) int { return s.Namespaces })),
+	)
+}
+
+// podIndexer runs the reflectors that feed one podindex.Index. It is a
+// manager Runnable that needs leader election: a standby holds nothing.
+type podIndexer struct {
+	idx *podindex.Index
+	cs  kubernetes.Interface
+
+	mu sync.Mutex
+	// queue is the fleet controller's (set by its source); changes seen
+	// before it is set are picked up by the controller's initial list of
+	// every SidecarInjector.
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// synced is set once both reflectors delivered their first list.
+	podsSynced, nsSynced atomic.Bool
+	// lastEvent is when the index last changed (a pod or namespace event).
+	lastEvent atomic.Int64
+}
+
+func newPodIndexer(cs kubernetes.Interface) *podIndexer {
+	return &podIndexer{idx: podindex.New(), cs: cs}
+}
+
+// NeedLeaderElection: only the leader builds and holds the index.
+func (p *podIndexer) NeedLeaderElection() bool { return true }
+
+// Synced reports whether the index holds every pod and namespace.
+func (p *podIndexer) Synced() bool { return p.podsSynced.Load() && p.nsSynced.Load() }
+
+// source is the fleet controller's source of the index's changes.
+func (p *podIndexer) source() source.Source {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		p.mu.Lock()
+		p.queue = q
+		p.mu.Unlock()
+		return nil
+	})
+}
+
+func (p *podIndexer) notify(ch podindex.Changes) {
+	p.lastEvent.Store(time.Now().UnixNano())
+	if len(ch) == 0 {
+		return
+	}
+	p.mu.Lock()
+	q := p.queue
+	p.mu.Unlock()
+	if q == nil {
+		return
+	}
+	for _, name := range ch {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+}
+
+// Start runs both reflectors until ctx ends.
+func (p *podIndexer) Start(ctx context.Context) error {
+	liveIndex.Store(p.idx)
+	defer liveIndex.CompareAndSwap(p.idx, nil)
+	pods := p.cs.CoreV1().Pods(metav1.NamespaceAll)
+	podLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pagedList(ctx, o, func(o metav1.ListOptions) (metav1.ListMeta, []*podindex.Pod, error) {
+				o.FieldSelector = podFieldSelector
+				l, err := pods.List(ctx, o)
+				if err != nil {
+					return metav1.ListMeta{}, nil, err
+				}
+				out := make([]*podindex.Pod, len(l.Items))
+				for i := range l.Items {
+					out[i] = podindex.FromPod(&l.Items[i])
+				}
+				return l.ListMeta, out, nil
+			})
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = podFieldSelector
+			return pods.Watch(ctx, o)
+		},
+	}
+	nss := p.cs.CoreV1().Namespaces()
+	nsLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pagedList(ctx, o, func(o metav1.ListOptions) (metav1.ListMeta, []*nsRecord, error) {
+				l, err := nss.List(ctx, o)
+				if err != nil {
+					return metav1.ListMeta{}, nil, err
+				}
+				out := make([]*nsRecord, len(l.Items))
+				for i := range l.Items {
+					out[i] = compactNamespace(&l.Items[i])
+				}
+				return l.ListMeta, out, nil
+			})
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return nss.Watch(ctx, o)
+		},
+	}
+	pr := cache.NewReflectorWithOptions(podLW, &corev1.Pod{}, &podStore{p: p}, cache.ReflectorOptions{Name: "hookwright-pod-index"})
+	nr := cache.NewReflectorWithOptions(nsLW, &corev1.Namespace{}, &nsStore{p: p}, cache.ReflectorOptions{Name: "hookwright-pod-index-namespaces"})
+	var wg sync.WaitGroup
+	wg.Go(func() { nr.RunWithContext(ctx) })
+	wg.Go(func() { pr.RunWithContext(ctx) })
+	log.FromContext(ctx).Info("pod index started")
+	wg.Wait()
+	return nil
+}
+
+// recordList is a page-by-page list of compact records: a runtime.Object
+// list the reflector's list path takes as it takes a PodList.
+type recordList[T runtime.Object] struct {
+	metav1.ListMeta
+	Items []T
+}
+
+func (l *recordList[T]) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (l *recordList[T]) DeepCopyObject() runtime.Object {
+	c := *l
+	return &c
+}
+
+// pagedList lists in pages of listPageSize at the latest resourceVersion
+// (a consistent paged list: the watch cache would otherwise answer
+// resourceVersion=0 in one response, whatever the limit), compacting each
+// page before asking for the next.
+func pagedList[T runtime.Object](ctx context.Context, o metav1.ListOptions, page func(metav1.ListOptions) (metav1.ListMeta, []T, error)) (runtime.Object, error) {
+	o.ResourceVersion, o.ResourceVersionMatch, o.Limit, o.Continue = "", "", listPageSize, ""
+	out := &recordList[T]{}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		meta, items, err := page(o)
+		if err != nil {
+			return nil, err
+		}
+		if out.ResourceVersion == "" {
+			out.ResourceVersion = meta.ResourceVersion
+		}
+		out.Items = append(out.Items, items...)
+		if meta.Continue == "" {
+			return out, nil
+		}
+		o.Continue = meta.Continue
+	}
+}
+
+// podStore is the pod reflector's store: it compacts and indexes.
+type podStore struct{ p *podIndexer }
+
+var _ cache.TransformingStore = &podStore{}
+
+// Transformer compacts a pod inside the reflector's temporary store while
+// a WatchList streams.
+func (s *podStore) Transformer() cache.TransformFunc { return podindex.Compact }
+
+func record(obj any) (*podindex.Pod, error) {
+	switch o := obj.(type) {
+	case *podindex.Pod:
+		return o, nil
+	case *corev1.Pod:
+		return podindex.FromPod(o), nil
+	case cache.DeletedFinalStateUnknown:
+		return record(o.Obj)
+	}
+	return nil, fmt.Errorf("pod index: unexpected %T", obj)
+}
+
+func (s *podStore) Add(obj any) error { return s.Update(obj) }
+func (s *podStore) Update(obj any) error {
+	r, err := record(obj)
+	if err != nil {
+		return err
+	}
+	s.p.notify(s.p.idx.Upsert(r))
+	return nil
+}
+func (s *podStore) Delete(obj any) error {
+	r, err := record(obj)
+	if err != nil {
+		return err
+	}
+	s.p.notify(s.p.idx.Delete(r.Namespace.String(), r.Name))
+	return nil
+}
+func (s *podStore) Replace(items []any, _ string) error {
+	recs := make([]*podindex.Pod, 0, len(items))
+	for _, it := range items {
+		r, err := record(it)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, r)
+	}
+	ch := s.p.idx.Replace(recs)
+	s.p.podsSynced.Store(true)
+	s.p.notify(ch)
+	return nil
+}
+func (s *podStore) Resync() error { return nil }
+
+// nsRecord is what the index keeps of a namespace: its labels.
+type nsRecord struct {
+	Name   string
+	Labels map[string]string
+}
+
+func (n *nsRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (n *nsRecord) DeepCopyObject() runtime.Object   { return n }
+
+func compactNamespace(ns *corev1.Namespace) *nsRecord {
+	l := ns.Labels
+	if l == nil {
+		l = map[string]string{}
+	}
+	return &nsRecord{Name: ns.Name, Labels: l}
+}
+
+// nsStore is the namespace reflector's store.
+type nsStore struct{ p *podIndexer }
+
+var _ cache.TransformingStore = &nsStore{}
+
+func (s *nsStore) Transformer() cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			return compactNamespace(ns), nil
+		}
+		return obj, nil
+	}
+}
+
+func nsOf(obj any) (*nsRecord, error) {
+	switch o := obj.(type) {
+	case *nsRecord:
+		return o, nil
+	case *corev1.Namespace:
+		return compactNamespace(o), nil
+	case cache.DeletedFinalStateUnknown:
+		return nsOf(o.Obj)
+	}
+	return nil, fmt.Errorf("pod index: unexpected %T", obj)
+}
+
+func (s *nsStore) Add(obj any) error { return s.Update(obj) }
+func (s *nsStore) Update(obj any) error {
+	n, err := nsOf(obj)
+	if err != nil {
+		return err
+	}
+	s.p.notify(s.p.idx.SetNamespace(n.Name, n.Labels))
+	return nil
+}
+func (s *nsStore) Delete(obj any) error {
+	n, err := nsOf(obj)
+	if err != nil {
+		return err
+	}
+	s.p.notify(s.p.idx.SetNamespace(n.Name, nil))
+	return nil
+}
+func (s *nsStore) Replace(items []any, _ string) error {
+	all := make(map[string]map[string]string, len(items))
+	for _, it := range items {
+		n, err := nsOf(it)
+		if err != nil {
+			return err
+		}
+		all[n.Name] = n.Labels
+	}
+	ch := s.p.idx.ReplaceNamespaces(all)
+	s.p.nsSynced.Store(true)
+	s.p.notify(ch)
+	return nil
+}
+func (s *nsStore) Resync() error { return nil }
+
+// NodePods tells what the running pods on one node request (for the
+// NodeOversell pass: oversellnodes.PodSource).
+func (p *podIndexer) NodePods(node string) (podindex.NodePods, bool) { return p.idx.Node(node) }

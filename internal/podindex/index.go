@@ -1,0 +1,597 @@
+package podindex
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"unsafe"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/fleet"
+)
+
+// recordSize is a Pod's struct size; slotOverhead what the index adds per
+// pod besides (its key in byKey, a slot, a node list entry).
+var recordSize = int(unsafe.Sizeof(Pod{}))
+
+const slotOverhead = 64
+
+// state is a pod's fleet.State for one injector, one byte.
+type state uint8
+
+const (
+	none state = iota
+	current
+	outdated
+	missing
+	orphaned
+)
+
+var states = [...]fleet.State{none: "", current: fleet.Current, outdated: fleet.Outdated, missing: fleet.Missing, orphaned: fleet.Orphaned}
+
+func stateOf(s fleet.State) state {
+	switch s {
+	case fleet.Current:
+		return current
+	case fleet.Outdated:
+		return outdated
+	case fleet.Missing:
+		return missing
+	case fleet.Orphaned:
+		return orphaned
+	}
+	return none
+}
+
+type podKey struct {
+	ns   str
+	name string
+}
+
+// injector is one SidecarInjector's compiled form and its counts.
+type injector struct {
+	name    string
+	id      string // what it was compiled from: a change re-classifies
+	inj     fleet.Injector
+	rolling bool
+	// states holds each slot's state (one byte per pod slot).
+	states []state
+	total  v1alpha1.FleetCounts
+	byNS   map[str]*v1alpha1.FleetCounts
+}
+
+type namespace struct {
+	labels map[string]string // nil: not known (yet)
+	pods   int
+}
+
+type node struct {
+	cpu, mem, exclusive int64
+	memFormat           resource.Format
+	slots               []int32
+}
+
+// Index holds the records of every pod the operator watches, each pod's
+// state for each registered injector and the sums per injector,
+// namespace and node. It is safe for concurrent use; writers are the
+// shell's reflector stores, readers the reconcilers.
+type Index struct {
+	mu         sync.RWMutex
+	slots      []Pod // a free slot has an empty Name
+	free       []int32
+	byKey      map[podKey]int32
+	namespaces map[string]*namespace
+	nodes      map[str]*node
+	injectors  map[string]*injector
+	bytes      int
+}
+
+// New returns an empty index.
+func New() *Index {
+	return &Index{byKey: map[podKey]int32{}, namespaces: map[string]*namespace{}, nodes: map[str]*node{},
+		injectors: map[string]*injector{}}
+}
+
+// Stats is the index's size.
+type Stats struct {
+	// Pods indexed; Bytes an estimate of the memory they hold (records,
+	// slots, states; interned strings shared between pods not counted).
+	Pods, Bytes, Namespaces, Nodes, Injectors int
+}
+
+// Stats tells the index's size.
+func (x *Index) Stats() Stats {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return Stats{Pods: len(x.byKey), Bytes: x.bytes + len(x.slots)*len(x.injectors), Namespaces: len(x.namespaces),
+		Nodes: len(x.nodes), Injectors: len(x.injectors)}
+}
+
+// Changes names the injectors whose counts (or, for a rolling one, whose
+// pods) an update moved, sorted.
+type Changes []string
+
+func (c *Changes) add(name string) {
+	if !slices.Contains(*c, name) {
+		*c = append(*c, name)
+	}
+}
+
+// SetInjector registers or updates one injector. id identifies what inj
+// was compiled from (UID, generation, revision, server version): the same
+// id keeps the states; another one re-classifies every pod once. rolling
+// tells whether the injector's rollout wants every change of its pods.
+// It reports whether the counts moved.
+func (x *Index) SetInjector(name, id string, inj fleet.Injector, rolling bool) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	in := x.injectors[name]
+	if in != nil && in.id == id {
+		in.rolling = rolling
+		return false
+	}
+	before := v1alpha1.FleetCounts{}
+	if in != nil {
+		before = in.total
+	}
+	in = &injector{name: name, id: id, inj: inj, rolling: rolling, states: make([]state, len(x.slots)), byNS: map[str]*v1alpha1.FleetCounts{}}
+	x.injectors[name] = in
+	memo := map[memoKey]state{}
+	for i := range x.slots {
+		p := &x.slots[i]
+		if p.Name == "" {
+			continue
+		}
+		s := x.classifyMemo(in, p, memo)
+		in.states[i] = s
+		in.count(p.Namespace, s, 1)
+	}
+	return before != in.total
+}
+
+// RemoveInjector forgets one injector.
+func (x *Index) RemoveInjector(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.injectors, name)
+}
+
+// memoKey is what a classification reads of a pod: pods that share it
+// (the replicas of one template) share their state.
+type memoKey struct {
+	ns, labels, annotations, containers str
+	hostNetwork, deleting               bool
+	phase                               corev1.PodPhase
+}
+
+func (x *Index) classifyMemo(in *injector, p *Pod, memo map[memoKey]state) state {
+	k := memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.HostNetwork, p.Deleting, p.Phase}
+	if s, ok := memo[k]; ok {
+		return s
+	}
+	s := x.classify(in, p.View())
+	memo[k] = s
+	return s
+}
+
+// classify is fleet.Classify (and through it sidecar.Decide, the
+// webhook's own decision) on the record's view.
+func (x *Index) classify(in *injector, view *corev1.Pod) state {
+	c, ok := fleet.Classify(in.inj, view, x.nsLabels(view.Namespace))
+	if !ok {
+		return none
+	}
+	return stateOf(c.State)
+}
+
+func (x *Index) nsLabels(ns string) map[string]string {
+	if n := x.namespaces[ns]; n != nil {
+		return n.labels
+	}
+	return nil
+}
+
+func (in *injector) count(ns str, s state, d int32) {
+	if s == none {
+		return
+	}
+	c := in.byNS[ns]
+	if c == nil {
+		c = &v1alpha1.FleetCounts{}
+		in.byNS[ns] = c
+	}
+	for _, fc := range []*v1alpha1.FleetCounts{&in.total, c} {
+		switch s {
+		case current:
+			fc.CurrentPods += d
+		case outdated:
+			fc.OutdatedPods += d
+		case missing:
+			fc.MissingPods += d
+		case orphaned:
+			fc.OrphanedPods += d
+		}
+		fc.MatchedPods = fc.CurrentPods + fc.OutdatedPods + fc.MissingPods
+		fc.InjectedPods = fc.CurrentPods + fc.OutdatedPods + fc.OrphanedPods
+	}
+	if *c == (v1alpha1.FleetCounts{}) {
+		delete(in.byNS, ns)
+	}
+}
+
+// Upsert adds or replaces one pod's record. A finished pod is removed:
+// it holds no resources and is not counted.
+func (x *Index) Upsert(p *Pod) Changes {
+	if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
+		return x.Delete(p.Namespace.String(), p.Name)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var ch Changes
+	x.upsert(p, &ch)
+	return ch
+}
+
+func (x *Index) upsert(p *Pod, ch *Changes) {
+	k := podKey{p.Namespace, p.Name}
+	i, ok := x.byKey[k]
+	if !ok {
+		i = x.alloc()
+		x.byKey[k] = i
+		x.ns(p.Namespace.String()).pods++
+	} else {
+		x.unnode(i)
+		x.bytes -= x.slots[i].size()
+	}
+	x.slots[i] = *p
+	x.slots[i].Name = p.Name
+	x.bytes += p.size()
+	x.addNode(i)
+	view := p.View()
+	for _, in := range x.injectors {
+		old := in.states[i]
+		if !ok {
+			old = none
+		}
+		s := x.classify(in, view)
+		in.states[i] = s
+		if old != s {
+			in.count(p.Namespace, old, -1)
+			in.count(p.Namespace, s, 1)
+			ch.add(in.name)
+		} else if in.rolling && s != none {
+			ch.add(in.name)
+		}
+	}
+	slices.Sort(*ch)
+}
+
+func (x *Index) ns(name string) *namespace {
+	n := x.namespaces[name]
+	if n == nil {
+		n = &namespace{}
+		x.namespaces[name] = n
+	}
+	return n
+}
+
+func (x *Index) alloc() int32 {
+	if n := len(x.free); n > 0 {
+		i := x.free[n-1]
+		x.free = x.free[:n-1]
+		return i
+	}
+	x.slots = append(x.slots, Pod{})
+	for _, in := range x.injectors {
+		in.states = append(in.states, none)
+	}
+	x.bytes += slotOverhead
+	return int32(len(x.slots) - 1)
+}
+
+func (x *Index) addNode(i int32) {
+	p := &x.slots[i]
+	if !p.Running() {
+		return
+	}
+	n := x.nodes[p.Node]
+	if n == nil {
+		n = &node{}
+		x.nodes[p.Node] = n
+	}
+	n.cpu += p.CPUMilli
+	n.mem += p.MemoryMilli
+	n.exclusive += p.ExclusiveCPUMilli
+	if n.memFormat == "" && p.MemoryMilli != 0 {
+		n.memFormat = p.memoryFormat
+	}
+	n.slots = append(n.slots, i)
+}
+
+func (x *Index) unnode(i int32) {
+	p := &x.slots[i]
+	n := x.nodes[p.Node]
+	if n == nil {
+		return
+	}
+	j := slices.Index(n.slots, i)
+	if j < 0 {
+		return
+	}
+	n.slots[j] = n.slots[len(n.slots)-1]
+	n.slots = n.slots[:len(n.slots)-1]
+	n.cpu -= p.CPUMilli
+	n.mem -= p.MemoryMilli
+	n.exclusive -= p.ExclusiveCPUMilli
+	if len(n.slots) == 0 {
+		delete(x.nodes, p.Node)
+	}
+}
+
+// Delete removes one pod by namespace and name.
+func (x *Index) Delete(namespace, name string) Changes {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var ch Changes
+	x.delete(podKey{intern(namespace), name}, &ch)
+	return ch
+}
+
+func (x *Index) delete(k podKey, ch *Changes) {
+	i, ok := x.byKey[k]
+	if !ok {
+		return
+	}
+	x.unnode(i)
+	for _, in := range x.injectors {
+		if s := in.states[i]; s != none {
+			in.count(k.ns, s, -1)
+			ch.add(in.name)
+			in.states[i] = none
+		}
+	}
+	if n := x.namespaces[k.ns.String()]; n != nil {
+		n.pods--
+		if n.pods == 0 && n.labels == nil {
+			delete(x.namespaces, k.ns.String())
+		}
+	}
+	x.bytes -= x.slots[i].size()
+	x.slots[i] = Pod{}
+	x.free = append(x.free, i)
+	delete(x.byKey, k)
+	slices.Sort(*ch)
+}
+
+// Replace sets the whole set of pods (a reflector's list or stream) and
+// reports every injector.
+func (x *Index) Replace(pods []*Pod) Changes {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	keep := make(map[podKey]bool, len(pods))
+	for _, p := range pods {
+		keep[podKey{p.Namespace, p.Name}] = true
+	}
+	var ch Changes
+	for k := range x.byKey {
+		if !keep[k] {
+			x.delete(k, &ch)
+		}
+	}
+	for _, p := range pods {
+		if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
+			x.delete(podKey{p.Namespace, p.Name}, &ch)
+			continue
+		}
+		x.upsert(p, &ch)
+	}
+	for name := range x.injectors {
+		ch.add(name)
+	}
+	slices.Sort(ch)
+	return ch
+}
+
+// SetNamespace records a namespace's labels (nil: deleted) and
+// re-classifies its pods when they changed.
+func (x *Index) SetNamespace(name string, labels map[string]string) Changes {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var ch Changes
+	x.setNamespace(name, labels, &ch)
+	return ch
+}
+
+func (x *Index) setNamespace(name string, labels map[string]string, ch *Changes) {
+	if labels == nil && x.namespaces[name] == nil {
+		return
+	}
+	n := x.ns(name)
+	if (n.labels == nil) == (labels == nil) && sameMap(n.labels, labels) {
+		return
+	}
+	n.labels = labels
+	if n.pods > 0 {
+		x.reclassify(func(p *Pod) bool { return p.Namespace.String() == name }, ch)
+	}
+	if n.pods == 0 && n.labels == nil {
+		delete(x.namespaces, name)
+	}
+}
+
+// ReplaceNamespaces sets every namespace's labels (a reflector's list).
+func (x *Index) ReplaceNamespaces(all map[string]map[string]string) Changes {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for name, n := range x.namespaces {
+		if _, ok := all[name]; !ok {
+			n.labels = nil
+			if n.pods == 0 {
+				delete(x.namespaces, name)
+			}
+		}
+	}
+	for name, l := range all {
+		if l == nil {
+			l = map[string]string{}
+		}
+		x.ns(name).labels = l
+	}
+	var ch Changes
+	x.reclassify(func(*Pod) bool { return true }, &ch)
+	for name := range x.injectors {
+		ch.add(name)
+	}
+	slices.Sort(ch)
+	return ch
+}
+
+func (x *Index) reclassify(match func(*Pod) bool, ch *Changes) {
+	for _, in := range x.injectors {
+		memo := map[memoKey]state{}
+		for i := range x.slots {
+			p := &x.slots[i]
+			if p.Name == "" || !match(p) {
+				continue
+			}
+			s := x.classifyMemo(in, p, memo)
+			if old := in.states[i]; old != s {
+				in.count(p.Namespace, old, -1)
+				in.count(p.Namespace, s, 1)
+				in.states[i] = s
+				ch.add(in.name)
+			}
+		}
+	}
+	slices.Sort(*ch)
+}
+
+// Counts are one injector's counts; ok is false for an injector not
+// registered.
+func (x *Index) Counts(name string) (v1alpha1.FleetCounts, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	in := x.injectors[name]
+	if in == nil {
+		return v1alpha1.FleetCounts{}, false
+	}
+	return in.total, true
+}
+
+// Summary is fleet.Summarize of one injector's classified pods, from the
+// counts kept: the named pods (the first fleet.MaxNamedPods outdated and
+// missing by namespace and name) are found by one pass over the
+// injector's states (a byte per pod) and classified again for their
+// reasons.
+func (x *Index) Summary(name string) (fleet.Summary, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	in := x.injectors[name]
+	if in == nil {
+		return fleet.Summary{}, false
+	}
+	nss := make([]v1alpha1.NamespaceFleet, 0, len(in.byNS))
+	for ns, c := range in.byNS {
+		nss = append(nss, v1alpha1.NamespaceFleet{Name: ns.String(), FleetCounts: *c})
+	}
+	named := func(want state, n int32) []fleet.Pod {
+		if n == 0 {
+			return nil
+		}
+		var best []*Pod
+		for i, s := range in.states {
+			if s != want {
+				continue
+			}
+			p := &x.slots[i]
+			if len(best) == fleet.MaxNamedPods && !less(p, best[len(best)-1]) {
+				continue
+			}
+			j, _ := slices.BinarySearchFunc(best, p, func(a, b *Pod) int {
+				return cmp.Or(cmp.Compare(a.Namespace.String(), b.Namespace.String()), cmp.Compare(a.Name, b.Name))
+			})
+			best = slices.Insert(best, j, p)
+			if len(best) > fleet.MaxNamedPods {
+				best = best[:fleet.MaxNamedPods]
+			}
+		}
+		out := make([]fleet.Pod, 0, len(best))
+		for _, p := range best {
+			view := p.View()
+			if c, ok := fleet.Classify(in.inj, view, x.nsLabels(view.Namespace)); ok {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	return fleet.SummarizeCounts(in.total, nss, named(outdated, in.total.OutdatedPods), named(missing, in.total.MissingPods)), true
+}
+
+func less(a, b *Pod) bool {
+	return cmp.Or(cmp.Compare(a.Namespace.String(), b.Namespace.String()), cmp.Compare(a.Name, b.Name)) < 0
+}
+
+// Classified calls fn with the view and classification of every pod
+// counted for the injector name (the rollout's input). fn must not call
+// the index.
+func (x *Index) Classified(name string, fn func(view *corev1.Pod, c fleet.Pod)) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	in := x.injectors[name]
+	if in == nil {
+		return
+	}
+	for i, s := range in.states {
+		if s == none {
+			continue
+		}
+		view := x.slots[i].View()
+		fn(view, fleet.Pod{Namespace: view.Namespace, Name: view.Name, State: states[s], Created: view.CreationTimestamp.Time})
+	}
+}
+
+// NamespaceLabels are the labels of every namespace known, by name.
+func (x *Index) NamespaceLabels() map[string]map[string]string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make(map[string]map[string]string, len(x.namespaces))
+	for name, n := range x.namespaces {
+		if n.labels != nil {
+			out[name] = n.labels
+		}
+	}
+	return out
+}
+
+// NodePods is what one node's running pods add up to.
+type NodePods struct {
+	// CPU and Memory are the sums of usageratio.PodRequests; Exclusive
+	// the cpu of Guaranteed pods' whole-cpu containers.
+	CPU, Memory, Exclusive resource.Quantity
+	// Pods are namespace/name with each pod's requests.
+	Pods map[string]corev1.ResourceList
+}
+
+// Node tells what the running pods on one node request; ok is false for
+// a node with none.
+func (x *Index) Node(name string) (NodePods, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := x.nodes[intern(name)]
+	if n == nil {
+		return NodePods{}, false
+	}
+	out := NodePods{
+		CPU: *resource.NewMilliQuantity(n.cpu, resource.DecimalSI), Memory: memoryQuantity(n.mem, n.memFormat),
+		Exclusive: *resource.NewMilliQuantity(n.exclusive, resource.DecimalSI),
+		Pods:      make(map[string]corev1.ResourceList, len(n.slots)),
+	}
+	for _, i := range n.slots {
+		p := &x.slots[i]
+		out.Pods[p.Key()] = p.Requests()
+	}
+	return out, true
+}

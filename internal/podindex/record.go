@@ -1,0 +1,318 @@
+package podindex
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hookwright/hookwright/internal/usageratio"
+)
+
+// annotationPrefix keeps the injector's own annotations (inject, status,
+// templates, native-sidecar, rollout): the only ones Decide, Classify and
+// the rollout read.
+const annotationPrefix = "sidecar.hookwright.io/"
+
+// str is one interned string: a unique.Handle (Go's runtime intern table,
+// shared by the whole process and weak, so a string no pod uses any more
+// is collected). The zero str is "".
+type str struct{ h unique.Handle[string] }
+
+func intern(s string) str {
+	if s == "" {
+		return str{}
+	}
+	return str{unique.Make(s)}
+}
+
+func (s str) String() string {
+	if s == (str{}) {
+		return ""
+	}
+	return s.h.Value()
+}
+
+// Pod is what the index keeps of one pod: about 200 bytes plus its name,
+// UID and resourceVersion; labels, annotations, containers and owner are
+// each one interned string shared by every pod that has the same set (the
+// replicas of one ReplicaSet share all four). It is also a runtime.Object
+// so that a paged list can carry records instead of pods.
+type Pod struct {
+	Namespace       str
+	Name            string
+	UID             types.UID
+	ResourceVersion string
+	Node            str
+	// labels, annotations (ours only), containers and owner (the
+	// controller reference) are encoded sets (see encode), interned.
+	labels, annotations, containers, owner str
+	Created                                int64 // unix seconds
+	// CPUMilli and MemoryMilli are usageratio.PodRequests in milli-units;
+	// ExclusiveCPUMilli the cpu the static CPU manager would pin.
+	CPUMilli, MemoryMilli, ExclusiveCPUMilli int64
+	Phase                                    corev1.PodPhase
+	Ready, HostNetwork, Deleting, Guaranteed bool
+	// memoryFormat is the format of the memory request as written.
+	memoryFormat resource.Format
+}
+
+// GetObjectKind and DeepCopyObject make a Pod a runtime.Object (a paged
+// list's item); a Pod is immutable once built, so the copy is itself.
+func (p *Pod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject returns p: records are never modified after Compact.
+func (p *Pod) DeepCopyObject() runtime.Object { return p }
+
+// Key is namespace/name, the reflector's key.
+func (p *Pod) Key() string { return p.Namespace.String() + "/" + p.Name }
+
+// Running reports whether the pod holds resources on its node: bound and
+// not finished.
+func (p *Pod) Running() bool {
+	return p.Node != (str{}) && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
+}
+
+// Labels are a decoded copy of the pod's labels.
+func (p *Pod) Labels() map[string]string { return decodeMap(p.labels.String()) }
+
+// Annotations are a decoded copy of the pod's sidecar.hookwright.io/
+// annotations (the only ones kept).
+func (p *Pod) Annotations() map[string]string { return decodeMap(p.annotations.String()) }
+
+// Compact turns a pod into its record. Anything else (a tombstone, another
+// type) is returned unchanged, so Compact is a client-go TransformFunc:
+// the reflector runs it inside its temporary store while a WatchList
+// streams (kubernetes PR #131799), so a full corev1.Pod is never held
+// beyond its own decoding.
+func Compact(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return FromPod(pod), nil
+}
+
+// FromPod is the record of pod.
+func FromPod(pod *corev1.Pod) *Pod {
+	p := &Pod{
+		Namespace: intern(pod.Namespace), Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+		Node: intern(pod.Spec.NodeName), Created: pod.CreationTimestamp.Unix(), Phase: pod.Status.Phase,
+		HostNetwork: pod.Spec.HostNetwork, Deleting: pod.DeletionTimestamp != nil,
+	}
+	p.labels = intern(encodeMap(pod.Labels, ""))
+	p.annotations = intern(encodeMap(pod.Annotations, annotationPrefix))
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			p.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		p.owner = intern(encodeList([]string{ref.APIVersion, ref.Kind, ref.Name, string(ref.UID)}))
+	}
+	var cs []string
+	for _, c := range pod.Spec.InitContainers {
+		kind := "i"
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			kind = "s"
+		}
+		cs = append(cs, kind, c.Name, c.Image)
+	}
+	for _, c := range pod.Spec.Containers {
+		cs = append(cs, "c", c.Name, c.Image)
+	}
+	p.containers = intern(encodeList(cs))
+	req := usageratio.PodRequests(pod)
+	if q, ok := req[corev1.ResourceCPU]; ok {
+		p.CPUMilli = q.MilliValue()
+	}
+	if q, ok := req[corev1.ResourceMemory]; ok {
+		p.MemoryMilli, p.memoryFormat = q.MilliValue(), q.Format
+	}
+	p.Guaranteed, p.ExclusiveCPUMilli = exclusiveCPU(pod)
+	return p
+}
+
+// exclusiveCPU is the cpu the static CPU manager gives pod exclusively
+// (pkg/kubelet/cm/cpumanager/policy_static.go, guaranteedCPUs): in a
+// Guaranteed pod, each regular or restartable init container whose cpu
+// request is a whole number of CPUs.
+func exclusiveCPU(pod *corev1.Pod) (guaranteed bool, milli int64) {
+	all := append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...)
+	if len(all) == 0 {
+		return false, 0
+	}
+	for _, c := range all {
+		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			lim, ok := c.Resources.Limits[k]
+			if !ok {
+				return false, 0
+			}
+			if req, ok := c.Resources.Requests[k]; ok && req.Cmp(lim) != 0 {
+				return false, 0
+			}
+		}
+	}
+	add := func(c corev1.Container) {
+		q := c.Resources.Requests[corev1.ResourceCPU]
+		if q.Sign() > 0 && q.MilliValue()%1000 == 0 {
+			milli += q.MilliValue()
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		add(c)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c)
+		}
+	}
+	return true, milli
+}
+
+// View is a transient corev1.Pod with what the record keeps: namespace,
+// name, UID, resourceVersion, labels, our annotations, the controller
+// reference, creation and deletion (a marker time), spec.hostNetwork,
+// spec.nodeName, container names and images (init containers with their
+// restartPolicy), status.phase and the Ready condition. It is what
+// fleet.Classify, sidecar.Decide and the rollout's selection read; it is
+// built for one decision and dropped.
+func (p *Pod) View() *corev1.Pod {
+	v := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: p.Namespace.String(), Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels(), Annotations: p.Annotations(), CreationTimestamp: metav1.Unix(p.Created, 0),
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: p.HostNetwork},
+		Status: corev1.PodStatus{Phase: p.Phase},
+	}
+	if p.Deleting {
+		v.DeletionTimestamp = &metav1.Time{Time: time.Unix(p.Created, 0)}
+	}
+	if o := decodeList(p.owner.String()); len(o) == 4 {
+		yes := true
+		v.OwnerReferences = []metav1.OwnerReference{{APIVersion: o[0], Kind: o[1], Name: o[2], UID: types.UID(o[3]), Controller: &yes}}
+	}
+	cs := decodeList(p.containers.String())
+	for i := 0; i+2 < len(cs); i += 3 {
+		c := corev1.Container{Name: cs[i+1], Image: cs[i+2]}
+		switch cs[i] {
+		case "c":
+			v.Spec.Containers = append(v.Spec.Containers, c)
+		case "s":
+			always := corev1.ContainerRestartPolicyAlways
+			c.RestartPolicy = &always
+			fallthrough
+		default:
+			v.Spec.InitContainers = append(v.Spec.InitContainers, c)
+		}
+	}
+	st := corev1.ConditionFalse
+	if p.Ready {
+		st = corev1.ConditionTrue
+	}
+	v.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return v
+}
+
+// Requests are the record's requests as quantities (cpu, memory).
+func (p *Pod) Requests() corev1.ResourceList {
+	out := corev1.ResourceList{}
+	if p.CPUMilli != 0 {
+		out[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI)
+	}
+	if p.MemoryMilli != 0 {
+		out[corev1.ResourceMemory] = memoryQuantity(p.MemoryMilli, p.memoryFormat)
+	}
+	return out
+}
+
+func memoryQuantity(milli int64, f resource.Format) resource.Quantity {
+	if f == "" {
+		f = resource.BinarySI
+	}
+	if milli%1000 == 0 {
+		return *resource.NewQuantity(milli/1000, f)
+	}
+	return *resource.NewMilliQuantity(milli, f)
+}
+
+// size is the record's own bytes (struct and unshared strings), for the
+// index's size estimate; interned strings are shared and not counted.
+func (p *Pod) size() int {
+	return recordSize + len(p.Name) + len(p.UID) + len(p.ResourceVersion)
+}
+
+// encodeMap encodes the entries of m whose key has prefix, sorted by key,
+// each as two length-prefixed strings: a canonical string, so equal sets
+// intern to one.
+func encodeMap(m map[string]string, prefix string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	slices.Sort(keys)
+	var b []byte
+	for _, k := range keys {
+		b = appendString(b, k)
+		b = appendString(b, m[k])
+	}
+	return string(b)
+}
+
+func encodeList(l []string) string {
+	var b []byte
+	for _, s := range l {
+		b = appendString(b, s)
+	}
+	return string(b)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeList undoes encodeList; a malformed string (never produced here)
+// decodes as far as it goes.
+func decodeList(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		n, w := binary.Uvarint([]byte(s[:min(len(s), binary.MaxVarintLen64)]))
+		if w <= 0 || uint64(len(s)-w) < n {
+			return out
+		}
+		out = append(out, s[w:w+int(n)])
+		s = s[w+int(n):]
+	}
+	return out
+}
+
+func decodeMap(s string) map[string]string {
+	l := decodeList(s)
+	m := make(map[string]string, len(l)/2)
+	for i := 0; i+1 < len(l); i += 2 {
+		m[l[i]] = l[i+1]
+	}
+	return m
+}
+
+// sameMap reports whether two maps are equal (for the namespaces' labels).
+func sameMap(a, b map[string]string) bool { return maps.Equal(a, b) }

@@ -1,0 +1,541 @@
+package scale
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/test/cluster"
+)
+
+// TestPodSweep is issue 24's pod sweep: the operator (its own process,
+// with the shipped Go soft memory limit from HOOKWRIGHT_MEMORY_LIMIT)
+// keeps exact fleet counts for many SidecarInjectors over running and
+// finished pods in many namespaces. Pods are bound to Node objects (no
+// kubelet and no kwok here: they stay Pending, which the fleet counts
+// like Running ones); the finished ones are set Succeeded through
+// pods/status and must not be counted (the index's field selector).
+//
+// By default (`make test`) it is small (600 running pods, 60 finished, 30
+// namespaces, 5 injectors) and asserts facts only: exact counts after the
+// creation, after a template change on every injector and after an
+// operator restart (a takeover: the index rebuilt from a stream or a
+// paged list), and no CR write in a quiet window. With
+// HOOKWRIGHT_SWEEP_PODS=N (`make scale-pods SWEEP_PODS=N`) it runs N
+// running pods, N/12 finished, N/15 namespaces (at most 10,000) and 50
+// injectors, samples the operator's VmRSS every second and writes
+// _scale/report-podsweep-N.md.
+func TestPodSweep(t *testing.T) {
+	type size struct {
+		running, finished, namespaces, injectors int
+		quiet                                    time.Duration
+	}
+	sz := size{running: 600, finished: 60, namespaces: 30, injectors: 5, quiet: 11 * time.Second}
+	measure := false
+	if v := os.Getenv("HOOKWRIGHT_SWEEP_PODS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			t.Fatalf("HOOKWRIGHT_SWEEP_PODS=%q: want a number of pods, at least 100", v)
+		}
+		sz = size{running: n, finished: n / 12, namespaces: min(max(n/15, 50), 10000), injectors: 50, quiet: time.Minute}
+		measure = true
+	}
+	const opNS = "hookwright-podsweep"
+	ctx := ctxT(t, 60*time.Minute)
+	c := env.Client
+	if _, err := env.CreateNamespace(ctx, opNS, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNS}})
+	})
+	// The shipped limit (config/manager): 256 MiB unless measured otherwise.
+	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.Itoa(shippedMemoryLimit)}
+	op := startOperatorWith(t, ctx, opNS, false, memEnv)
+	rss := newRSSSeries(op)
+	stopRSS := rss.run(ctx)
+	defer stopRSS()
+
+	// Injector i selects the namespaces labelled team=i.
+	const teamLabel = "sweep.hookwright.io/team"
+	crs := make([]*v1alpha1.SidecarInjector, sz.injectors)
+	for i := range crs {
+		si := &v1alpha1.SidecarInjector{}
+		if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
+			t.Fatal(err)
+		}
+		si.Name = fmt.Sprintf("sweep-%02d", i)
+		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{teamLabel: strconv.Itoa(i)}}
+		si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
+		if err := c.Create(ctx, si); err != nil {
+			t.Fatal(err)
+		}
+		crs[i] = si
+	}
+	// Deleted while an operator runs, so that it removes the finalizers.
+	deleteCRs := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for _, si := range crs {
+			_ = c.Delete(dctx, si)
+		}
+		if err := cluster.WaitFor(dctx, 3*time.Minute, "sweep SidecarInjectors deleted", func(ctx context.Context) (bool, error) {
+			var l v1alpha1.SidecarInjectorList
+			err := c.List(ctx, &l)
+			return err == nil && len(l.Items) == 0, err
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	// A failure before the takeover: deleted while the first operator runs.
+	t.Cleanup(deleteCRs)
+	engines := make([]func(*corev1.Pod) *corev1.Pod, len(crs))
+	for i, si := range crs {
+		waitFor(t, ctx, 2*time.Minute, si.Name+" status.revision and an empty fleet", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(si), si)
+			return si.Status.Revision != "" && si.Status.Fleet != nil, err
+		})
+		engines[i] = engine(t, si)
+	}
+	nodes := make([]string, fleetNodes)
+	for i := range nodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sweep-node-%02d", i)}}
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+		nodes[i] = n.Name
+	}
+	nss := make([]string, sz.namespaces)
+	fast := fastClient(t)
+	{
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(16)
+		for i := range nss {
+			nss[i] = fmt.Sprintf("sweep-%05d", i)
+			g.Go(func() error {
+				_, err := fast.CoreV1().Namespaces().Create(gctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nss[i],
+					Labels: map[string]string{teamLabel: strconv.Itoa(i % sz.injectors)}}}, metav1.CreateOptions{})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { deleteFleetPods(t, nss) })
+
+	// Pods in namespace j belong to injector j%injectors: nine in ten
+	// injected by it, one in ten plain (missing).
+	want := make([]v1alpha1.FleetCounts, len(crs))
+	pods := make([]*corev1.Pod, 0, sz.running)
+	for i := range sz.running {
+		j := i % len(nss)
+		k := j % len(crs)
+		p := fleetPod(nss[j], fmt.Sprintf("app-%06d", i), nodes[i%len(nodes)])
+		if i%10 != 0 {
+			p = engines[k](p)
+			want[k].CurrentPods++
+		} else {
+			want[k].MissingPods++
+		}
+		pods = append(pods, p)
+	}
+	for k := range want {
+		want[k].MatchedPods, want[k].InjectedPods = want[k].CurrentPods+want[k].MissingPods, want[k].CurrentPods
+	}
+
+	rss.mark("create")
+	start := time.Now()
+	create := func(p *corev1.Pod, finished bool) error {
+		got, err := fast.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil || !finished {
+			return err
+		}
+		got.Status.Phase = corev1.PodSucceeded
+		_, err = fast.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		return err
+	}
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for i := range sz.finished {
+		p := fleetPod(nss[i%len(nss)], fmt.Sprintf("job-%06d", i), nodes[i%len(nodes)])
+		g.Go(func() error { return create(p, true) })
+	}
+	for _, p := range pods {
+		g.Go(func() error { return create(p, false) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Since(start)
+	rss.mark("converge")
+	converge := sweepConverges(t, ctx, crs, want, 20*time.Minute)
+	o1, err := op.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d running + %d finished pods in %d namespaces created in %s; every injector's counts exact %s after the last",
+		sz.running, sz.finished, sz.namespaces, created.Round(time.Millisecond), converge.Round(time.Millisecond))
+
+	// Quiet: nothing changes, nothing is written.
+	rss.mark("quiet")
+	writes := watchAllWrites(t, ctx)
+	w0, err := writes.settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.During(ctx, sz.quiet, time.Second, func(context.Context) error {
+		if done, perr := op.proc.Exited(); done {
+			return fmt.Errorf("manager exited: %v", perr)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w1, err := writes.settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quietWrites := w1 - w0
+	t.Logf("quiet %s: %d CR writes", sz.quiet, quietWrites)
+	if quietWrites != 0 {
+		t.Errorf("a quiet fleet of %d pods wrote the SidecarInjectors %d times in %s", sz.running, quietWrites, sz.quiet)
+	}
+
+	// A template change on every injector: every injected pod outdated.
+	rss.mark("template")
+	start = time.Now()
+	for _, si := range crs {
+		if err := retryUpdate(ctx, si, func() {
+			var v map[string]any
+			_ = json.Unmarshal(si.Spec.Values.Raw, &v)
+			v["proxy"].(map[string]any)["image"] = "ghcr.io/hookwright/proxy:1.5.0"
+			b, _ := json.Marshal(v)
+			si.Spec.Values = &apiextensionsv1.JSON{Raw: b}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outdated := slices.Clone(want)
+	for k := range outdated {
+		outdated[k].CurrentPods, outdated[k].OutdatedPods = 0, want[k].CurrentPods
+	}
+	sweepConverges(t, ctx, crs, outdated, 20*time.Minute)
+	templ := time.Since(start)
+	o2, err := op.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := indexFigures(ctx, op)
+	// The lifecycle reconciler's own writes for the change (revision,
+	// observedGeneration) done before the takeover, so that what follows
+	// it is the new operator's doing only.
+	waitFor(t, ctx, 5*time.Minute, "every SidecarInjector observed its generation", func(ctx context.Context) (bool, error) {
+		var l v1alpha1.SidecarInjectorList
+		if err := c.List(ctx, &l); err != nil {
+			return false, err
+		}
+		for _, si := range l.Items {
+			if si.Status.ObservedGeneration != si.Generation {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	before := statuses(t, ctx)
+
+	// A takeover: the operator stopped, a new one builds its index from
+	// the stream (or the paged list) with every pod in place.
+	rss.mark("stopped")
+	_ = op.proc.Stop(30 * time.Second)
+	start = time.Now()
+	op2 := startOperatorWith(t, ctx, opNS, false, memEnv)
+	defer deleteCRs()
+	rss.switchTo(op2)
+	rss.mark("takeover")
+	var synced time.Duration
+	waitFor(t, ctx, 20*time.Minute, "the new operator's index holds every running pod", func(ctx context.Context) (bool, error) {
+		n := indexFigures(ctx, op2)
+		synced = time.Since(start)
+		return n.pods >= float64(sz.running), nil
+	})
+	w2, err := writes.settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweepConverges(t, ctx, crs, outdated, 5*time.Minute)
+	// Nothing moved: the new leader's counts equal the written ones, so
+	// it writes nothing (its reconciles ran once the index synced).
+	if err := cluster.During(ctx, sz.quiet, time.Second, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	w3, err := writes.settle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("takeover: index of %d pods %s after the start; %d CR writes after", sz.running, synced.Round(time.Millisecond), w3-w2)
+	if w3 != w2 {
+		after := statuses(t, ctx)
+		t.Errorf("a takeover with nothing changed wrote the SidecarInjectors %d times: %s", w3-w2, cmp.Diff(before, after))
+	}
+	rss.mark("end")
+	stopRSS()
+	t.Logf("operator VmRSS (MiB): %s", rss.summary())
+	if measure {
+		d := o2.minus(o1)
+		body := fmt.Sprintf("# Pod sweep (TestPodSweep, HOOKWRIGHT_SWEEP_PODS=%d)\n\n%s. %d running pods (Pending, bound to %d Node objects) + %d finished, %d namespaces, %d SidecarInjectors; operator its own process, Go soft limit 90%% of %d MiB.\n\n"+
+			"| figure | value |\n|---|---:|\n| create all pods (32 at a time) | %s |\n| last pod created → every injector's counts exact | %s |\n| CR writes in a quiet %s | %d |\n"+
+			"| template change on every injector → all outdated | %s |\n| fleet reconciles during the template change | %.0f, %.1f ms each |\n"+
+			"| index: pods / estimated bytes / bytes per pod | %.0f / %.0f / %.0f |\n| takeover: start → index holds every pod | %s |\n\n"+
+			"VmRSS by phase (MiB, sampled every second: first / max / last):\n\n%s\n",
+			sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, shippedMemoryLimit>>20,
+			created.Round(time.Second), converge.Round(time.Millisecond), sz.quiet, quietWrites, templ.Round(time.Millisecond),
+			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
+			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), synced.Round(time.Millisecond), rss.table())
+		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// shippedMemoryLimit is config/manager's memory limit, in bytes.
+const shippedMemoryLimit = 256 << 20
+
+// sweepConverges polls every injector's status.fleet (one list every
+// 250 ms) until each is want[i] and returns how long that took.
+func sweepConverges(t *testing.T, ctx context.Context, crs []*v1alpha1.SidecarInjector, want []v1alpha1.FleetCounts, timeout time.Duration) time.Duration {
+	t.Helper()
+	var bad string
+	d, err := cluster.Poll(ctx, 250*time.Millisecond, timeout, "every injector's status.fleet exact", func(ctx context.Context) (bool, error) {
+		var l v1alpha1.SidecarInjectorList
+		if err := env.Client.List(ctx, &l); err != nil {
+			return false, err
+		}
+		got := map[string]v1alpha1.FleetCounts{}
+		for _, si := range l.Items {
+			if si.Status.Fleet != nil {
+				got[si.Name] = si.Status.Fleet.FleetCounts
+			}
+		}
+		for i, si := range crs {
+			if got[si.Name] != want[i] {
+				bad = fmt.Sprintf("%s: %+v, want %+v", si.Name, got[si.Name], want[i])
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %s", err, bad)
+	}
+	return d
+}
+
+// statuses are every SidecarInjector's status, by name.
+func statuses(t *testing.T, ctx context.Context) map[string]v1alpha1.SidecarInjectorStatus {
+	t.Helper()
+	var l v1alpha1.SidecarInjectorList
+	if err := env.Client.List(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]v1alpha1.SidecarInjectorStatus{}
+	for _, si := range l.Items {
+		out[si.Name] = si.Status
+	}
+	return out
+}
+
+type idxFigures struct{ pods, bytes float64 }
+
+// indexFigures reads the operator's pod index metrics (zeros when it
+// cannot be read yet).
+func indexFigures(ctx context.Context, o *operator) idxFigures {
+	body, err := o.metricsBody(ctx)
+	if err != nil {
+		return idxFigures{}
+	}
+	fams, err := families(body)
+	if err != nil {
+		return idxFigures{}
+	}
+	return idxFigures{pods: sum(fams, "hookwright_pod_index_pods", nil), bytes: sum(fams, "hookwright_pod_index_bytes", nil)}
+}
+
+// allWrites counts the modifications of every SidecarInjector from a
+// watch of them all.
+type allWrites struct {
+	n    atomic.Int64
+	seen atomic.Pointer[string]
+	res  dynamic.NamespaceableResourceInterface
+}
+
+func watchAllWrites(t *testing.T, ctx context.Context) *allWrites {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &allWrites{res: dc.Resource(schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "sidecarinjectors"})}
+	l, err := a.res.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := l.GetResourceVersion()
+	a.seen.Store(&rv)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			w, err := a.res.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				o, ok := ev.Object.(metav1.Object)
+				if !ok {
+					continue
+				}
+				rv = o.GetResourceVersion()
+				if ev.Type == watch.Modified {
+					a.n.Add(1)
+				}
+				v := rv
+				a.seen.Store(&v)
+			}
+			w.Stop()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+// settle waits until the watch has delivered every write made before the
+// call (a list's resourceVersion, by the bookmarks and events after it)
+// and returns the count.
+func (a *allWrites) settle(ctx context.Context) (int, error) {
+	l, err := a.res.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	want, _ := strconv.ParseUint(l.GetResourceVersion(), 10, 64)
+	err = cluster.WaitFor(ctx, 2*time.Minute, "the SidecarInjector watch at "+l.GetResourceVersion(), func(context.Context) (bool, error) {
+		got, _ := strconv.ParseUint(*a.seen.Load(), 10, 64)
+		if got >= want {
+			return true, nil
+		}
+		// Nothing written since: the list's version may be past every
+		// SidecarInjector event; a new list tells whether any came.
+		l2, err := a.res.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, it := range l2.Items {
+			v, _ := strconv.ParseUint(it.GetResourceVersion(), 10, 64)
+			if v > got {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return int(a.n.Load()), err
+}
+
+// rssSeries samples an operator's VmRSS every second, by phase.
+type rssSeries struct {
+	mu     sync.Mutex
+	op     *operator
+	phase  string
+	phases []string
+	by     map[string][]float64
+}
+
+func newRSSSeries(op *operator) *rssSeries {
+	return &rssSeries{op: op, phase: "start", phases: []string{"start"}, by: map[string][]float64{}}
+}
+
+func (r *rssSeries) mark(phase string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase = phase
+	r.phases = append(r.phases, phase)
+}
+
+func (r *rssSeries) switchTo(op *operator) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.op = op
+}
+
+func (r *rssSeries) run(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			r.mu.Lock()
+			if v := procStatus(r.op.proc.Pid(), "VmRSS"); v > 0 {
+				r.by[r.phase] = append(r.by[r.phase], v/(1<<20))
+			}
+			r.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+func (r *rssSeries) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, p := range r.phases {
+		if s := r.by[p]; len(s) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f/%.0f/%.0f", p, s[0], slices.Max(s), s[len(s)-1]))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (r *rssSeries) table() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("| phase | samples | first | max | last |\n|---|---:|---:|---:|---:|\n")
+	for _, p := range r.phases {
+		if s := r.by[p]; len(s) > 0 {
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f |\n", p, len(s), s[0], slices.Max(s), s[len(s)-1])
+		}
+	}
+	return b.String()
+}
