@@ -17,9 +17,9 @@ import (
 // and trickling it, and valid reviews at a steady rate, against one server
 // with the production envelope, for a minute.
 const (
-	soakSlowClients   = 200
-	soakValidPerSec   = 100
-	soakDuration      = 60 * time.Second
+	soakSlowClients = 200
+	soakValidPerSec = 100
+	soakDuration    = 60 * time.Second
 	// soakClientTimeout is how long a valid review's client waits: a
 	// minute, not the SidecarInjector's 10 s timeoutSeconds, since a
 	// machine starved by other work stretches every answer (p99 10.3 s at
