@@ -75,7 +75,7 @@ spec() {
 		local p=helm.sh/helm/v4/internal/version
 		echo "helm|$BIN/helm|CGO_ENABLED=0||-s -w -X $p.version=v4.3.2 -X $p.gitCommit=v4.3.2 -X $p.gitTreeState=clean|helm.sh/helm/v4/cmd/helm" ;;
 	# promtool tests the PrometheusRule and parses the dashboard's
-	# expressions (internal/observability tests).
+	# expressions (internal/monitoring tests).
 	promtool)
 		local p=github.com/prometheus/common/version
 		echo "promtool|$BIN/promtool|CGO_ENABLED=0||-s -w -X $p.Version=0.316.0 -X $p.Revision=v0.316.0 -X $p.Branch=v0.316.0 -X $p.BuildDate=20260101-00:00:00|github.com/prometheus/prometheus/cmd/promtool" ;;
