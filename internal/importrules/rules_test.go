@@ -78,6 +78,7 @@ var pure = []rule{
 	{pkg: "internal/version", doc: "It imports nothing", stdOnly: true},
 	{pkg: "internal/fleet", doc: "It must not import a Kubernetes client (controller-runtime's client or cache, client-go's clientsets), the operator or the oversell engine",
 		deny: []forbidden{oversell, servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan"}},
+	{pkg: "internal/helmchart", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
 	{pkg: "hack/doclinks", doc: "It has no code of its own and imports only the standard library", stdOnly: true},
 }
 
