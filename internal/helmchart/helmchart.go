@@ -49,7 +49,7 @@ const (
 	serverImageEnv = "RELATED_IMAGE_SERVER"
 )
 
-//go:embed static
+//go:embed all:static
 var static embed.FS
 
 // Placeholders put into the objects before they are written as YAML; the

@@ -87,8 +87,11 @@ func TestGenerateTemplatises(t *testing.T) {
 			// Prometheus's own template text stays literal.
 			`{{ "{{" }} $labels.name {{ "}}" }}`,
 		},
+		// go:embed leaves out files starting with "_" unless told all:.
+		"templates/_helpers.tpl":                       {`define "hookwright.chart"`, `define "hookwright.image"`},
+		"templates/install-check.yaml":                 {"lookup"},
 		"templates/networkpolicy-webhook-servers.yaml": {"{{- if .Values.networkPolicy.enabled }}"},
-		"values.yaml": {"repository: ghcr.io/hookwright/hookwright", "replicas: 2", "keep: true"},
+		"values.yaml":                                  {"repository: ghcr.io/hookwright/hookwright", "replicas: 2", "keep: true"},
 	} {
 		text, ok := files[file]
 		if !ok {
