@@ -22,7 +22,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 GIT_COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Generated paths checked for staleness by `make verify-generated`.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml dist/chart
 
 TEST_TIMEOUT ?= 40m
 # Test packages run at once. The cluster packages mostly wait on their
@@ -66,10 +66,18 @@ verify-fmt: ## Fail if any file needs gofmt.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: verify-generated
-verify-generated: manifests generate ## Fail if generated files differ from the committed ones.
+verify-generated: manifests generate chart ## Fail if generated files differ from the committed ones.
 	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
-		echo "generated files are stale; run 'make manifests generate' and commit:"; \
+		echo "generated files are stale; run 'make manifests generate chart' and commit:"; \
 		git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
+
+# The Helm chart is config/default (plus config/prometheus and
+# config/networkpolicy behind values) rendered with the kustomize library
+# and templatised by internal/helmchart; internal/helmchart's test also
+# fails when dist/chart is stale.
+.PHONY: chart
+chart: manifests ## Generate the Helm chart dist/chart from config/ (internal/helmchart).
+	go run ./hack/chartgen
 
 .PHONY: verify-tidy
 verify-tidy: ## Fail if go.mod/go.sum are not tidy.

@@ -69,12 +69,22 @@ spec() {
 	# The scorecard's basic and OLM tests (the program of operator-sdk's
 	# scorecard-test image), run offline by hack/scorecard.sh.
 	scorecard-test) echo "operator-sdk|$BIN/scorecard-test|CGO_ENABLED=0|containers_image_openpgp|-s -w|github.com/operator-framework/operator-sdk/images/scorecard-test" ;;
+	# The chart tests (test/olm helm_test.go) install, upgrade and uninstall
+	# dist/chart with the real helm.
+	helm)
+		local p=helm.sh/helm/v4/internal/version
+		echo "helm|$BIN/helm|CGO_ENABLED=0||-s -w -X $p.version=v4.3.2 -X $p.gitCommit=v4.3.2 -X $p.gitTreeState=clean|helm.sh/helm/v4/cmd/helm" ;;
+	# promtool tests the PrometheusRule and parses the dashboard's
+	# expressions (internal/monitoring tests).
+	promtool)
+		local p=github.com/prometheus/common/version
+		echo "promtool|$BIN/promtool|CGO_ENABLED=0||-s -w -X $p.Version=0.316.0 -X $p.Revision=v0.316.0 -X $p.Branch=v0.316.0 -X $p.BuildDate=20260101-00:00:00|github.com/prometheus/prometheus/cmd/promtool" ;;
 	*) echo "unknown tool: $1" >&2; return 1 ;;
 	esac
 }
 
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk helm promtool)
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
 # make demo runs these: the control plane, kwok, metrics-server (scenario
 # 9), the real node, OLM and opm (scenario 5), operator-sdk (scenario 7,

@@ -80,6 +80,7 @@ var pure = []rule{
 		deny: []forbidden{ours}, allow: []string{mod + "/api/v1alpha1"}},
 	{pkg: "internal/fleet", doc: "It must not import a Kubernetes client (controller-runtime's client or cache, client-go's clientsets), the operator or the oversell engine",
 		deny: []forbidden{oversell, servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan"}},
+	{pkg: "internal/helmchart", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
 	{pkg: "hack/doclinks", doc: "It has no code of its own and imports only the standard library", stdOnly: true},
 	{pkg: "internal/podindex", doc: "It is pure: no Kubernetes client, no operator, no webhook server but the sidecar engine (through internal/fleet) and the oversell engine's units (through internal/usageratio)",
 		deny: []forbidden{servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan", mod + "/webhooks/oversell"}},

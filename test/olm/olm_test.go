@@ -74,6 +74,9 @@ func TestInstallAndUpgradeThroughOLM(t *testing.T) {
 	}
 	t.Logf("installed %s (installplan %s) in %s", in.CSV(), in.InstallPlans[0], time.Since(start).Round(time.Millisecond))
 	csv := checkInstalled(ctx, t, o, in)
+	// The Helm chart refuses to install over it, naming the CSV.
+	checkHelmRefused(ctx, t, c, filepath.Join(root, "dist/chart"),
+		"hookwright is already installed by OLM: ClusterServiceVersion "+installNamespace+"/"+in.CSV())
 
 	// CRs created before the upgrade must survive it.
 	si := &hookwrightv1alpha1.SidecarInjector{}
