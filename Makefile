@@ -300,7 +300,7 @@ bundle-push: ## Push the bundle image.
 ##@ Tools (built from the Go module proxy into bin/, see hack/tools.sh)
 
 .PHONY: tools
-tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, golangci-lint, OLM v0.33.0, opm).
+tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, golangci-lint, OLM v0.33.0, opm, helm, promtool).
 	@hack/tools.sh
 
 .PHONY: tools-all
