@@ -26,7 +26,8 @@ func checkInjectCommand(src *injectorSource) *cobra.Command {
 		Short: "Tell whether pods would be injected, and by which rule",
 		Long: `For a pod in the cluster (-n NS POD) or every pod and pod template in a
 manifest (-f FILE), print whether each SidecarInjector would inject it and
-the exact deciding rule: system or operator namespace, namespaceSelector,
+the exact deciding rule: system or operator namespace, spared (critical
+priority class, mirror pod, --excluded-namespaces), namespaceSelector,
 objectSelector, hostNetwork, the inject label or annotation (and ignored
 values), never/alwaysInjectSelector, policy. It also points out inject keys
 placed on a workload's own metadata instead of its pod template. Without

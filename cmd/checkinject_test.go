@@ -69,3 +69,56 @@ func TestCheckInjectBrokenInjector(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckInjectSpared: check-inject names the spared set as the deciding
+// rule: a critical pod, a mirror pod and a pod in a namespace of
+// --excluded-namespaces are not injected, and why.
+func TestCheckInjectSpared(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "cr.yaml")
+	b, err := os.ReadFile(filepath.Join("..", "config", "samples", "admission_v1alpha1_sidecarinjector.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pods := filepath.Join(t.TempDir(), "pods.yaml")
+	if err := os.WriteFile(pods, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: cni}
+spec: {priorityClassName: system-node-critical, containers: [{name: a, image: a}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: static, annotations: {kubernetes.io/config.mirror: "0a1b"}}
+spec: {containers: [{name: a, image: a}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: csi, namespace: csi-system}
+spec: {containers: [{name: a, image: a}]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := checkInjectCommand(&injectorSource{})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"-f", pods, "-n", "shop", "--config", cfg, "--excluded-namespaces", "csi-system"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"spared: system-node-critical",
+		"spared: mirror pod (annotation kubernetes.io/config.mirror)",
+		"spared: namespace csi-system excluded installation-wide",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "would inject") {
+		t.Errorf("a spared pod would be injected:\n%s", got)
+	}
+}

@@ -30,7 +30,10 @@ type injectorSource struct {
 	configFile        string
 	kubeVersion       string
 	operatorNamespace string
-	cluster           clusterFlags
+	// excludedNamespaces are the operator's --excluded-namespaces
+	// (spared installation-wide), given to the CLI by the same flag.
+	excludedNamespaces []string
+	cluster            clusterFlags
 
 	// client, when set, is used instead of dialing the cluster (tests).
 	client client.Client
@@ -42,14 +45,22 @@ func (s *injectorSource) addFlags(fs *pflag.FlagSet, defaultInjector string) {
 	fs.StringVar(&s.injector, "injector", defaultInjector, "name of the SidecarInjector to read from the cluster")
 	fs.StringVar(&s.configFile, "config", "", "read the SidecarInjector from this YAML/JSON file instead of the cluster")
 	fs.StringVar(&s.kubeVersion, "kube-version", "", "Kubernetes version for nativeSidecars Auto (default: the cluster's, or "+offlineKubeVersion+" with --config)")
+	s.addNamespaceFlags(fs)
+}
+
+// addNamespaceFlags adds --operator-namespace and --excluded-namespaces.
+func (s *injectorSource) addNamespaceFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
+	fs.StringSliceVar(&s.excludedNamespaces, "excluded-namespaces", envList("EXCLUDED_NAMESPACES"),
+		"the operator's --excluded-namespaces (its EXCLUDED_NAMESPACES env): pods there are spared, not counted as missing")
 }
 
 // settings are the operator settings an injector is built with. The CLI
-// knows the operator's namespace only: the allowed server namespaces are
-// the manager's flags.
+// knows the operator's namespace and, from --excluded-namespaces, the
+// namespaces spared installation-wide: the allowed server namespaces are
+// the manager's flags, not read from its Deployment.
 func (s *injectorSource) settings() desired.Settings {
-	return desired.Settings{Namespace: s.operatorNamespace}
+	return desired.Settings{Namespace: s.operatorNamespace, ExcludedNamespaces: s.excludedNamespaces}
 }
 
 // restConfig is cluster.restConfig, whose no-cluster error also names the
@@ -190,7 +201,11 @@ func (s *injectorSource) load(ctx context.Context) (cfgs []*sidecar.Config, brok
 		}
 		cfgs = append(cfgs, inj.Config)
 	}
-	return cfgs, broken, sidecar.Params{OperatorNamespace: s.operatorNamespace, ServerVersion: s.kubeVersion}, nil
+	// One Params serves every config: the namespaces spared are those of
+	// --excluded-namespaces; cert-manager's (mode CertManager) is per
+	// injector and only status and check-inject --live, which build
+	// each injector's own Params, report it as spared.
+	return cfgs, broken, sidecar.Params{OperatorNamespace: s.operatorNamespace, SparedNamespaces: s.excludedNamespaces, ServerVersion: s.kubeVersion}, nil
 }
 
 func readInput(name string) ([]byte, error) {

@@ -113,7 +113,7 @@ container diff of one example pod (as check-inject --live shows it).`,
 			if err != nil {
 				return err
 			}
-			rep := buildStatus(crs, podList, nsLabels, src.operatorNamespace, pods)
+			rep := buildStatus(crs, podList, nsLabels, src.settings(), pods)
 			return writeStatus(cmd.OutOrStdout(), rep, &out, time.Now())
 		},
 	}
@@ -121,14 +121,14 @@ container diff of one example pod (as check-inject --live shows it).`,
 	fs.BoolVar(&pods, "pods", false, "one line per counted pod with its state and why")
 	fs.BoolVar(&whatIf, "what-if", false, "plan the SidecarInjector of -f as if applied; writes nothing")
 	fs.StringVarP(&file, "filename", "f", "", "SidecarInjector YAML/JSON for --what-if, - for stdin")
-	fs.StringVar(&src.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; never injected")
+	src.addNamespaceFlags(fs)
 	src.cluster.addFlags(fs, "", "")
 	out.addFlags(cmd)
 	return cmd
 }
 
 // buildStatus classifies pods for every cr as the operator does.
-func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, operatorNS string, withPods bool) statusReport {
+func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, settings desired.Settings, withPods bool) statusReport {
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
 		cr := crs[i].WithDefaults()
@@ -136,7 +136,7 @@ func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels ma
 		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
 			st.RolloutCondition = c.Reason + ": " + c.Message
 		}
-		inj, err := fleet.NewInjector(cr, desired.Settings{Namespace: operatorNS}, "")
+		inj, err := fleet.NewInjector(cr, settings, "")
 		if err != nil {
 			st.Error = err.Error()
 			rep.Injectors = append(rep.Injectors, st)

@@ -179,41 +179,37 @@ func BuildNodeOversell(no *v1alpha1.NodeOversell, s Settings) *Desired {
 // issuer of its own certificate.
 func InjectorExcludedNamespaces(si *v1alpha1.SidecarInjector, s Settings) []string {
 	ns := append([]string{s.Namespace, ServerNamespace(SidecarCR(si), s)}, s.ServerPolicy().Namespaces...)
-	ns = append(ns, s.ExcludedNamespaces...)
-	if CertificateMode(SidecarCR(si)) == v1alpha1.CertificateCertManager {
+	return excludedNamespaces(append(ns, InjectorSparedNamespaces(si, s)...)...)
+}
+
+// InjectorSparedNamespaces are the namespaces spared installation-wide
+// (part of InjectorExcludedNamespaces): --excluded-namespaces and, in mode
+// CertManager, CertManagerNamespace. Passed as
+// sidecar.Params.SparedNamespaces, a pod there is reported as spared
+// (v1alpha1.Spared) rather than as the operator's.
+func InjectorSparedNamespaces(si *v1alpha1.SidecarInjector, s Settings) []string {
+	ns := slices.Clone(s.ExcludedNamespaces)
+	if CertificateMode(SidecarCR(si)) == v1alpha1.CertificateCertManager && !slices.Contains(ns, CertManagerNamespace) {
 		ns = append(ns, CertManagerNamespace)
 	}
-	return excludedNamespaces(ns...)
+	return ns
 }
 
 // CertManagerNamespace is where cert-manager's own manifests install it;
 // an installation elsewhere names its namespace in --excluded-namespaces.
 const CertManagerNamespace = "cert-manager"
 
-// Pod matchConditions of every SidecarInjector webhook (CEL,
-// admissionregistration/v1, GA in Kubernetes 1.30, KEP-3716): what the
-// cluster needs to recover is never sent to the injector, so it is
-// admitted even while the injector is down with failurePolicy Fail (the
-// Kubernetes "admission webhook good practices" page). A pod that fails
-// one is admitted unchanged without a call.
+// Pod matchConditions of every SidecarInjector webhook: the spared set of
+// api/v1alpha1 (SpareMatchConditions), so that the CEL the API server runs
+// and sidecar.Decide's answer for a running pod come from one definition.
 const (
-	// MatchNotCritical spares pods of the two built-in critical priority
-	// classes: CNI, CSI and kube-proxy daemons, without which a node never
-	// becomes Ready and the injector's own server never starts (netbird
-	// kubernetes-operator #168).
-	MatchNotCritical = "not-critical-priority"
-	// MatchNotMirror spares mirror pods, the API's copy of a kubelet's
-	// static pods: the API server refuses changes to them anyway, and a
-	// refusal only hides a running control plane pod.
-	MatchNotMirror = "not-mirror-pod"
+	MatchNotCritical = v1alpha1.MatchNotCritical
+	MatchNotMirror   = v1alpha1.MatchNotMirror
 )
 
 // podMatchConditions are the matchConditions of a pod webhook.
 func podMatchConditions() []admissionregistrationv1.MatchCondition {
-	return []admissionregistrationv1.MatchCondition{
-		{Name: MatchNotCritical, Expression: "!has(object.spec.priorityClassName) || !(object.spec.priorityClassName in ['system-node-critical', 'system-cluster-critical'])"},
-		{Name: MatchNotMirror, Expression: "!has(object.metadata.annotations) || !('" + corev1.MirrorPodAnnotationKey + "' in object.metadata.annotations)"},
-	}
+	return v1alpha1.SpareMatchConditions()
 }
 
 func excludedNamespaces(namespaces ...string) []string {

@@ -441,6 +441,9 @@ func TestInjectorSparesWhatTheClusterNeeds(t *testing.T) {
 	if got := InjectorExcludedNamespaces(si, s); !slices.Contains(got, CertManagerNamespace) {
 		t.Fatalf("mode CertManager excluded %v: want cert-manager", got)
 	}
+	if got := InjectorSparedNamespaces(si, s); !slices.Equal(got, []string{"calico-system", "kube-system", CertManagerNamespace}) {
+		t.Fatalf("mode CertManager spared %v", got)
+	}
 	wh := BuildSidecarInjector(si, s).Webhook.Webhooks[0]
 	if !slices.Contains(wh.NamespaceSelector.MatchExpressions[len(wh.NamespaceSelector.MatchExpressions)-1].Values, CertManagerNamespace) {
 		t.Fatalf("namespaceSelector %+v lacks cert-manager", wh.NamespaceSelector)

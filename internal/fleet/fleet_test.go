@@ -88,6 +88,17 @@ func TestClassify(t *testing.T) {
 	// Injected before revision labels existed: the annotation still tells.
 	noLabel := injected(t, old, pod("apps", "no-label", nil))
 	delete(noLabel.Labels, v1alpha1.SidecarRevisionKey)
+	// What the webhook configuration spares (v1alpha1.Spared) is never
+	// sent to the injector, so it is not counted as missing.
+	cur.Params.ExcludedNamespaces = append(cur.Params.ExcludedNamespaces, "calico-system")
+	cur.Params.SparedNamespaces = []string{"calico-system"}
+	critical := pod("apps", "critical", nil)
+	critical.Spec.PriorityClassName = v1alpha1.PriorityNodeCritical
+	mirror := pod("apps", "mirror", nil)
+	mirror.Annotations = map[string]string{v1alpha1.MirrorPodAnnotation: "0a1b"}
+	// Injected before the configuration spared it.
+	criticalInjected := injected(t, cur, pod("apps", "critical-injected", nil))
+	criticalInjected.Spec.PriorityClassName = v1alpha1.PriorityClusterCritical
 	cases := []struct {
 		name   string
 		pod    *corev1.Pod
@@ -113,6 +124,10 @@ func TestClassify(t *testing.T) {
 		{"finished", done, on, "", false, ""},
 		{"being deleted", deleting, on, "", false, ""},
 		{"namespace labels unknown", pod("apps", "k", nil), nil, Missing, true, ""},
+		{"spared node critical", critical, on, "", false, ""},
+		{"spared mirror pod", mirror, on, "", false, ""},
+		{"spared namespace", pod("calico-system", "l", nil), on, "", false, ""},
+		{"orphaned: injected, then spared", criticalInjected, on, Orphaned, true, "no longer matches: spared: system-cluster-critical"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,6 +202,7 @@ func TestTrimPod(t *testing.T) {
 	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
 	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	p.Spec.HostNetwork = true
+	p.Spec.PriorityClassName = v1alpha1.PriorityNodeCritical
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "x"}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app"}}
 	o, err := TrimPod(p)
@@ -197,10 +213,14 @@ func TestTrimPod(t *testing.T) {
 	if len(got.Annotations) != 1 || got.ManagedFields != nil || got.Spec.Containers[0].Env != nil || got.Status.ContainerStatuses != nil {
 		t.Errorf("kept too much: %+v", got)
 	}
-	if !got.Spec.HostNetwork || got.Labels["app"] != "a" || got.Spec.Containers[0].Image != "app:1" ||
+	if !got.Spec.HostNetwork || got.Spec.PriorityClassName != v1alpha1.PriorityNodeCritical || got.Labels["app"] != "a" || got.Spec.Containers[0].Image != "app:1" ||
 		!got.Spec.Containers[0].Resources.Requests.Cpu().Equal(resource.MustParse("100m")) ||
 		len(got.Status.Conditions) != 1 || got.Status.Phase != corev1.PodRunning {
 		t.Errorf("lost what is read: %+v", got)
+	}
+	p.Annotations[v1alpha1.MirrorPodAnnotation] = "0a1b"
+	if o, _ := TrimPod(p); o.(*corev1.Pod).Annotations[v1alpha1.MirrorPodAnnotation] != "0a1b" {
+		t.Errorf("lost the mirror pod annotation")
 	}
 	if o, _ := TrimPod("tombstone"); o != "tombstone" {
 		t.Errorf("non-pod changed")

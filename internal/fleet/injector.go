@@ -10,7 +10,8 @@ import (
 // revision pinned by spec.revision once status.pinned holds it, else the
 // spec) into the Injector the engine and the classification run. Its
 // Params are those of the operator's webhook configuration for settings s
-// (operator namespace, desired.InjectorExcludedNamespaces) with
+// (operator namespace, desired.InjectorExcludedNamespaces and its spared
+// part, desired.InjectorSparedNamespaces) with
 // serverVersion, the API server's version that nativeSidecars Auto
 // follows ("" means not native). The error is sidecar.Compile's; the
 // operator and every CLI command build injectors here only, so that all of
@@ -24,6 +25,7 @@ func NewInjector(cr *v1alpha1.SidecarInjector, s desired.Settings, serverVersion
 	return Injector{Config: cfg, Revision: rev, Params: sidecar.Params{
 		OperatorNamespace:  s.Namespace,
 		ExcludedNamespaces: desired.InjectorExcludedNamespaces(cr, s),
+		SparedNamespaces:   desired.InjectorSparedNamespaces(cr, s),
 		ServerVersion:      serverVersion,
 	}}, nil
 }

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hookwright/hookwright/api/v1alpha1"
 )
 
 // annotationPrefix keeps the injector's own annotations (inject, status,
@@ -13,8 +15,9 @@ const annotationPrefix = "sidecar.hookwright.io/"
 
 // TrimPod is the operator's pod informer transform (a controller-runtime
 // cache TransformFunc): it keeps the metadata (name, namespace, UID,
-// resourceVersion, labels, the sidecar.hookwright.io/ annotations, owner
-// references, creation and deletion time), spec.hostNetwork, the names,
+// resourceVersion, labels, the sidecar.hookwright.io/ annotations and the
+// mirror pod annotation, owner references, creation and deletion time),
+// spec.hostNetwork, spec.priorityClassName (v1alpha1.Spared), the names,
 // images and resources of containers and init containers (and an init
 // container's restartPolicy), status.phase and the Ready condition, and
 // drops the rest (managedFields, env, probes, volumes, container
@@ -27,7 +30,7 @@ func TrimPod(obj any) (any, error) {
 	}
 	var ann map[string]string
 	for k, v := range pod.Annotations {
-		if strings.HasPrefix(k, annotationPrefix) {
+		if strings.HasPrefix(k, annotationPrefix) || k == v1alpha1.MirrorPodAnnotation {
 			if ann == nil {
 				ann = map[string]string{}
 			}
@@ -42,9 +45,10 @@ func TrimPod(obj any) (any, error) {
 			CreationTimestamp: pod.CreationTimestamp, DeletionTimestamp: pod.DeletionTimestamp,
 		},
 		Spec: corev1.PodSpec{
-			HostNetwork:    pod.Spec.HostNetwork,
-			InitContainers: trimContainers(pod.Spec.InitContainers),
-			Containers:     trimContainers(pod.Spec.Containers),
+			HostNetwork:       pod.Spec.HostNetwork,
+			PriorityClassName: pod.Spec.PriorityClassName,
+			InitContainers:    trimContainers(pod.Spec.InitContainers),
+			Containers:        trimContainers(pod.Spec.Containers),
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}

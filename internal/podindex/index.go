@@ -162,13 +162,13 @@ func (x *Index) RemoveInjector(name string) {
 // memoKey is what a classification reads of a pod: pods that share it
 // (the replicas of one template) share their state.
 type memoKey struct {
-	ns, labels, annotations, containers str
-	hostNetwork, deleting               bool
-	phase                               corev1.PodPhase
+	ns, labels, annotations, containers, priorityClass str
+	hostNetwork, deleting                              bool
+	phase                                              corev1.PodPhase
 }
 
 func (x *Index) classifyMemo(in *injector, p *Pod, memo map[memoKey]state) state {
-	k := memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.HostNetwork, p.Deleting, p.Phase}
+	k := memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.PriorityClass, p.HostNetwork, p.Deleting, p.Phase}
 	if s, ok := memo[k]; ok {
 		return s
 	}

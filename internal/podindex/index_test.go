@@ -115,6 +115,21 @@ func TestViewCarriesWhatClassifyReads(t *testing.T) {
 		}(),
 		"system":    pod("kube-system", "i", nil),
 		"foreignNS": pod("other", "j", nil),
+		"critical": func() *corev1.Pod {
+			p := pod("apps", "k", nil)
+			p.Spec.PriorityClassName = v1alpha1.PriorityNodeCritical
+			return p
+		}(),
+		"mirror": func() *corev1.Pod {
+			p := pod("apps", "l", nil)
+			p.Annotations = map[string]string{v1alpha1.MirrorPodAnnotation: "0a1b", "other": "x"}
+			return p
+		}(),
+		"criticalInjected": func() *corev1.Pod {
+			p := inject(t, cur, pod("apps", "m", nil))
+			p.Spec.PriorityClassName = v1alpha1.PriorityClusterCritical
+			return p
+		}(),
 	}
 	nss := map[string]map[string]string{"apps": on, "kube-system": on, "other": {}}
 	for name, p := range cases {
@@ -240,7 +255,7 @@ func TestCountsEqualRecount(t *testing.T) {
 					}
 					p.Labels[k] = v
 				}
-				switch rng.IntN(5) {
+				switch rng.IntN(7) {
 				case 0:
 					names := []string{"mesh", "other"}
 					n := names[rng.IntN(2)]
@@ -254,6 +269,10 @@ func TestCountsEqualRecount(t *testing.T) {
 					p.Spec.HostNetwork = true
 				case 3:
 					p.Annotations = map[string]string{"big": strings.Repeat("x", 100), v1alpha1.SidecarInjectKey: "yes"}
+				case 4: // spared by the webhook configuration
+					p.Spec.PriorityClassName = []string{v1alpha1.PriorityNodeCritical, "high"}[rng.IntN(2)]
+				case 5:
+					p.Annotations = map[string]string{v1alpha1.MirrorPodAnnotation: fmt.Sprint(rng.IntN(3))}
 				}
 				if p.Status.Phase == corev1.PodSucceeded {
 					delete(pods, ns+"/"+name)

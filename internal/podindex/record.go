@@ -15,13 +15,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/usageratio"
 )
 
 // annotationPrefix keeps the injector's own annotations (inject, status,
-// templates, native-sidecar, rollout): the only ones Decide, Classify and
-// the rollout read.
+// templates, native-sidecar, rollout): with the mirror pod annotation
+// (v1alpha1.Spared), the only ones Decide, Classify and the rollout read.
 const annotationPrefix = "sidecar.hookwright.io/"
+
+// keptAnnotation tells whether the record keeps annotation k.
+func keptAnnotation(k string) bool {
+	return strings.HasPrefix(k, annotationPrefix) || k == v1alpha1.MirrorPodAnnotation
+}
 
 // str is one interned string: a unique.Handle (Go's runtime intern table,
 // shared by the whole process and weak, so a string no pod uses any more
@@ -53,6 +59,8 @@ type Pod struct {
 	UID             types.UID
 	ResourceVersion string
 	Node            str
+	// PriorityClass is spec.priorityClassName (v1alpha1.Spared).
+	PriorityClass str
 	// labels, annotations (ours only), containers and owner (the
 	// controller reference) are encoded sets (see encode), interned.
 	labels, annotations, containers, owner str
@@ -86,7 +94,7 @@ func (p *Pod) Running() bool {
 func (p *Pod) Labels() map[string]string { return decodeMap(p.labels.String()) }
 
 // Annotations are a decoded copy of the pod's sidecar.hookwright.io/
-// annotations (the only ones kept).
+// annotations and mirror pod annotation (the only ones kept).
 func (p *Pod) Annotations() map[string]string { return decodeMap(p.annotations.String()) }
 
 // Compact turns a pod into its record. Anything else (a tombstone, another
@@ -106,11 +114,11 @@ func Compact(obj any) (any, error) {
 func FromPod(pod *corev1.Pod) *Pod {
 	p := &Pod{
 		Namespace: intern(pod.Namespace), Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-		Node: intern(pod.Spec.NodeName), Created: pod.CreationTimestamp.Unix(), Phase: pod.Status.Phase,
+		Node: intern(pod.Spec.NodeName), PriorityClass: intern(pod.Spec.PriorityClassName), Created: pod.CreationTimestamp.Unix(), Phase: pod.Status.Phase,
 		HostNetwork: pod.Spec.HostNetwork, Deleting: pod.DeletionTimestamp != nil,
 	}
-	p.labels = intern(encodeMap(pod.Labels, ""))
-	p.annotations = intern(encodeMap(pod.Annotations, annotationPrefix))
+	p.labels = intern(encodeMap(pod.Labels, nil))
+	p.annotations = intern(encodeMap(pod.Annotations, keptAnnotation))
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			p.Ready = c.Status == corev1.ConditionTrue
@@ -180,9 +188,9 @@ func exclusiveCPU(pod *corev1.Pod) (guaranteed bool, milli int64) {
 }
 
 // View is a transient corev1.Pod with what the record keeps: namespace,
-// name, UID, resourceVersion, labels, our annotations, the controller
-// reference, creation and deletion (a marker time), spec.hostNetwork,
-// spec.nodeName, container names and images (init containers with their
+// name, UID, resourceVersion, labels, our annotations and the mirror pod
+// annotation, the controller reference, creation and deletion (a marker
+// time), spec.hostNetwork, spec.priorityClassName, spec.nodeName, container names and images (init containers with their
 // restartPolicy), status.phase and the Ready condition. It is what
 // fleet.Classify, sidecar.Decide and the rollout's selection read; it is
 // built for one decision and dropped.
@@ -192,7 +200,7 @@ func (p *Pod) View() *corev1.Pod {
 			Namespace: p.Namespace.String(), Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			Labels: p.Labels(), Annotations: p.Annotations(), CreationTimestamp: metav1.Unix(p.Created, 0),
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: p.HostNetwork},
+		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: p.HostNetwork, PriorityClassName: p.PriorityClass.String()},
 		Status: corev1.PodStatus{Phase: p.Phase},
 	}
 	if p.Deleting {
@@ -252,16 +260,16 @@ func (p *Pod) size() int {
 	return recordSize + len(p.Name) + len(p.UID) + len(p.ResourceVersion)
 }
 
-// encodeMap encodes the entries of m whose key has prefix, sorted by key,
-// each as two length-prefixed strings: a canonical string, so equal sets
-// intern to one.
-func encodeMap(m map[string]string, prefix string) string {
+// encodeMap encodes the entries of m whose key keep accepts (every one
+// when keep is nil), sorted by key, each as two length-prefixed strings: a
+// canonical string, so equal sets intern to one.
+func encodeMap(m map[string]string, keep func(string) bool) string {
 	if len(m) == 0 {
 		return ""
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if strings.HasPrefix(k, prefix) {
+		if keep == nil || keep(k) {
 			keys = append(keys, k)
 		}
 	}

@@ -41,6 +41,11 @@ type Params struct {
 	// caller deciding outside admission (the operator, about running pods)
 	// sets it, so that its answer is the webhook's.
 	ExcludedNamespaces []string
+	// SparedNamespaces are the part of ExcludedNamespaces spared
+	// installation-wide (--excluded-namespaces, cert-manager's in mode
+	// CertManager; internal/desired.InjectorSparedNamespaces): a pod there
+	// is reported as spared (CodeSpared) instead of the operator's.
+	SparedNamespaces []string
 	// ServerVersion is the API server's version ("v1.31.2"); with
 	// nativeSidecars Auto, sidecars are native from v1.29 (KEP-753
 	// SidecarContainers beta, on by default). Empty or unparsable: not native.

@@ -29,6 +29,12 @@ const (
 	// CodeOperatorNamespace: the operator's namespace, the CR's server
 	// namespace or one of Params.ExcludedNamespaces.
 	CodeOperatorNamespace Code = "OperatorNamespace"
+	// CodeSpared: the pod is in the spared set (v1alpha1.Spared): a
+	// critical priority class or a mirror pod, which the webhook's
+	// matchConditions keep from the injector, or a namespace of
+	// Params.SparedNamespaces. The API server never calls the webhook
+	// for it, so it is not counted as missing its sidecars.
+	CodeSpared Code = "Spared"
 	// CodeNamespaceSelector: the namespace's labels do not match
 	// spec.namespaceSelector (only when they are known).
 	CodeNamespaceSelector Code = "NamespaceSelector"
@@ -84,8 +90,8 @@ func ParseBool(s string) (value, ok bool) {
 
 // DecideInput is what Decide reads about a pod.
 type DecideInput struct {
-	// Pod is read for its labels, annotations (inject, status) and
-	// spec.hostNetwork, and for its container names when Containers is
+	// Pod is read for its labels, annotations (inject, status, mirror),
+	// spec.hostNetwork and spec.priorityClassName, and for its container names when Containers is
 	// nil: a pod from a metadata-and-names trimmed informer is enough.
 	Pod *corev1.Pod
 	// Namespace of the pod (from the admission request; pod.Namespace may be empty).
@@ -113,7 +119,10 @@ type DecideInput struct {
 // injector, or by another one, which is reported as such; a status
 // annotation naming a container the pod lacks is stale and ignored with a
 // warning, so a copied or edited pod spec is injected again), excluded
-// namespaces, namespace and object selectors, hostNetwork (unless
+// namespaces, the spared set (v1alpha1.Spared: critical priority classes,
+// mirror pods, Params.SparedNamespaces; what the webhook's matchConditions
+// and namespaceSelector keep from it), namespace and object selectors,
+// hostNetwork (unless
 // spec.injectHostNetwork), the inject label (wins over the annotation), the
 // inject annotation, neverInjectSelector (wins), alwaysInjectSelector, policy.
 // An inject value outside ParseBool's set is ignored with a warning.
@@ -142,8 +151,12 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	if systemNamespaces[in.Namespace] {
 		return decided(d, false, CodeSystemNamespace, fmt.Sprintf("namespace %q is a system namespace and is never injected", in.Namespace))
 	}
-	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace || slices.Contains(p.ExcludedNamespaces, in.Namespace)) {
+	if in.Namespace != "" && (in.Namespace == p.OperatorNamespace || in.Namespace == cfg.ServerNamespace ||
+		(slices.Contains(p.ExcludedNamespaces, in.Namespace) && !slices.Contains(p.SparedNamespaces, in.Namespace))) {
 		return decided(d, false, CodeOperatorNamespace, fmt.Sprintf("namespace %q runs the operator or webhook servers and is never injected", in.Namespace))
+	}
+	if why := v1alpha1.Spared(pod, in.Namespace, p.SparedNamespaces); why != "" {
+		return decided(d, false, CodeSpared, "spared: "+short(why, 300))
 	}
 	if in.NamespaceLabels != nil && cfg.namespaceSelector != nil && !cfg.namespaceSelector.Matches(labels.Set(in.NamespaceLabels)) {
 		return decided(d, false, CodeNamespaceSelector, fmt.Sprintf("namespace %q labels do not match namespaceSelector %s", in.Namespace, cfg.namespaceSelector))

@@ -115,9 +115,17 @@ func parsePod(raw []byte, needsSpec bool) (*podDoc, error) {
 			if err := json.Unmarshal(sr, &d.pod.Spec); err != nil {
 				return nil, fmt.Errorf("spec: %w", err)
 			}
-		} else if hn, ok := d.spec["hostNetwork"]; ok {
-			if err := json.Unmarshal(hn, &d.pod.Spec.HostNetwork); err != nil {
-				return nil, fmt.Errorf("spec.hostNetwork: %w", err)
+		} else {
+			// What Decide reads of the spec when the templates need none.
+			if hn, ok := d.spec["hostNetwork"]; ok {
+				if err := json.Unmarshal(hn, &d.pod.Spec.HostNetwork); err != nil {
+					return nil, fmt.Errorf("spec.hostNetwork: %w", err)
+				}
+			}
+			if pc, ok := d.spec["priorityClassName"]; ok {
+				if err := json.Unmarshal(pc, &d.pod.Spec.PriorityClassName); err != nil {
+					return nil, fmt.Errorf("spec.priorityClassName: %w", err)
+				}
 			}
 		}
 	}
