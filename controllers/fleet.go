@@ -101,7 +101,7 @@ func setupFleet(mgr ctrl.Manager, s Settings) error {
 		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
 			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
 			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{},
-			discovered: map[string]time.Time{}}}
+			discovered: map[string]time.Time{}, resources: dc}}
 	all := func(ctx context.Context, _ client.Object) []reconcile.Request {
 		list := &v1alpha1.SidecarInjectorList{}
 		if err := r.client.List(ctx, list); err != nil {
