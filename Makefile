@@ -120,8 +120,8 @@ COMPAT_MINORS ?= 1.33 1.35
 COMPAT_TEST_PKGS := ./test/operator ./test/integration ./test/olm
 
 .PHONY: test-compat
-test-compat: tools node-prereqs ## Run test/operator, test/integration and test/olm against each older kube-apiserver of COMPAT_MINORS (not part of make test).
-	hack/tools.sh $(foreach m,$(COMPAT_MINORS),kube-apiserver-$(m))
+test-compat: tools node-prereqs ## Run test/operator, test/integration and test/olm against each older control plane of COMPAT_MINORS (not part of make test).
+	hack/tools.sh $(foreach m,$(COMPAT_MINORS),kube-apiserver-$(m) kube-controller-manager-$(m) kube-scheduler-$(m))
 	@set -e; for m in $(COMPAT_MINORS); do \
 		echo "test-compat: Kubernetes $$m"; \
 		HOOKWRIGHT_KUBE_VERSION=$$m go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(COMPAT_TEST_PKGS); \

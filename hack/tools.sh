@@ -9,7 +9,7 @@
 #   hack/tools.sh                 # the tools the tests need
 #   hack/tools.sh demo            # the tools make demo runs (no linters, no generators)
 #   hack/tools.sh all             # every tool
-#   hack/tools.sh compat          # the older kube-apiservers of make test-compat
+#   hack/tools.sh compat          # the older control planes of make test-compat
 #   hack/tools.sh kwok kustomize  # just these
 #
 # It prints a line as each tool starts and ends, with how many are left,
@@ -19,8 +19,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$ROOT/bin}
 K8S_VERSION=v1.37.2
-# Older minors whose kube-apiserver make test-compat runs the API-server-level
+# Older minors whose control plane make test-compat runs the API-server-level
 # suites against (docs/versions.md); each has its module hack/tools/k8s-<minor>.
+# The oldest is the CSV's minKubeVersion (test/bundle checks it).
 declare -A K8S_COMPAT=([1.33]=v1.33.13 [1.35]=v1.35.4)
 STAMPS=$BIN/.stamps
 mkdir -p "$BIN/k8s" "$STAMPS"
@@ -41,12 +42,13 @@ spec() {
 	case $1 in
 	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kube-proxy)
 		echo "k8s|$BIN/k8s/$1|||$(k8s_ldflags)|k8s.io/kubernetes/cmd/$1" ;;
-	# kube-apiserver-1.33 -> bin/k8s-1.33/kube-apiserver (make test-compat).
-	kube-apiserver-*)
-		local m=${1#kube-apiserver-}
+	# kube-apiserver-1.33 -> bin/k8s-1.33/kube-apiserver, and so
+	# kube-controller-manager and kube-scheduler (make test-compat).
+	kube-apiserver-* | kube-controller-manager-* | kube-scheduler-*)
+		local m=${1##*-} c=${1%-*}
 		[[ -n ${K8S_COMPAT[$m]:-} ]] || { echo "unknown Kubernetes minor: $m (have ${!K8S_COMPAT[*]})" >&2; return 1; }
 		mkdir -p "$BIN/k8s-$m"
-		echo "k8s-$m|$BIN/k8s-$m/kube-apiserver|||$(k8s_ldflags "${K8S_COMPAT[$m]}")|k8s.io/kubernetes/cmd/kube-apiserver" ;;
+		echo "k8s-$m|$BIN/k8s-$m/$c|||$(k8s_ldflags "${K8S_COMPAT[$m]}")|k8s.io/kubernetes/cmd/$c" ;;
 	etcd) echo "etcd|$BIN/k8s/etcd|||-s -w|go.etcd.io/etcd/server/v3" ;;
 	# The real test node (test/cluster RealNode): containerd, its runc shim and
 	# ctr into bin/node/, the CNI plugins into bin/cni/. Static, without the
@@ -88,9 +90,14 @@ spec() {
 
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
 TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk)
-# make test-compat's older kube-apiservers (not in make tools: each is a
-# cold build of many CPU-minutes).
-COMPAT_TOOLS=(kube-apiserver-1.33 kube-apiserver-1.35)
+# make test-compat's older control planes (not in make tools: each is a
+# cold build of many CPU-minutes). The scheduler and the controller manager
+# must not be newer than the API server: kube-scheduler v1.37 waits for
+# resource.k8s.io/v1 informers that a 1.33 server cannot fill.
+COMPAT_TOOLS=()
+for m in $(printf '%s\n' "${!K8S_COMPAT[@]}" | sort -V); do
+	COMPAT_TOOLS+=("kube-apiserver-$m" "kube-controller-manager-$m" "kube-scheduler-$m")
+done
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
 # make demo runs these: the control plane, kwok, metrics-server (scenario
 # 9), the real node, OLM and opm (scenario 5), operator-sdk (scenario 7,

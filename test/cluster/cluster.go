@@ -94,8 +94,10 @@ type Cluster struct {
 	metricsPort int
 	metricsProc *Process
 	kwokPort    int
-	// minor of the API server (KubeVersionEnv).
+	// minor of the control plane and its bin directory ("" for bin/k8s),
+	// chosen by KubeVersionEnv.
 	minor int
+	cpDir string
 }
 
 // NoControlPlaneEnv names the variable `make test-unit` sets: the unit
@@ -207,8 +209,11 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	api := c.env.ControlPlane.GetAPIServer()
-	if api.Path, c.minor, err = kubeAPIServerPath(c.Bin); err != nil {
+	if c.cpDir, c.minor, err = controlPlaneDir(c.Bin); err != nil {
 		return nil, err
+	}
+	if c.cpDir != "" {
+		api.Path = filepath.Join(c.cpDir, "kube-apiserver")
 	}
 	api.Out, api.Err = apiLog, apiLog
 	// envtest keeps the certificates it finds there and hands out
