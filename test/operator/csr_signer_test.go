@@ -457,9 +457,12 @@ func TestClusterTrustBundleRepaired(t *testing.T) {
 // with a Warning event on the CA Secret, and still signs.
 func TestClusterTrustBundleAPIAbsent(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
-	c, err := cluster.New(ctx, cluster.Options{
-		APIServerArgs: map[string][]string{"runtime-config": {"certificates.k8s.io/v1/clustertrustbundles=false"}},
-	})
+	opts := cluster.Options{}
+	if trustBundlesServed() {
+		// Older servers (make test-compat) lack the API as they are.
+		opts.APIServerArgs = map[string][]string{"runtime-config": {"certificates.k8s.io/v1/clustertrustbundles=false"}}
+	}
+	c, err := cluster.New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
