@@ -122,6 +122,19 @@ test-bundle: ## Run test/bundle alone: the committed bundle (no control plane).
 $(TEST_SUITES): tools node-prereqs
 	go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./test/$(@:test-%=%)
 
+# The older Kubernetes minors make test-compat runs the API-server-level
+# suites against (docs/versions.md); the oldest is the CSV's minKubeVersion.
+COMPAT_MINORS ?= 1.33 1.35
+COMPAT_TEST_PKGS := ./test/operator ./test/integration ./test/olm
+
+.PHONY: test-compat
+test-compat: tools node-prereqs ## Run test/operator, test/integration and test/olm against each older control plane of COMPAT_MINORS (not part of make test).
+	hack/tools.sh $(foreach m,$(COMPAT_MINORS),kube-apiserver-$(m) kube-controller-manager-$(m) kube-scheduler-$(m))
+	@set -e; for m in $(COMPAT_MINORS); do \
+		echo "test-compat: Kubernetes $$m"; \
+		HOOKWRIGHT_KUBE_VERSION=$$m go test -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(COMPAT_TEST_PKGS); \
+	done
+
 .PHONY: scale
 scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes, fleet status at 10,000 pods and the pod sweep (SWEEP_PODS) into _scale/ (not part of make test).
 	HOOKWRIGHT_SCALE=full HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale|TestPodSweep)$$' -v ./test/scale/

@@ -95,7 +95,7 @@ func setupFleet(mgr ctrl.Manager, s Settings) (*podIndexer, error) {
 		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
 			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
 			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{},
-			discovered: map[string]time.Time{}}}
+			discovered: map[string]time.Time{}, resources: dc}}
 	return ix, ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
 		WatchesRawSource(ix.source()).
 		Complete(r)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -49,6 +50,9 @@ const (
 	ReasonPermitted          = "Permitted"
 	EventRolloutBatch        = "RolloutBatch"
 	EventRolloutBlocked      = "RolloutBlocked"
+	// EventResizeUnavailable: the server has no pods/resize, so a
+	// resources change of strategy InPlace needs a restart.
+	EventResizeUnavailable = "ResizeUnavailable"
 )
 
 // rolloutRecheck is how often a rollout with pods in flight is looked at
@@ -104,6 +108,47 @@ type roller struct {
 	// discovered is when each CR's owners were last listed, by
 	// "name/revision".
 	discovered map[string]time.Time
+	// resources lists core/v1 (discovery) once, to learn whether the
+	// server serves pods/resize; resizeWhy is why not ("" when it does),
+	// resizeKnown whether that was learnt, resizeWarned the CRs told.
+	resources    discovery.ServerResourcesInterface
+	resizeKnown  bool
+	resizeWhy    string
+	resizeWarned map[string]bool
+}
+
+// resizeUnavailable is why the API server cannot resize a pod in place
+// (fleet.ResizeServed), "" when it can or while discovery fails (the
+// resize call then reports the error). Asked until discovery answers once.
+func (r *roller) resizeUnavailable() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.resizeKnown || r.resources == nil {
+		return r.resizeWhy
+	}
+	list, err := r.resources.ServerResourcesForGroupVersion("v1")
+	if err != nil {
+		return ""
+	}
+	_, r.resizeWhy = fleet.ResizeServed(list.APIResources)
+	r.resizeKnown = true
+	return r.resizeWhy
+}
+
+// warnNoResize tells cr once, in a Warning Event, that its resources
+// changes need a new pod on this server.
+func (r *roller) warnNoResize(s *step, why string) {
+	r.mu.Lock()
+	warned := r.resizeWarned[s.cr.Name]
+	if r.resizeWarned == nil {
+		r.resizeWarned = map[string]bool{}
+	}
+	r.resizeWarned[s.cr.Name] = true
+	r.mu.Unlock()
+	if !warned {
+		r.recorder.Eventf(s.cr, nil, corev1.EventTypeWarning, EventResizeUnavailable, "Rollout",
+			"revision %s: resources change only in a new pod (fallbackToRestart restarts the owner, else the pod is skipped): %s", s.rev, why)
+	}
 }
 
 // acted reports whether name's last step acted.
@@ -470,6 +515,11 @@ func (r *roller) act(ctx context.Context, s *step, inj fleet.Injector, next []fl
 		if err != nil {
 			s.skips.Add("the template fails on this pod: "+err.Error(), key)
 			continue
+		}
+		if noResize := r.resizeUnavailable(); noResize != "" && plan.Way == fleet.InPlace {
+			if plan = fleet.WithoutResize(plan, noResize); plan.Way != fleet.InPlace {
+				r.warnNoResize(s, noResize)
+			}
 		}
 		acts, why := fleet.Actions(s.spec, plan)
 		if why != "" {

@@ -9,6 +9,7 @@
 #   hack/tools.sh                 # the tools the tests need
 #   hack/tools.sh demo            # the tools make demo runs (no linters, no generators)
 #   hack/tools.sh all             # every tool
+#   hack/tools.sh compat          # the older control planes of make test-compat
 #   hack/tools.sh kwok kustomize  # just these
 #
 # It prints a line as each tool starts and ends, with how many are left,
@@ -18,15 +19,22 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$ROOT/bin}
 K8S_VERSION=v1.37.2
+# Older minors whose control plane make test-compat runs the API-server-level
+# suites against (docs/versions.md); each has its module hack/tools/k8s-<minor>.
+# The oldest is the CSV's minKubeVersion (test/bundle checks it).
+declare -A K8S_COMPAT=([1.33]=v1.33.13 [1.35]=v1.35.4)
 STAMPS=$BIN/.stamps
 mkdir -p "$BIN/k8s" "$STAMPS"
 
+# k8s_ldflags [VERSION]: the version stamp (default K8S_VERSION) that
+# kube-apiserver reports on /version and that test/cluster reads.
 k8s_ldflags() {
-	local v=${K8S_VERSION#v}
+	local full=${1:-$K8S_VERSION}
+	local v=${full#v}
 	local major=${v%%.*} rest=${v#*.}
 	local minor=${rest%%.*}
 	local p=k8s.io/component-base/version
-	echo "-s -w -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitCommit=$K8S_VERSION -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
+	echo "-s -w -X $p.gitVersion=$full -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitCommit=$full -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
 }
 
 # tool name -> "module|output|env|tags|ldflags|packages..."
@@ -34,6 +42,13 @@ spec() {
 	case $1 in
 	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kube-proxy)
 		echo "k8s|$BIN/k8s/$1|||$(k8s_ldflags)|k8s.io/kubernetes/cmd/$1" ;;
+	# kube-apiserver-1.33 -> bin/k8s-1.33/kube-apiserver, and so
+	# kube-controller-manager and kube-scheduler (make test-compat).
+	kube-apiserver-* | kube-controller-manager-* | kube-scheduler-*)
+		local m=${1##*-} c=${1%-*}
+		[[ -n ${K8S_COMPAT[$m]:-} ]] || { echo "unknown Kubernetes minor: $m (have ${!K8S_COMPAT[*]})" >&2; return 1; }
+		mkdir -p "$BIN/k8s-$m"
+		echo "k8s-$m|$BIN/k8s-$m/$c|||$(k8s_ldflags "${K8S_COMPAT[$m]}")|k8s.io/kubernetes/cmd/$c" ;;
 	etcd) echo "etcd|$BIN/k8s/etcd|||-s -w|go.etcd.io/etcd/server/v3" ;;
 	# The real test node (test/cluster RealNode): containerd, its runc shim and
 	# ctr into bin/node/, the CNI plugins into bin/cni/. Static, without the
@@ -85,6 +100,14 @@ spec() {
 
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
 TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk helm promtool)
+# make test-compat's older control planes (not in make tools: each is a
+# cold build of many CPU-minutes). The scheduler and the controller manager
+# must not be newer than the API server: kube-scheduler v1.37 waits for
+# resource.k8s.io/v1 informers that a 1.33 server cannot fill.
+COMPAT_TOOLS=()
+for m in $(printf '%s\n' "${!K8S_COMPAT[@]}" | sort -V); do
+	COMPAT_TOOLS+=("kube-apiserver-$m" "kube-controller-manager-$m" "kube-scheduler-$m")
+done
 ALL_TOOLS=("${TEST_TOOLS[@]}" kustomize scorecard-test)
 # make demo runs these: the control plane, kwok, metrics-server (scenario
 # 9), the real node, OLM and opm (scenario 5), operator-sdk (scenario 7,
@@ -123,6 +146,8 @@ if [[ ${#tools[@]} -eq 0 ]]; then
 	tools=("${TEST_TOOLS[@]}")
 elif [[ ${tools[0]} == all ]]; then
 	tools=("${ALL_TOOLS[@]}")
+elif [[ ${tools[0]} == compat ]]; then
+	tools=("${COMPAT_TOOLS[@]}")
 elif [[ ${tools[0]} == demo ]]; then
 	tools=("${DEMO_TOOLS[@]}")
 fi

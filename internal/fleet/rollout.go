@@ -226,6 +226,46 @@ const (
 	ActRestart Action = "restart"
 )
 
+// ResizeUnavailable is the reason, for WithoutResize, when the API
+// server does not serve the pods/resize subresource: in-place pod resize
+// (KEP-1287) is beta and on by default from Kubernetes v1.33 (feature gate
+// InPlacePodVerticalScaling, GA in v1.35); older servers, or a server
+// with the gate off, change a pod's resources only in a new pod.
+const ResizeUnavailable = "the API server does not serve pods/resize (in-place resize, KEP-1287: Kubernetes v1.33 or newer with feature gate InPlacePodVerticalScaling)"
+
+// ResizeServed tells from the API server's core/v1 resource list
+// (discovery) whether it serves the pods/resize subresource, and if not
+// why (ResizeUnavailable).
+func ResizeServed(coreV1 []metav1.APIResource) (bool, string) {
+	for _, r := range coreV1 {
+		if r.Name == "pods/resize" {
+			return true, ""
+		}
+	}
+	return false, ResizeUnavailable
+}
+
+// WithoutResize is plan for a server without the resize subresource
+// (ResizeServed): an InPlace plan that changes the resources of a
+// container becomes Restart, its Why naming the container and why, so
+// Actions restarts the owner under fallbackToRestart and otherwise skips
+// the pod with that reason. Any other plan is returned unchanged.
+func WithoutResize(plan Plan, why string) Plan {
+	if plan.Way != InPlace {
+		return plan
+	}
+	for _, d := range plan.Containers {
+		for _, c := range d.Changes {
+			if c.Field == "resources" {
+				plan.Way = Restart
+				plan.Why = fmt.Sprintf("%s %s changes resources and %s", d.List, d.Name, why)
+				return plan
+			}
+		}
+	}
+	return plan
+}
+
 // Actions is what strategy does with a pod of plan (PlanPod): image
 // and/or resize for a pod that can change in place under InPlace, restart
 // under Restart or as InPlace's fallback; skip says why nothing is done.

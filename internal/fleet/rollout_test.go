@@ -317,3 +317,40 @@ func TestRestartPatchAndSkips(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 }
+
+// A server without pods/resize: a resources change needs a new pod (the
+// owner's restart under fallbackToRestart, a skip naming why otherwise);
+// an image-only change stays in place.
+func TestWithoutResize(t *testing.T) {
+	if ok, why := ResizeServed([]metav1.APIResource{{Name: "pods"}, {Name: "pods/status"}}); ok || why != ResizeUnavailable {
+		t.Fatalf("no pods/resize: %t %q", ok, why)
+	}
+	if ok, why := ResizeServed([]metav1.APIResource{{Name: "pods"}, {Name: "pods/resize"}}); !ok || why != "" {
+		t.Fatalf("pods/resize: %t %q", ok, why)
+	}
+	resize := Plan{Way: InPlace, Containers: []ContainerDiff{{Name: "proxy", List: "initContainers", Kind: Changed,
+		Changes: []FieldChange{{Field: "image"}, {Field: "resources"}}}}}
+	image := Plan{Way: InPlace, Containers: []ContainerDiff{{Name: "proxy", List: "containers", Kind: Changed,
+		Changes: []FieldChange{{Field: "image"}}}}}
+	inPlace := v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace}
+	fallback := v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutInPlace, FallbackToRestart: true}
+
+	p := WithoutResize(resize, ResizeUnavailable)
+	if p.Way != Restart || p.Why != "initContainers proxy changes resources and "+ResizeUnavailable {
+		t.Fatalf("resources change: %s %q", p.Way, p.Why)
+	}
+	if acts, skip := Actions(&inPlace, p); len(acts) != 0 || !strings.HasPrefix(skip, SkipNotInPlace) || !strings.Contains(skip, "pods/resize") {
+		t.Fatalf("InPlace: %v %q", acts, skip)
+	}
+	if acts, skip := Actions(&fallback, p); len(acts) != 1 || acts[0] != ActRestart || skip != "" {
+		t.Fatalf("fallbackToRestart: %v %q", acts, skip)
+	}
+	if p := WithoutResize(image, ResizeUnavailable); p.Way != InPlace {
+		t.Fatalf("image only: %s %q", p.Way, p.Why)
+	}
+	for _, w := range []Way{Restart, NoChange} {
+		if p := WithoutResize(Plan{Way: w, Why: "x"}, ResizeUnavailable); p.Way != w || p.Why != "x" {
+			t.Fatalf("%s changed to %s %q", w, p.Way, p.Why)
+		}
+	}
+}

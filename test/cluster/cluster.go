@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +94,10 @@ type Cluster struct {
 	metricsPort int
 	metricsProc *Process
 	kwokPort    int
+	// minor of the control plane and its bin directory ("" for bin/k8s),
+	// chosen by KubeVersionEnv.
+	minor int
+	cpDir string
 }
 
 // NoControlPlaneEnv names the variable `make test-unit` sets: the unit
@@ -204,6 +209,12 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	api := c.env.ControlPlane.GetAPIServer()
+	if c.cpDir, c.minor, err = controlPlaneDir(c.Bin); err != nil {
+		return nil, err
+	}
+	if c.cpDir != "" {
+		api.Path = filepath.Join(c.cpDir, "kube-apiserver")
+	}
 	api.Out, api.Err = apiLog, apiLog
 	// envtest keeps the certificates it finds there and hands out
 	// SecureServing.CA to every client config it makes.
@@ -239,7 +250,7 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 		args.Set(k, v...)
 	}
 
-	c.opts.Logf("cluster: starting etcd and kube-apiserver")
+	c.opts.Logf("cluster: starting etcd and kube-apiserver (Kubernetes 1.%d)", c.minor)
 	start := time.Now()
 	if c.Config, err = c.env.Start(); err != nil {
 		return nil, fmt.Errorf("start etcd and kube-apiserver (log: %s): %w", apiLog.Name(), err)
@@ -264,6 +275,14 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if c.Clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, err
+	}
+	// The binary's version stamp (hack/tools.sh) must be the minor asked for.
+	sv, err := c.Clientset.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("server version: %w", err)
+	}
+	if sv.Minor != strconv.Itoa(c.minor) {
+		return nil, fmt.Errorf("kube-apiserver reports %s, want minor 1.%d (%s)", sv.GitVersion, c.minor, KubeVersionEnv)
 	}
 	if err = c.publishAPIEndpoint(ctx); err != nil {
 		return nil, err

@@ -16,7 +16,10 @@ func (c *Cluster) kubeconfigArgs() []string {
 }
 
 func (c *Cluster) startControllerManager(ctx context.Context) error {
-	bin := filepath.Join(c.Bin, "k8s", "kube-controller-manager")
+	bin, err := c.componentPath("kube-controller-manager")
+	if err != nil {
+		return err
+	}
 	certs := c.APIServerCertDir()
 	args := append(c.kubeconfigArgs(),
 		"--leader-elect=false",
@@ -42,7 +45,10 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 }
 
 func (c *Cluster) startScheduler(ctx context.Context) error {
-	bin := filepath.Join(c.Bin, "k8s", "kube-scheduler")
+	bin, err := c.componentPath("kube-scheduler")
+	if err != nil {
+		return err
+	}
 	args := append(c.kubeconfigArgs(),
 		"--leader-elect=false",
 		"--secure-port=0",

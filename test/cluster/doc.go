@@ -19,6 +19,8 @@
 //   - cluster.go: how does the control plane start and stop (Options, New,
 //     Stop, Leaks, StopChecked), and how does `make test-unit` keep it from
 //     starting (NoControlPlaneEnv, RequireControlPlane)?
+//   - version.go: which Kubernetes minor does the API server run
+//     (KubeVersionEnv, KubeMinor, MinorAtLeast; make test-compat)?
 //   - components.go: how are kube-controller-manager and kube-scheduler
 //     started and awaited?
 //   - clients.go: how does a test act on the cluster: as whom (Impersonate,

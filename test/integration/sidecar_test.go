@@ -143,7 +143,8 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	init, main := containerNames(pod)
-	// v1.37 supports native sidecars, so nativeSidecars Auto puts the proxy
+	// Every supported server (v1.33 and later, docs/versions.md) has native
+	// sidecars, so nativeSidecars Auto puts the proxy
 	// into initContainers with restartPolicy Always, ahead of user init containers.
 	if countName(init, "proxy-init") != 1 || countName(init, "proxy")+countName(main, "proxy") != 1 {
 		t.Fatalf("want proxy-init and proxy exactly once; init=%v containers=%v", init, main)
