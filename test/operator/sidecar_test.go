@@ -108,8 +108,9 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	}
 	sel := wh.NamespaceSelector
 	if sel.MatchLabels["sidecar-injection"] != "enabled" || len(sel.MatchExpressions) != 1 ||
-		// Every allowed server namespace is excluded, not only this CR's.
-		!slices.Equal(sel.MatchExpressions[0].Values, []string{"kube-system", "kube-public", "kube-node-lease", operatorNS, serverNS}) {
+		// Every allowed server namespace is excluded, not only this CR's,
+		// and the installation's excluded namespaces (--excluded-namespaces).
+		!slices.Equal(sel.MatchExpressions[0].Values, []string{"kube-system", "kube-public", "kube-node-lease", operatorNS, serverNS, excludedNS}) {
 		t.Fatalf("namespaceSelector %+v", sel)
 	}
 
