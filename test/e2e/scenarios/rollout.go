@@ -140,8 +140,23 @@ func Rollout(ctx context.Context, e *Env, r *Result) error {
 	for _, n := range slices.Sorted(mapKeys(ready)) {
 		r.timing(fmt.Sprintf("pod %s: its new proxy image seen → proxy restarted and pod Ready (in place)", n), ready[n].Sub(seen[n]), 0)
 	}
-	after, err := labTestPods(ctx, c)
-	if err != nil {
+	// The kubelet can report the new restart count while the restarted
+	// proxy's readiness is still the old container's; its probe then
+	// reports not ready until it passes. So readiness is awaited here,
+	// and the restart count below still says the proxy restarted once.
+	var after map[string]labPod
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "both pods Ready after the in-place rollout", func(ctx context.Context) (bool, error) {
+		var err error
+		if after, err = labTestPods(ctx, c); err != nil {
+			return false, err
+		}
+		for _, a := range after {
+			if a.ready != "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
 		return err
 	}
 	for n, b := range before {
