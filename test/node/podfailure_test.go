@@ -91,6 +91,9 @@ func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each case has its own CR, server pod and image: they wait
+			// on the kubelet side by side.
+			t.Parallel()
 			si := &v1alpha1.SidecarInjector{
 				ObjectMeta: metav1.ObjectMeta{Name: "refused-" + tc.name},
 				Spec: v1alpha1.SidecarInjectorSpec{
