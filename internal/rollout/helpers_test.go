@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -141,7 +142,7 @@ func (e *env) patch(ctx context.Context, c client.WithWatch, obj client.Object, 
 
 func (e *env) kindOf(obj client.Object) (string, bool) {
 	for _, w := range workloads {
-		if fmt.Sprintf("%T", w.new()) == fmt.Sprintf("%T", obj) {
+		if reflect.TypeOf(w.new()) == reflect.TypeOf(obj) {
 			return w.kind, true
 		}
 	}
