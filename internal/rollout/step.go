@@ -112,8 +112,8 @@ func (s *step) ownerInFlight(id, ns string, unavailable int) {
 	s.restarted = append(s.restarted, id)
 }
 
-// block stops the step (the first reason stays in checkInFlight; later
-// stops overwrite).
+// block stops the step: no further pod is taken out, and RolloutBlocked
+// is True with reason and msg.
 func (s *step) block(reason, msg string) { s.blocked.reason, s.blocked.msg = reason, msg }
 
 // Step brings cr's pods towards inj's revision by one step and fills
