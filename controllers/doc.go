@@ -7,8 +7,9 @@
 //
 // What is built lives in internal/desired, how it is written in
 // internal/apply, certificates in internal/certsource, NodeOversell's node
-// work in internal/oversellnodes and what the status checks decide in
-// internal/health: this package only wires them. It
+// work in internal/oversellnodes, spec.rollout in internal/rollout (run
+// by fleet.go) and what the status checks decide in internal/health: this
+// package only wires them. It
 // must not be imported by those packages, nor by the webhook servers.
 package controllers
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/internal/rollout"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
 
@@ -58,7 +59,7 @@ type fleetReconciler struct {
 	settings Settings
 	now      func() time.Time
 
-	roller *roller
+	roller *rollout.Roller
 	// discovery asks the API server's version once; version is its answer.
 	discovery discovery.ServerVersionInterface
 	version   string
@@ -92,10 +93,7 @@ func setupFleet(mgr ctrl.Manager, s Settings) (*podIndexer, error) {
 	}
 	r := &fleetReconciler{client: mgr.GetClient(), index: ix, settings: s, now: time.Now, discovery: dc,
 		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
-		roller: &roller{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("hookwright-rollout"),
-			now: time.Now, allowed: map[string]permission{}, skipped: map[types.UID]skipMemo{},
-			owners: map[string][]string{}, didAct: map[string]bool{}, rsOwners: map[string]fleet.Owner{},
-			discovered: map[string]time.Time{}, resources: dc}}
+		roller: rollout.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("hookwright-rollout"), dc)}
 	return ix, ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
 		WatchesRawSource(ix.source()).
 		Complete(r)
@@ -153,14 +151,14 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return ctrl.Result{RequeueAfter: indexWait}, nil
 	}
 	sum, _ := r.index.idx.Summary(cr.Name)
-	var counted []classifiedPod
+	var counted []rollout.Pod
 	var nsLabels map[string]map[string]string
 	if rolling {
 		// The rollout's selection reads the records' views (labels, our
 		// annotations, owner, Ready, UID, resourceVersion); the pods it
-		// judges it reads in full with a GET (rollout.go).
+		// judges it reads in full with a GET (internal/rollout).
 		r.index.idx.Classified(cr.Name, func(view *corev1.Pod, c fleet.Pod) {
-			counted = append(counted, classifiedPod{pod: view, c: c})
+			counted = append(counted, rollout.Pod{Pod: view, Class: c})
 		})
 		nsLabels = r.index.idx.NamespaceLabels()
 	}
@@ -168,7 +166,7 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	orig := cr.DeepCopy()
 	cr.Status.Fleet = &sum.Status
 	fleet.SetConditions(&cr.Status.Conditions, sum, cr.Generation)
-	again, rv := r.roller.rolloutStep(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
+	again, rv := r.roller.Step(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
 	if rv != "" {
 		// The rollout wrote status.rollout.inProgress ahead of a restart;
 		// this write goes on top of it.
@@ -194,7 +192,7 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	// A rollout step that acted is written at once: status.rollout's
 	// inProgress is the record of restarted owners a new leader resumes
 	// from, and steps are bounded by maxUnavailable, not by pod events.
-	if r.roller.acted(cr.Name) {
+	if r.roller.Acted(cr.Name) {
 		wait = 0
 	}
 	if wait > 0 {
@@ -235,7 +233,7 @@ func (r *fleetReconciler) forget(name string) {
 	delete(r.lastWrite, name)
 	delete(r.compiled, name)
 	r.mu.Unlock()
-	r.roller.forget(name)
+	r.roller.Forget(name)
 	if r.index != nil {
 		r.index.idx.RemoveInjector(name)
 	}

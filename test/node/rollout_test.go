@@ -766,7 +766,7 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 
 	// The stop holds: over two of the rollout's steps (each a reconcile
 	// of the fleet controller; while blocked they come at least every
-	// 5 s, rolloutRecheck) the other pod stays as it was. The steps are
+	// 5 s, rollout.Recheck) the other pod stays as it was. The steps are
 	// counted, not timed: a loaded machine takes longer for two.
 	check := func(ctx context.Context) error {
 		pods, err := webPods(ctx)

@@ -31,7 +31,7 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// The rollout (spec.rollout, controllers/rollout.go) against the real API
+// The rollout (spec.rollout, internal/rollout) against the real API
 // server: kube-controller-manager rolls the Deployments the operator
 // restarts, the disruption controller fills in PodDisruptionBudget
 // status, kwok makes the new pods Ready, and the injector server (a local
@@ -1071,7 +1071,7 @@ func TestRolloutNotPermitted(t *testing.T) {
 	})
 
 	// (Bound there too, it would proceed once the operator asks again:
-	// answers are kept a minute, controllers/rollout.go permissionTTL.)
+	// answers are kept a minute, internal/rollout/access.go permissionTTL.)
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
 }
 
