@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -36,9 +38,6 @@ const (
 	// the rotation and after the new certificate is served: 2 s of the
 	// load on an idle machine (it alternates between two namespaces).
 	rotationBaseline = 2 * rotationLoad / 2
-	// rotationBaselineSamples is the WebhookReachable samples taken in
-	// the same spans: 2 s of them (two injectors every 200 ms).
-	rotationBaselineSamples = 20
 )
 
 // admissionLoad counts dry-run pod creates against one namespace.
@@ -166,29 +165,51 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 			}()
 		}
 	}()
-	// WebhookReachable of both injectors, sampled every 200 ms throughout.
-	var samples, unreachable atomic.Int64
+	// WebhookReachable of both injectors in every version the API server
+	// stores from here on: a watch, so no write is missed however slowly
+	// this process runs (a poll of a starved API server sees a few).
+	var versions, unreachable atomic.Int64
 	var lastBad atomic.Value
+	observe := func(o *v1alpha1.SidecarInjector) {
+		if o.Name != SampleInjectorName && o.Name != csrInjectorName {
+			return
+		}
+		versions.Add(1)
+		if cond := apimeta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionWebhookReachable); cond == nil || cond.Status != metav1.ConditionTrue {
+			unreachable.Add(1)
+			lastBad.Store(fmt.Sprintf("%s: %+v", o.Name, cond))
+		}
+	}
+	wc, err := client.NewWithWatch(e.Cluster.Config, client.Options{Scheme: e.Cluster.Scheme})
+	if err != nil {
+		return err
+	}
+	var sis v1alpha1.SidecarInjectorList
+	if err := c.List(ctx, &sis); err != nil {
+		return err
+	}
+	for i := range sis.Items {
+		observe(&sis.Items[i])
+	}
+	watchErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		cluster.Every(loadCtx, 200*time.Millisecond, func(ctx context.Context) {
-			for _, name := range []string{SampleInjectorName, csrInjectorName} {
-				o := &v1alpha1.SidecarInjector{}
-				if err := c.Get(ctx, client.ObjectKey{Name: name}, o); err != nil {
-					continue
-				}
-				samples.Add(1)
-				if cond := apimeta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionWebhookReachable); cond == nil || cond.Status != metav1.ConditionTrue {
-					unreachable.Add(1)
-					lastBad.Store(fmt.Sprintf("%s: %+v", name, cond))
-				}
+		err := cluster.Watch(loadCtx, 24*time.Hour, "SidecarInjector writes", sis.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return wc.Watch(ctx, &v1alpha1.SidecarInjectorList{}, &client.ListOptions{Raw: &o})
+		}, func(ev watch.Event) (bool, error) {
+			if o, ok := ev.Object.(*v1alpha1.SidecarInjector); ok {
+				observe(o)
 			}
+			return false, nil
 		})
+		if loadCtx.Err() == nil {
+			watchErr <- err
+		}
 	}()
 	// A baseline before rotating: admissions counted, not seconds (what
 	// 2 s make on an idle machine).
-	if err := awaitAdmissions(ctx, loads, rotationBaseline, "before rotating", &samples, rotationBaselineSamples); err != nil {
+	if err := awaitAdmissions(ctx, loads, rotationBaseline, "before rotating"); err != nil {
 		return err
 	}
 
@@ -258,11 +279,16 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	}
 	r.timing("rotate-ca → every sample server pod serves it (the kubelet's Secret update, certwatcher)", time.Since(asked), 0)
 	// Admissions against the new certificate, counted.
-	if err := awaitAdmissions(ctx, loads, rotationBaseline, "against the new certificate", &samples, rotationBaselineSamples); err != nil {
+	if err := awaitAdmissions(ctx, loads, rotationBaseline, "against the new certificate"); err != nil {
 		return err
 	}
 	stop()
 	wg.Wait()
+	select {
+	case err := <-watchErr:
+		return fmt.Errorf("the watch of WebhookReachable ended early: %w", err)
+	default:
+	}
 
 	var failed int64
 	for _, l := range loads {
@@ -273,36 +299,34 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		return fmt.Errorf("%d admissions failed or were not injected during the CA rotation", failed)
 	}
 	if n := unreachable.Load(); n > 0 {
-		return fmt.Errorf("WebhookReachable not True in %d of %d samples during the rotation (last %v)", n, samples.Load(), lastBad.Load())
+		return fmt.Errorf("WebhookReachable not True in %d of %d stored versions of the two injectors during the rotation (last %v)", n, versions.Load(), lastBad.Load())
 	}
-	r.check("WebhookReachable True in all %d samples of both injectors (every 200 ms)", samples.Load())
+	r.check("WebhookReachable True in all %d stored versions of both injectors during the rotation (a watch: every write seen)", versions.Load())
 	r.check("old CA %q stays trusted until the drain grace ends (5 min by default; not waited for here)", oldCA.Subject.CommonName)
 	return nil
 }
 
 // awaitAdmissions waits until every load has recorded n more dry-run
-// creates and the reachability sampler taken m more samples than when it
-// was called.
-func awaitAdmissions(ctx context.Context, loads []*admissionLoad, n int64, what string, samples *atomic.Int64, m int64) error {
+// creates than when it was called.
+func awaitAdmissions(ctx context.Context, loads []*admissionLoad, n int64, what string) error {
 	base := make([]int64, len(loads))
 	for i, l := range loads {
 		base[i] = l.attempted.Load()
 	}
-	s0 := samples.Load()
 	var last string
 	// Minutes, not the seconds it takes idle: a starved API server
-	// answers the sampler's reads one every few seconds.
+	// answers a create every few seconds.
 	if err := cluster.WaitFor(ctx, 5*time.Minute, fmt.Sprintf("%d admissions per namespace %s", n, what), func(context.Context) (bool, error) {
-		ok := samples.Load()-s0 >= m
-		last = fmt.Sprintf("%d samples", samples.Load()-s0)
+		ok := true
+		last = ""
 		for i, l := range loads {
 			got := l.attempted.Load() - base[i]
-			last += fmt.Sprintf(", %s: %d", l.ns, got)
+			last += fmt.Sprintf("%s: %d ", l.ns, got)
 			ok = ok && got >= n
 		}
 		return ok, nil
 	}); err != nil {
-		return fmt.Errorf("%w (%s)", err, last)
+		return fmt.Errorf("%w (%s)", err, strings.TrimSpace(last))
 	}
 	return nil
 }
