@@ -87,7 +87,9 @@ func TestMain(m *testing.M) {
 		ControllerManager:    true,
 		Scheduler:            true,
 		ServiceAccountTokens: true,
-		Logf:                 func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+		// The kubelet's node status patches, counted by TestOversellServerFrozen.
+		AuditPolicy: kubeletStatusAudit,
+		Logf:        func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
