@@ -57,6 +57,11 @@ type Options struct {
 	// MetricsResolution is metrics-server's --metric-resolution; default
 	// 10 s, its minimum (60 s in a default install).
 	MetricsResolution time.Duration
+	// AuditPolicy, when not empty, is an audit.k8s.io/v1 Policy (YAML):
+	// the API server writes the events it selects as JSON lines to
+	// AuditLogPath (--audit-log-path, the log backend in blocking mode,
+	// each event written before the request answers).
+	AuditPolicy string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -246,6 +251,15 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 			args.Set(k, v...)
 		}
 	}
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(c.Dir, "audit-policy.yaml")
+		if err = os.WriteFile(policy, []byte(opts.AuditPolicy), 0o644); err != nil {
+			return nil, err
+		}
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", c.AuditLogPath())
+		args.Set("audit-log-format", "json")
+	}
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v...)
 	}
@@ -345,6 +359,12 @@ func (c *Cluster) Stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// AuditLogPath is the API server's audit log (Options.AuditPolicy), one
+// audit.k8s.io/v1 Event a line.
+func (c *Cluster) AuditLogPath() string {
+	return filepath.Join(c.Dir, "logs", "audit.log")
 }
 
 // ServiceCIDR is the API server's --service-cluster-ip-range.

@@ -17,8 +17,9 @@
 // Each file answers one question:
 //
 //   - cluster.go: how does the control plane start and stop (Options, New,
-//     Stop, Leaks, StopChecked), and how does `make test-unit` keep it from
-//     starting (NoControlPlaneEnv, RequireControlPlane)?
+//     Stop, Leaks, StopChecked), where does the API server's audit log go
+//     (Options.AuditPolicy, AuditLogPath), and how does `make test-unit`
+//     keep it from starting (NoControlPlaneEnv, RequireControlPlane)?
 //   - version.go: which Kubernetes minor does the API server run
 //     (KubeVersionEnv, KubeMinor, MinorAtLeast; make test-compat)?
 //   - components.go: how are kube-controller-manager and kube-scheduler

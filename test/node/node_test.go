@@ -7,8 +7,10 @@
 // nothing behind. Then it runs the operator's webhook servers there: the
 // oversell ratio the real kubelet admits pods against and its
 // re-amplification after an outage, server pod failures surfacing on the
-// CR, a server container killed under load, and a rollout on the real
-// kubelet.
+// CR, a server container killed under load, a rollout on the real
+// kubelet, no admission dropped while the injector's servers restart, and
+// the kubelet's status patches while an oversell replica is frozen
+// (zerodrop_test.go, counted from the API server's audit log).
 //
 // The operator runs in this process, wired as `hookwright manager` wires
 // it (internal/manager; controllers only for its scheme, settings and
@@ -87,7 +89,9 @@ func TestMain(m *testing.M) {
 		ControllerManager:    true,
 		Scheduler:            true,
 		ServiceAccountTokens: true,
-		Logf:                 func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+		// The kubelet's node status patches, counted by TestOversellServerFrozen.
+		AuditPolicy: kubeletStatusAudit,
+		Logf:        func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)

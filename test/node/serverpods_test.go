@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,6 +23,8 @@ import (
 var (
 	operatorImageOnce sync.Once
 	operatorImageErr  error
+	// operatorImage is the image pushed as serverImage.
+	operatorImage v1.Image
 )
 
 // serverImage is the operator's server image in these tests: the
@@ -47,6 +50,7 @@ func pushOperatorImage(ctx context.Context, t *testing.T) {
 		}
 		for _, img := range imgs {
 			if img.Name == ociimage.OperatorName {
+				operatorImage = img.Image
 				operatorImageErr = ociimage.Push(ctx, registryAddr, ociimage.Named{Name: serverImage, Image: img.Image})
 				return
 			}
@@ -101,7 +105,16 @@ func reviewMetric(kind desired.Kind) string {
 func webhookRequests(ctx context.Context, t *testing.T, podIP string, kind desired.Kind) float64 {
 	t.Helper()
 	body := httpGet(ctx, t, "http://"+net.JoinHostPort(podIP, strconv.Itoa(desired.MetricsPort))+"/metrics")
-	name := reviewMetric(kind)
+	n, err := sumMetric(body, reviewMetric(kind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sumMetric sums the samples of a metric over its labels in a Prometheus
+// text exposition.
+func sumMetric(body, name string) (float64, error) {
 	var n float64
 	for _, l := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
@@ -110,11 +123,11 @@ func webhookRequests(ctx context.Context, t *testing.T, podIP string, kind desir
 		f := strings.Fields(l)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			t.Fatalf("metric line %q: %v", l, err)
+			return 0, fmt.Errorf("metric line %q: %w", l, err)
 		}
 		n += v
 	}
-	return n
+	return n, nil
 }
 
 // readyEndpoints counts the ready endpoints of a Service.
