@@ -31,9 +31,9 @@ TEST_TIMEOUT ?= 40m
 TEST_PARALLEL ?= 5
 # The cluster packages, longest first: go test starts packages in the
 # order it is given them, so the long poles do not wait behind the
-# unit tests for a slot. test/e2e/usageaware is the demo's scenario 9 on
+# unit tests for a slot. test/e2e/standalone is the demo's scenario 9 on
 # a stack of its own, so test/e2e is not the one long pole.
-CLUSTER_TEST_PKGS := ./test/e2e ./test/operator ./test/node ./test/usage ./test/e2e/usageaware ./test/integration ./test/scale ./test/olm
+CLUSTER_TEST_PKGS := ./test/e2e ./test/operator ./test/node ./test/usage ./test/e2e/standalone ./test/integration ./test/scale ./test/olm
 
 .PHONY: all
 all: build

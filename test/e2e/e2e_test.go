@@ -2,7 +2,7 @@
 // local control plane with kwok nodes for the oversold pool and a real node
 // where the operator (config/default) and its webhook servers run in real
 // containers: the same code as `make demo` (test/e2e/scenarios). Scenario
-// 9 runs on a stack of its own, beside it (test/e2e/usageaware).
+// 9 runs on a stack of its own, beside it (test/e2e/standalone).
 //
 // The issue's bounds (repair within 1 s, hot reload within 1 s, restore
 // within 5 s, new CA bundle within 2 s) are measured and logged as

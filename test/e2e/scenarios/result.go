@@ -135,9 +135,13 @@ var Ordered = []Scenario{
 
 // Usage is scenario 9. It needs only an operator install, whichever
 // scenario left it, so make test runs it on a stack of its own
-// (test/e2e/usageaware) beside test/e2e: the suite's longest package is
+// (test/e2e/standalone) beside test/e2e: the suite's longest package is
 // then two shorter ones.
 var Usage = Scenario{Name: "9. Usage-aware oversell and held cuts", Run: UsageAware}
+
+// Standalone are the scenarios test/e2e/standalone runs on a fresh stack:
+// scenario 9, then the Helm chart (not the demo's: it needs helm).
+var Standalone = []Scenario{Usage, {Name: "Helm chart on the real node", Run: Helm, Timeout: 15 * time.Minute}}
 
 // README is the README's "OLM without Docker" block (READMEOLM), which
 // test/e2e runs after Ordered.

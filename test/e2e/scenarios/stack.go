@@ -1,5 +1,5 @@
 // Package scenarios is hookwright's end-to-end story (issue #7), shared by
-// the test suites (test/e2e and test/e2e/usageaware, run side by side by
+// the test suites (test/e2e and test/e2e/standalone, run side by side by
 // `make test`: TestMain, RunInOrder) and the demo
 // (hack/localcluster, run by `make demo`): one implementation, each scenario
 // a function returning what it checked and the timings it measured.
