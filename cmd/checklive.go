@@ -40,7 +40,6 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		cr = cr.WithDefaults()
 		inj, err := fleet.NewInjector(cr, src.settings(), src.kubeVersion)
 		if err != nil {
 			broken++

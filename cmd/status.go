@@ -131,7 +131,7 @@ container diff of one example pod (as check-inject --live shows it).`,
 func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, settings desired.Settings, withPods bool) statusReport {
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
-		cr := crs[i].WithDefaults()
+		cr := crs[i]
 		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}, Rollout: cr.Status.Rollout}
 		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
 			st.RolloutCondition = c.Reason + ": " + c.Message
