@@ -181,14 +181,29 @@ func livePods(ctx context.Context, c client.Client) ([]corev1.Pod, map[string]ma
 		return nil, nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	nsLabels := map[string]map[string]string{}
-	for _, ns := range nsList.Items {
-		l := ns.Labels
-		if l == nil {
-			l = map[string]string{}
-		}
-		nsLabels[ns.Name] = l
+	for i := range nsList.Items {
+		nsLabels[nsList.Items[i].Name] = labelsOf(&nsList.Items[i])
 	}
 	return podList.Items, nsLabels, nil
+}
+
+// namespaceLabels reads one namespace's labels (labelsOf). The error is
+// the client's, prefixed "namespace NAME".
+func namespaceLabels(ctx context.Context, c client.Client, name string) (map[string]string, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return labelsOf(ns), nil
+}
+
+// labelsOf is ns's labels, an empty map when it has none: the engine
+// tells an empty map (a namespace without labels) from nil (not read).
+func labelsOf(ns *corev1.Namespace) map[string]string {
+	if ns.Labels == nil {
+		return map[string]string{}
+	}
+	return ns.Labels
 }
 
 // sortedPods orders pods by namespace and name.
