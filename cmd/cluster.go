@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -119,11 +120,15 @@ func (k *clusterFlags) newClient() (client.Client, *rest.Config, error) {
 	return c, cfg, err
 }
 
-// clientFor is a controller-runtime client of cfg knowing every type the
-// operator uses (manager.NewScheme).
+// clientFor is the one controller-runtime client builder of the CLI: a
+// client of cfg knowing every type the operator uses (manager.NewScheme)
+// and CustomResourceDefinitions (check reads ours).
 func clientFor(cfg *rest.Config) (client.Client, error) {
 	scheme, err := manager.NewScheme()
 	if err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})
