@@ -182,7 +182,7 @@ func gatherCheckFacts(ctx context.Context, cfg *rest.Config, ns string, pre bool
 		return f
 	}
 	f.ServerVersion.Value = v.GitVersion
-	c, err := checkClient(cfg)
+	c, err := clientFor(cfg)
 	if err != nil {
 		f.ServerVersion.Err = err
 		return f
@@ -250,18 +250,6 @@ func gatherCheckFacts(ctx context.Context, cfg *rest.Config, ns string, pre bool
 		}
 	}
 	return f
-}
-
-// checkClient is clientFor's client with apiextensions' kinds added.
-func checkClient(cfg *rest.Config) (client.Client, error) {
-	scheme, err := manager.NewScheme()
-	if err != nil {
-		return nil, err
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
 // operatorDeployment is the Deployment labelled as config/manager labels

@@ -158,7 +158,7 @@ current-context: dead
 	}
 
 	// Without the CRDs (deleted: the test's SidecarInjector goes with them).
-	c, err := checkClient(env.Config)
+	c, err := clientFor(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

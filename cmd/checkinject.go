@@ -109,15 +109,8 @@ injected containers differ) or needs a new pod (Restart). It only reads.`,
 				if err != nil {
 					return nil
 				}
-				nsObj := &corev1.Namespace{}
-				if err := c.Get(ctx, client.ObjectKey{Name: name}, nsObj); err != nil {
-					labels[name] = nil
-					return nil
-				}
-				l := nsObj.Labels
-				if l == nil {
-					l = map[string]string{}
-				}
+				// Unreadable: nil, and namespaceSelector is not checked.
+				l, _ := namespaceLabels(ctx, c, name)
 				labels[name] = l
 				return l
 			}

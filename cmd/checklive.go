@@ -23,13 +23,9 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 		return fmt.Errorf("pod %s/%s: %w", ns, name, err)
 	}
-	nsObj := &corev1.Namespace{}
-	if err := c.Get(ctx, client.ObjectKey{Name: ns}, nsObj); err != nil {
-		return fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	nsLabels := nsObj.Labels
-	if nsLabels == nil {
-		nsLabels = map[string]string{}
+	nsLabels, err := namespaceLabels(ctx, c, ns)
+	if err != nil {
+		return err
 	}
 	crs, err := src.loadInjectors(ctx, src.query())
 	if err != nil {
@@ -40,7 +36,6 @@ func checkLive(ctx context.Context, w io.Writer, src *injectorSource, ns, name s
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		cr = cr.WithDefaults()
 		inj, err := fleet.NewInjector(cr, src.settings(), src.kubeVersion)
 		if err != nil {
 			broken++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -55,12 +56,27 @@ func (k *clusterFlags) addFlags(fs *pflag.FlagSet, nsDefault, nsUsage string) {
 		cf.Namespace = ptr.To(nsDefault)
 	}
 	cf.AddFlags(fs)
-	// Our wording of the defaults, which kubectl's help leaves out.
-	fs.Lookup("kubeconfig").Usage = "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)"
-	fs.Lookup("context").Usage = "kubeconfig context to use (default its current context)"
+	setKubeconfigUsage(fs)
 	if nsUsage != "" {
 		fs.Lookup("namespace").Usage = nsUsage
 	}
+}
+
+// addServerFlags adds only --kubeconfig and --context, for the servers
+// (manager, injector, oversell): in their pods they use the service
+// account, and kubectl's other flags have no use there (--request-timeout
+// would also cut their watches). Their namespace flags are their own
+// (--namespace, --operator-namespace), set by their Deployments.
+func (k *clusterFlags) addServerFlags(fs *pflag.FlagSet) {
+	k.flags = &genericclioptions.ConfigFlags{KubeConfig: ptr.To(""), Context: ptr.To("")}
+	k.flags.AddFlags(fs)
+	setKubeconfigUsage(fs)
+}
+
+// setKubeconfigUsage words the defaults, which kubectl's help leaves out.
+func setKubeconfigUsage(fs *pflag.FlagSet) {
+	fs.Lookup("kubeconfig").Usage = "kubeconfig file (default $KUBECONFIG, else ~/.kube/config, else in-cluster)"
+	fs.Lookup("context").Usage = "kubeconfig context to use (default its current context)"
 }
 
 // namespace is -n's value, or the command's default. Not the kubeconfig
@@ -94,8 +110,8 @@ func (k *clusterFlags) restConfig() (*rest.Config, error) {
 	}
 	if cfg.QPS == 0 {
 		// No client-side rate limit, as controller-runtime's GetConfig
-		// (which explain-node and rotate-ca used) has it: the API
-		// server's priority and fairness limits us.
+		// (which the servers used) has it: the API server's priority
+		// and fairness limits us.
 		cfg.QPS = -1
 	}
 	return cfg, nil
@@ -119,11 +135,15 @@ func (k *clusterFlags) newClient() (client.Client, *rest.Config, error) {
 	return c, cfg, err
 }
 
-// clientFor is a controller-runtime client of cfg knowing every type the
-// operator uses (manager.NewScheme).
+// clientFor is the one controller-runtime client builder of the CLI: a
+// client of cfg knowing every type the operator uses (manager.NewScheme)
+// and CustomResourceDefinitions (check reads ours).
 func clientFor(cfg *rest.Config) (client.Client, error) {
 	scheme, err := manager.NewScheme()
 	if err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -283,36 +284,135 @@ func TestCommandsDialTheContext(t *testing.T) {
 	}
 }
 
-// TestClusterFlagsEverywhere: every command that talks to a cluster has
-// kubectl's flags (--kubeconfig, --context, --as, --server, ...) from the
-// one builder, and -n where it has a namespace, with its own default.
+// How a command reaches a cluster, for TestClusterFlagsEverywhere.
+const (
+	// kubectlFlags: every kubectl flag, from clusterFlags.addFlags.
+	kubectlFlags = iota
+	// serverFlags: --kubeconfig and --context only, from
+	// clusterFlags.addServerFlags (the servers; their namespace flags are
+	// their own).
+	serverFlags
+	// noCluster: the command never dials a cluster.
+	noCluster
+)
+
+// commandClusterFlags is every command of the tree: how it reaches a
+// cluster and, for kubectl's flags, -n's default ("" none: cluster-scoped
+// objects). A new command must be added here.
+var commandClusterFlags = map[string]struct {
+	flags int
+	ns    string
+}{
+	"check": {kubectlFlags, "hookwright-system"}, "rotate-ca": {kubectlFlags, "hookwright-system"},
+	"check-inject": {kubectlFlags, "default"}, "kube-inject": {kubectlFlags, "default"},
+	"status": {kubectlFlags, ""}, "explain-node": {kubectlFlags, ""}, "renew-certificate": {kubectlFlags, ""},
+	"manager": {serverFlags, ""}, "injector": {serverFlags, ""}, "oversell": {serverFlags, ""},
+	"version": {noCluster, ""},
+}
+
+// TestClusterFlagsEverywhere: every command of the tree takes
+// --kubeconfig and --context from the one ConfigFlags builder: the CLI
+// commands all of kubectl's flags (--as, --server, ...) and -n where they
+// have a namespace, with their own default; the servers only --kubeconfig
+// and --context.
 func TestClusterFlagsEverywhere(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "")
-	nsDefault := map[string]string{"check": "hookwright-system", "check-inject": "default", "kube-inject": "default", "rotate-ca": "hookwright-system",
-		"status": "", "explain-node": "", "renew-certificate": ""}
-	seen := 0
-	for _, cmd := range newRootCommand().Commands() {
-		want, ok := nsDefault[cmd.Name()]
-		if !ok {
-			continue
-		}
-		seen++
-		fs := cmd.Flags()
-		for _, f := range []string{"kubeconfig", "context", "cluster", "user", "as", "as-group", "server", "token", "request-timeout"} {
-			if fs.Lookup(f) == nil {
-				t.Errorf("%s lacks --%s", cmd.Name(), f)
+	kubectl := []string{"kubeconfig", "context", "cluster", "user", "as", "as-group", "server", "token", "request-timeout"}
+	seen := map[string]bool{}
+	var walk func(*cobra.Command)
+	walk = func(parent *cobra.Command) {
+		for _, cmd := range parent.Commands() {
+			walk(cmd)
+			name := cmd.CommandPath()
+			want, ok := commandClusterFlags[strings.TrimPrefix(name, "hookwright ")]
+			if !ok {
+				t.Errorf("%s is not in commandClusterFlags: say how it reaches a cluster", name)
+				continue
+			}
+			seen[cmd.Name()] = true
+			has := func(f string) bool { return cmd.Flags().Lookup(f) != nil }
+			for _, f := range kubectl {
+				switch {
+				case want.flags == kubectlFlags && !has(f):
+					t.Errorf("%s lacks --%s", name, f)
+				case want.flags == serverFlags && (f == "kubeconfig" || f == "context") && !has(f):
+					t.Errorf("%s lacks --%s", name, f)
+				case want.flags == serverFlags && f != "kubeconfig" && f != "context" && f != "request-timeout" && has(f):
+					// (The webhook servers' --request-timeout is their
+					// listener's own bound on a review.)
+					t.Errorf("%s, a server, has kubectl's --%s", name, f)
+				case want.flags == noCluster && has(f):
+					t.Errorf("%s dials no cluster but has --%s", name, f)
+				}
+			}
+			if want.flags != kubectlFlags {
+				continue
+			}
+			ns := cmd.Flags().Lookup("namespace")
+			switch {
+			case want.ns == "" && ns != nil:
+				t.Errorf("%s has -n on cluster-scoped objects", name)
+			case want.ns != "" && (ns == nil || ns.Shorthand != "n" || ns.DefValue != want.ns):
+				t.Errorf("%s: -n %+v, want default %q", name, ns, want.ns)
 			}
 		}
-		ns := fs.Lookup("namespace")
-		switch {
-		case want == "" && ns != nil:
-			t.Errorf("%s has -n on cluster-scoped objects", cmd.Name())
-		case want != "" && (ns == nil || ns.Shorthand != "n" || ns.DefValue != want):
-			t.Errorf("%s: -n %+v, want default %q", cmd.Name(), ns, want)
+	}
+	walk(newRootCommand())
+	for name := range commandClusterFlags {
+		if !seen[name] {
+			t.Errorf("%s is in commandClusterFlags but not in the command tree", name)
 		}
 	}
-	if seen != len(nsDefault) {
-		t.Errorf("found %d of the %d cluster commands", seen, len(nsDefault))
+}
+
+// TestWrongContextFails: in every command family that dials a cluster,
+// a --context the kubeconfig lacks is one clear error line on stderr and
+// exit code 1, before anything is read or served; no panic, nothing on
+// stdout.
+func TestWrongContextFails(t *testing.T) {
+	noAmbientCluster(t)
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	pod := filepath.Join(dir, "pod.yaml")
+	cr := filepath.Join("..", "config", "samples", "admission_v1alpha1_sidecarinjector.yaml")
+	for f, content := range map[string]string{kc: twoContexts, pod: "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: a, image: a}]\n"} {
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = "error: loading kubeconfig: context \"nope\" does not exist\n"
+	families := [][]string{
+		{"status"}, {"status", "web"}, {"status", "--what-if", "-f", cr},
+		{"check-inject", "-f", pod}, {"check-inject", "web"}, {"check-inject", "--live", "web"},
+		{"kube-inject", "--injector", "sidecar-injector", "-f", pod},
+		{"explain-node", "node-0"},
+		{"rotate-ca"}, {"renew-certificate", "sidecarinjector/web"},
+		{"check"}, {"check", "--pre"},
+		// The servers fail before they bind or serve anything.
+		{"manager", "--metrics-bind-address=0", "--health-probe-bind-address=0"},
+		{"injector", "--metrics-bind-address=0", "--health-probe-bind-address=0"},
+		{"oversell", "--metrics-bind-address=0", "--health-probe-bind-address=0"},
+	}
+	tested := map[string]bool{}
+	for _, args := range families {
+		tested[args[0]] = true
+		stdout, stderr, code := runMain(t, append(args, "--kubeconfig", kc, "--context", "nope")...)
+		got := stderr
+		if commandClusterFlags[args[0]].flags == serverFlags {
+			// The servers log their settings first.
+			got = stderr[strings.LastIndex(strings.TrimSuffix(stderr, "\n"), "\n")+1:]
+		}
+		if code != 1 || got != want || stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q; want exit 1 and stderr %q", args, code, stderr, stdout, want)
+		}
+		if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+			t.Errorf("%v panicked:\n%s", args, stderr)
+		}
+	}
+	for name, c := range commandClusterFlags {
+		if c.flags != noCluster && !tested[name] {
+			t.Errorf("%s dials a cluster and has no wrong --context case", name)
+		}
 	}
 }
 

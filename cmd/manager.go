@@ -50,6 +50,7 @@ type managerOptions struct {
 	excludedNS       []string
 	operatorDeploy   string
 	zap              zap.Options
+	cluster          clusterFlags
 }
 
 func init() {
@@ -118,6 +119,7 @@ func init() {
 		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
 			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
 				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
+		o.cluster.addServerFlags(fs)
 		return cmd
 	})
 }
@@ -187,9 +189,9 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("server policy", "namespaces", servers.Namespaces, "images", servers.Images)
-	cfg, err := ctrl.GetConfig()
+	cfg, err := o.cluster.restConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
 	metrics, err := o.metricsOptions()
 	if err != nil {

@@ -131,7 +131,7 @@ container diff of one example pod (as check-inject --live shows it).`,
 func buildStatus(crs []*v1alpha1.SidecarInjector, pods []corev1.Pod, nsLabels map[string]map[string]string, settings desired.Settings, withPods bool) statusReport {
 	rep := statusReport{Injectors: []injectorStatus{}}
 	for i := range crs {
-		cr := crs[i].WithDefaults()
+		cr := crs[i]
 		st := injectorStatus{Name: cr.Name, Reported: cr.Status.Fleet, Spaces: []v1alpha1.NamespaceFleet{}, Rollout: cr.Status.Rollout}
 		if c := apimeta.FindStatusCondition(cr.Status.Conditions, v1alpha1.ConditionRolloutBlocked); c != nil {
 			st.RolloutCondition = c.Reason + ": " + c.Message
@@ -181,14 +181,29 @@ func livePods(ctx context.Context, c client.Client) ([]corev1.Pod, map[string]ma
 		return nil, nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	nsLabels := map[string]map[string]string{}
-	for _, ns := range nsList.Items {
-		l := ns.Labels
-		if l == nil {
-			l = map[string]string{}
-		}
-		nsLabels[ns.Name] = l
+	for i := range nsList.Items {
+		nsLabels[nsList.Items[i].Name] = labelsOf(&nsList.Items[i])
 	}
 	return podList.Items, nsLabels, nil
+}
+
+// namespaceLabels reads one namespace's labels (labelsOf). The error is
+// the client's, prefixed "namespace NAME".
+func namespaceLabels(ctx context.Context, c client.Client, name string) (map[string]string, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return labelsOf(ns), nil
+}
+
+// labelsOf is ns's labels, an empty map when it has none: the engine
+// tells an empty map (a namespace without labels) from nil (not read).
+func labelsOf(ns *corev1.Namespace) map[string]string {
+	if ns.Labels == nil {
+		return map[string]string{}
+	}
+	return ns.Labels
 }
 
 // sortedPods orders pods by namespace and name.

@@ -21,12 +21,13 @@ import (
 
 // webhookServerOptions are the flags both webhook servers (injector,
 // oversell) share: listener and TLS (listener.Options), metrics and probe
-// addresses, and zap's logging flags.
+// addresses, zap's logging flags, and --kubeconfig and --context.
 type webhookServerOptions struct {
 	metricsAddr string
 	probeAddr   string
 	serving     listener.Options
 	zap         zap.Options
+	cluster     clusterFlags
 }
 
 func (o *webhookServerOptions) addFlags(fs *pflag.FlagSet) {
@@ -36,6 +37,7 @@ func (o *webhookServerOptions) addFlags(fs *pflag.FlagSet) {
 	gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(gfs)
 	fs.AddGoFlagSet(gfs)
+	o.cluster.addServerFlags(fs)
 }
 
 // start sets the logger from the zap flags and returns the client config
@@ -45,9 +47,9 @@ func (o *webhookServerOptions) addFlags(fs *pflag.FlagSet) {
 // configuration).
 func (o *webhookServerOptions) start(cacheOpts cache.Options) (*rest.Config, ctrl.Manager, error) {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	cfg, err := ctrl.GetConfig()
+	cfg, err := o.cluster.restConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, err
 	}
 	scheme, err := manager.NewScheme()
 	if err != nil {

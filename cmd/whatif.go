@@ -39,7 +39,7 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 		return err
 	}
 	if len(live) == 1 {
-		inj, err := fleet.NewInjector(live[0].WithDefaults(), src.settings(), src.kubeVersion)
+		inj, err := fleet.NewInjector(live[0], src.settings(), src.kubeVersion)
 		if err == nil {
 			now = &inj
 		}
@@ -49,7 +49,7 @@ func runWhatIf(ctx context.Context, w io.Writer, c client.Client, src *injectorS
 			next.Status.Pinned = live[0].Status.Pinned
 		}
 	}
-	nextInj, err := fleet.NewInjector(next.WithDefaults(), src.settings(), src.kubeVersion)
+	nextInj, err := fleet.NewInjector(next, src.settings(), src.kubeVersion)
 	if err != nil {
 		return fmt.Errorf("%s: SidecarInjector %s does not compile: %w", file, next.Name, err)
 	}

@@ -13,9 +13,12 @@ import (
 // (operator namespace, desired.InjectorExcludedNamespaces and its spared
 // part, desired.InjectorSparedNamespaces) with
 // serverVersion, the API server's version that nativeSidecars Auto
-// follows ("" means not native). The error is sidecar.Compile's; the
-// operator and every CLI command build injectors here only, so that all of
-// them judge a pod as the servers do.
+// follows ("" means not native). cr need not carry the API server's
+// defaults (a file that never met one): sidecar.Revision, sidecar.Compile
+// and the desired namespaces apply them, so callers do not.
+// The error is sidecar.Compile's; the operator and every CLI command
+// build injectors here only, so that all of them judge a pod as the
+// servers do.
 func NewInjector(cr *v1alpha1.SidecarInjector, s desired.Settings, serverVersion string) (Injector, error) {
 	eff, rev, _ := sidecar.Served(cr)
 	cfg, err := sidecar.Compile(eff)

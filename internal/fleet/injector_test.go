@@ -30,6 +30,16 @@ func TestNewInjector(t *testing.T) {
 		t.Errorf("params %+v", inj.Params)
 	}
 
+	// An object without the API server's defaults (a file) is built as
+	// the stored one: same revision, hash and namespaces.
+	bare := cr.DeepCopy()
+	bare.Spec.Policy, bare.Spec.NativeSidecars, bare.Spec.Server = "", "", v1alpha1.ServerSpec{}
+	if got, err := NewInjector(bare, s, "v1.33.0"); err != nil || got.Revision != inj.Revision || got.Config.Hash != inj.Config.Hash ||
+		!slices.Equal(got.Params.ExcludedNamespaces, inj.Params.ExcludedNamespaces) {
+		t.Errorf("without defaults: %v %s %s %v, want %s %s %v", err, got.Revision, got.Config.Hash, got.Params.ExcludedNamespaces,
+			inj.Revision, inj.Config.Hash, inj.Params.ExcludedNamespaces)
+	}
+
 	old := testCR("proxy:1")
 	pinned := cr.DeepCopy()
 	pinned.Spec.Revision = "mesh-1"
