@@ -206,8 +206,10 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	exited := time.Since(start)
 	var left []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "every hookwright webhook configuration Ignore or gone", func(ctx context.Context) (bool, error) {
-		left, err = failClosed(ctx, c)
-		return len(left) == 0, err
+		if left, err = failClosed(ctx, c); err != nil {
+			return false, err
+		}
+		return len(left) == 0, nil
 	})
 	if err != nil {
 		t.Fatalf("%v; still Fail: %v\nmanager log:\n%s", err, left, p.Tail(4000))
