@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -57,11 +58,12 @@ func failClosed(ctx context.Context, c client.Client) ([]string, error) {
 // The kustomize uninstall with CRs kept: the manager's Deployment (the one
 // OPERATOR_DEPLOYMENT names) is deleted, the kubelet stops its pod, and
 // the exiting manager switches every webhook configuration it manages to
-// Ignore. `hookwright manager` runs as its own process standing for that
-// pod, with a Deployment of its own in a namespace of its own; the test
-// sends SIGTERM once the Deployment is gone, as the kubelet would (kwok
-// runs no process). Then, with no operator and no injector running, a pod
-// in the Fail injector's scope and a CR spec change are admitted.
+// Ignore as soon as it sees its Deployment go, before the pod is stopped.
+// `hookwright manager` runs as its own process standing for that pod, with
+// a Deployment of its own in a namespace of its own; the test sends SIGTERM
+// afterwards, as the kubelet would (kwok runs no process). Then, with no
+// operator and no injector running, a pod in the Fail injector's scope and
+// a CR spec change are admitted.
 //
 // The CRs are paused first so that the stand-in manager, whose namespace
 // and certificate policy differ from the in-process operator's, changes
@@ -188,8 +190,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// kubectl delete deployment (what `make undeploy` does to it), then
-	// the kubelet's SIGTERM once the Deployment is gone.
+	// kubectl delete deployment; the kubelet's SIGTERM comes later.
 	start := time.Now()
 	if err := c.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
@@ -200,10 +201,8 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Stop(45 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	exited := time.Since(start)
+	// The manager watches its Deployment: the switch comes before the
+	// kubelet stops the pod.
 	var left []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "every hookwright webhook configuration Ignore or gone", func(ctx context.Context) (bool, error) {
 		if left, err = failClosed(ctx, c); err != nil {
@@ -214,9 +213,16 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; still Fail: %v\nmanager log:\n%s", err, left, p.Tail(4000))
 	}
-	t.Logf("figure: Deployment deleted, manager exited %s later; every configuration Ignore %s after the delete",
-		exited.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(p.Tail(20000), "operator uninstalled: switched to failurePolicy Ignore") {
+	switched := time.Since(start)
+	if err := p.Stop(45 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, err = failClosed(ctx, c); err != nil || len(left) > 0 {
+		t.Fatalf("after the manager exited: still Fail %v (%v)", left, err)
+	}
+	t.Logf("figure: every configuration Ignore %s after the Deployment delete, before SIGTERM; the manager exited %s after the delete",
+		switched.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if b, err := os.ReadFile(p.Log); err != nil || !strings.Contains(string(b), "operator uninstalled: switched to failurePolicy Ignore") {
 		t.Errorf("the manager's log does not say it switched to Ignore:\n%s", p.Tail(4000))
 	}
 
