@@ -402,16 +402,25 @@ func (r *reconciler) phaseCertificate(ctx context.Context, p *pass) (time.Durati
 func (r *reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	p.d = r.kind.Build(p.op.Object, r.Settings.Settings)
 	keep := slices.Clone(p.cert.Keep)
+	var held time.Duration
 	for _, o := range p.d.Objects() {
 		keep = append(keep, o)
-		if o == desired.Object(p.d.Webhook) {
+		switch o {
+		case desired.Object(p.d.Webhook):
+			continue
+		case desired.Object(p.d.Deployment):
+			// Server Deployments of different CRs roll one at a time.
+			var err error
+			if held, err = r.ensureServer(ctx, p.op, p.d.Deployment); err != nil {
+				return 0, false, err
+			}
 			continue
 		}
 		if _, err := r.ensure(ctx, p.op, o); err != nil {
 			return 0, false, err
 		}
 	}
-	return 0, false, r.pruneOwned(ctx, p.op, keep)
+	return held, false, r.pruneOwned(ctx, p.op, keep)
 }
 
 // phaseWebhook writes the webhook configuration with the caBundle the

@@ -34,6 +34,8 @@ type shared struct {
 	upgrade *upgradeGate
 	// prober runs the live check of every CR's webhook (nil: none).
 	prober *prober
+	// rollouts lets server Deployments roll one at a time (serverrollout.go).
+	rollouts serverRollouts
 }
 
 // Setup registers both reconcilers with mgr. The manager's cache must be

@@ -99,3 +99,16 @@ const (
 	ConditionPodsUpToDate        = "PodsUpToDate"
 	ConditionPodsMissingSidecars = "PodsMissingSidecars"
 )
+
+// ConditionServerRolloutWaiting is True while the operator holds back a
+// change to this CR's server pod template (a new server image after an
+// operator upgrade, a spec edit) because another hookwright server
+// Deployment is still rolling: server Deployments of different CRs roll one
+// at a time, so at most one webhook runs on a fresh, unproven set of pods.
+// The message names the Deployment waited for. It is removed once the
+// change is applied; a CR whose server never waited has none.
+const ConditionServerRolloutWaiting = "ServerRolloutWaiting"
+
+// ServerRolloutReasonWaiting is the reason of ConditionServerRolloutWaiting
+// and of the Normal Event sent when the wait starts.
+const ServerRolloutReasonWaiting = "WaitingForOtherServerRollout"

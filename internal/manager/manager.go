@@ -95,9 +95,10 @@ type Options struct {
 	// leader election Lease while this replica leads.
 	LeaseOwner *metav1.OwnerReference
 	// OperatorDeployment is the Deployment running this operator in
-	// Settings.Namespace: when it is gone, being deleted or scaled to zero
-	// as the manager exits, every webhook configuration the operator
-	// manages is switched to Ignore (uninstall.go). Empty: off.
+	// Settings.Namespace: once it is deleted or scaled to zero (seen by a
+	// watch while the manager runs, checked again as it exits), every
+	// webhook configuration the operator manages is switched to Ignore
+	// (uninstall.go). Empty: off.
 	OperatorDeployment string
 	// SkipNameValidation lets a process build a second manager after the
 	// first stopped (the operator tests restart theirs): controller-runtime
@@ -182,6 +183,15 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			ownLease(ctx, cs, leNS, LeaderElectionID, pod)
 			return nil
 		})); err != nil {
+			return nil, err
+		}
+	}
+	if o.OperatorDeployment != "" {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(&uninstallWatch{cs: cs, namespace: s.Namespace, deployment: o.OperatorDeployment}); err != nil {
 			return nil, err
 		}
 	}

@@ -3,15 +3,19 @@ package manager
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/hookwright/hookwright/internal/desired"
@@ -56,14 +60,13 @@ func ignorePatch(n int) []byte {
 }
 
 // failOpenIfGone runs as the manager exits: when OperatorGone, every
-// webhook configuration the operator manages (the CRs' mutating ones and
-// its own validating one) is switched to failurePolicy Ignore, so CRs left
-// behind (OLM keeps CRDs and CRs on uninstall) never block pod creates or
-// CR writes with nobody renewing their certificates. Ignore rather than
-// delete: while the servers still run, pods keep getting their sidecars,
-// and an operator installed again re-arms Fail after its probe
-// (health.DecideFailurePolicy). deployment "" turns this off (out of
-// cluster, tests).
+// webhook configuration the operator manages is switched to Ignore
+// (failOpenAll). It backs up uninstallWatch, which acts as soon as the
+// Deployment is deleted or scaled to zero: by the time the kubelet stops
+// this pod, an OLM uninstall has usually removed the operator's RBAC (the
+// CSV's Role goes with the Deployment, its ClusterRoleBinding with the
+// CSV). A Forbidden answer on its own Deployment therefore counts as gone.
+// deployment "" turns this off (out of cluster, tests).
 func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if deployment == "" {
 		return
@@ -80,6 +83,9 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	switch {
 	case apierrors.IsNotFound(err):
 		dep = nil
+	case apierrors.IsForbidden(err):
+		log.Info("may no longer read its own Deployment: its RBAC was removed, an uninstall", "deployment", deployment)
+		dep = nil
 	case err != nil:
 		log.Error(err, "cannot tell whether the operator is uninstalled; webhook configurations left as they are")
 		return
@@ -87,10 +93,25 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if !OperatorGone(dep, dep != nil) {
 		return
 	}
+	failOpenAll(ctx, cs)
+}
+
+// failOpenAll switches every webhook configuration the operator manages
+// (the CRs' mutating ones and its own validating one) to failurePolicy
+// Ignore, so CRs left behind (OLM keeps CRDs and CRs on uninstall) never
+// block pod creates or CR writes with nobody renewing their certificates.
+// Ignore rather than delete: while the servers still run, pods keep
+// getting their sidecars, and an operator installed again re-arms Fail
+// after its probe (health.DecideFailurePolicy). Configurations already
+// Ignore are not written. It returns whether every switch succeeded.
+func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
+	log := ctrl.Log.WithName("uninstall")
+	ok := true
 	sel := metav1.ListOptions{LabelSelector: desired.LabelManagedBy + "=" + desired.ManagedByValue}
 	mwcs, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
 	if err != nil {
 		log.Error(err, "list mutating webhook configurations")
+		ok = false
 	} else {
 		for i := range mwcs.Items {
 			m := &mwcs.Items[i]
@@ -103,6 +124,7 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 			}
 			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
 				log.Error(err, "switch to Ignore", "configuration", m.Name)
+				ok = false
 			} else {
 				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", m.Name)
 			}
@@ -112,19 +134,80 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			log.Error(err, "get the validating webhook configuration")
+			return false
 		}
-		return
+		return ok
 	}
 	var ps []*admissionregistrationv1.FailurePolicyType
 	for _, w := range v.Webhooks {
 		ps = append(ps, w.FailurePolicy)
 	}
 	if !failOpen(ps) {
-		return
+		return ok
 	}
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
 		log.Error(err, "switch to Ignore", "configuration", v.Name)
-	} else {
-		log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name)
+		return false
 	}
+	log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name)
+	return ok
+}
+
+// uninstallWatch watches the operator's own Deployment while the manager
+// runs, on every replica (not only the leader: leader election stops
+// working once an uninstall removes the Lease's RBAC), and runs
+// failOpenAll the moment OperatorGone turns true: a delete event, a
+// deletionTimestamp, or replicas 0. That is before the kubelet stops this
+// pod, and before most of the operator's RBAC is gone (measured by
+// test/olm: at exit the Role was already deleted). A Deployment that is
+// absent when the watch starts is no uninstall: only a change seen counts.
+type uninstallWatch struct {
+	cs         kubernetes.Interface
+	namespace  string
+	deployment string
+	// done: every configuration was switched; later events do nothing.
+	done atomic.Bool
+}
+
+// NeedLeaderElection is false: every replica watches.
+func (w *uninstallWatch) NeedLeaderElection() bool { return false }
+
+// Start runs the watch until ctx ends.
+func (w *uninstallWatch) Start(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithNamespace(w.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.deployment).String()
+		}))
+	inf := f.Apps().V1().Deployments().Informer()
+	check := func(dep *appsv1.Deployment, found bool) {
+		if w.done.Load() || !OperatorGone(dep, found) {
+			return
+		}
+		ctrl.Log.WithName("uninstall").Info("operator Deployment deleted or scaled to zero: switching webhook configurations to Ignore", "deployment", w.deployment)
+		// Not ctx: a SIGTERM arriving meanwhile must not cut the switch short.
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if failOpenAll(sctx, w.cs) {
+			w.done.Store(true)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if d, ok := o.(*appsv1.Deployment); ok && d.DeletionTimestamp != nil {
+				check(d, true)
+			}
+		},
+		UpdateFunc: func(_, o any) {
+			if d, ok := o.(*appsv1.Deployment); ok {
+				check(d, true)
+			}
+		},
+		DeleteFunc: func(any) { check(nil, false) },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+	return nil
 }

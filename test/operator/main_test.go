@@ -231,6 +231,9 @@ var operator struct {
 	// depthBase is workqueue_depth when the running operator started
 	// (operatorBusy).
 	depthBase map[string]float64
+	// image is the operator's --server-image ("": serverImage); a test
+	// sets it to stand for an operator upgrade.
+	image string
 }
 
 // runOperator builds the production manager (manager.New, as `hookwright
@@ -244,7 +247,11 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 	}
 	cfg := rest.CopyConfig(base)
 	cfg.WrapTransport = writes.wrap
-	servers, err := serverpolicy.New(operatorNS, serverImage, serverNamespaces, allowedServerImages)
+	image := serverImage
+	if operator.image != "" {
+		image = operator.image
+	}
+	servers, err := serverpolicy.New(operatorNS, image, serverNamespaces, allowedServerImages)
 	if err != nil {
 		return err
 	}
@@ -256,7 +263,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 		Servers: servers,
 		Settings: controllers.Settings{
 			Settings: desired.Settings{
-				Namespace: operatorNS, Image: serverImage,
+				Namespace: operatorNS, Image: image,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 				ExcludedNamespaces: []string{excludedNS},
 			},
