@@ -458,19 +458,30 @@ func (e *Env) Stop() {
 	}
 }
 
-// RunKubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be nil.
+// RunKubectl runs bin/k8s/kubectl with the admin kubeconfig; stdin may be
+// nil. A run that never reached the API server (kubectl's "Unable to
+// connect to the server", e.g. its 10 s TLS handshake timeout on a starved
+// machine) is run again, up to three times in all, as a user would. Such
+// a run mostly sent nothing; a create that did land fails on its retry
+// with AlreadyExists, as it would have failed without one.
 func (e *Env) RunKubectl(ctx context.Context, stdin []byte, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, e.Kubectl, append([]string{"--kubeconfig=" + e.Cluster.Kubeconfig}, args...)...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+	for attempt := 1; ; attempt++ {
+		cmd := exec.CommandContext(ctx, e.Kubectl, append([]string{"--kubeconfig=" + e.Cluster.Kubeconfig}, args...)...)
+		if stdin != nil {
+			cmd.Stdin = bytes.NewReader(stdin)
+		}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err = cmd.Run()
+		if err != nil && attempt < 3 && ctx.Err() == nil && strings.Contains(errb.String(), "Unable to connect to the server") {
+			e.Logf("kubectl %s: %s; running it again", strings.Join(args, " "), strings.TrimSpace(errb.String()))
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+		}
+		return out.String(), errb.String(), err
 	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	if err != nil {
-		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), errb.String(), err
 }
 
 // createValidated creates obj, retrying while the operator's validating
