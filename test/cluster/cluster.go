@@ -42,6 +42,10 @@ type Options struct {
 	NodeHeartbeat time.Duration
 	// APIServerArgs are extra kube-apiserver flags (name without dashes).
 	APIServerArgs map[string][]string
+	// EtcdArgs are extra etcd flags (name without dashes), e.g.
+	// quota-backend-bytes for more than about 100,000 pods (etcd's default
+	// quota is 2 GiB).
+	EtcdArgs map[string][]string
 	// ServiceAccountTokens turns on the ServiceAccount admission plugin
 	// (envtest turns it off), as in every real cluster: pods get their
 	// ServiceAccount's projected token (kube-api-access-*) and are refused
@@ -249,6 +253,15 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v...)
 	}
+	if len(opts.EtcdArgs) > 0 {
+		if c.env.ControlPlane.Etcd == nil {
+			c.env.ControlPlane.Etcd = &envtest.Etcd{}
+		}
+		etcdArgs := c.env.ControlPlane.Etcd.Configure()
+		for k, v := range opts.EtcdArgs {
+			etcdArgs.Set(k, v...)
+		}
+	}
 
 	c.opts.Logf("cluster: starting etcd and kube-apiserver (Kubernetes 1.%d)", c.minor)
 	start := time.Now()
@@ -406,4 +419,27 @@ func (c *Cluster) Leaks() []string {
 // the service-account signing key (sa-signer.key, sa-signer.crt).
 func (c *Cluster) APIServerCertDir() string {
 	return c.env.ControlPlane.GetAPIServer().CertDir
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling update of
+// the control plane does) and starts it again on the same port, flags,
+// certificates and etcd, then waits until it serves. Every watch ends; a
+// client resuming from a resourceVersion older than the new server's watch
+// cache gets 410 Gone and lists again (the watch cache starts at etcd's
+// current revision: k8s.io/apiserver storage/cacher). It returns how long
+// the server was away.
+func (c *Cluster) RestartAPIServer(ctx context.Context) (time.Duration, error) {
+	api := c.env.ControlPlane.GetAPIServer()
+	start := time.Now()
+	if err := api.Stop(); err != nil {
+		return 0, fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return 0, fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	err := WaitFor(ctx, 2*time.Minute, "kube-apiserver serves after its restart", func(context.Context) (bool, error) {
+		_, err := c.Clientset.Discovery().ServerVersion()
+		return err == nil, nil
+	})
+	return time.Since(start), err
 }
