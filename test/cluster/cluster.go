@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,11 @@ type Options struct {
 	NodeHeartbeat time.Duration
 	// APIServerArgs are extra kube-apiserver flags (name without dashes).
 	APIServerArgs map[string][]string
+	// APIServerEnv are extra environment variables of kube-apiserver
+	// ("NAME=value"), e.g. a GOMEMLIMIT that keeps a large store from
+	// taking a shared machine's memory: it is started through a small
+	// exec wrapper in Dir.
+	APIServerEnv []string
 	// EtcdArgs are extra etcd flags (name without dashes), e.g.
 	// quota-backend-bytes for more than about 100,000 pods (etcd's default
 	// quota is 2 GiB).
@@ -220,6 +226,22 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 		api.Path = filepath.Join(c.cpDir, "kube-apiserver")
 	}
 	api.Out, api.Err = apiLog, apiLog
+	if len(opts.APIServerEnv) > 0 {
+		real := api.Path
+		if real == "" {
+			real = filepath.Join(assets, "kube-apiserver")
+		}
+		wrapper := filepath.Join(c.Dir, "kube-apiserver")
+		script := "#!/bin/sh\nexec env"
+		for _, e := range opts.APIServerEnv {
+			script += " " + shellQuote(e)
+		}
+		script += " " + shellQuote(real) + " \"$@\"\n"
+		if err = os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			return nil, err
+		}
+		api.Path = wrapper
+	}
 	// envtest keeps the certificates it finds there and hands out
 	// SecureServing.CA to every client config it makes.
 	api.CertDir = pki
@@ -442,4 +464,9 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) (time.Duration, error) {
 		return err == nil, nil
 	})
 	return time.Since(start), err
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

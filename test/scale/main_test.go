@@ -53,6 +53,10 @@ func TestMain(m *testing.M) {
 		// (injected): past etcd's default 2 GiB quota with bbolt's
 		// overhead, after which every write fails (NOSPACE).
 		opts.EtcdArgs = map[string][]string{"quota-backend-bytes": {strconv.Itoa(8 << 30)}}
+		// kube-apiserver held about 85 KiB of resident memory per pod
+		// at 50,000 (4.6 GiB, Go's default GOGC): bounded on this
+		// shared machine, where 162,500 pods would take 14 GiB.
+		opts.APIServerEnv = []string{"GOMEMLIMIT=10GiB"}
 	}
 	env, err = cluster.New(ctx, opts)
 	if err != nil {

@@ -277,6 +277,9 @@ func TestPodSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	idx := indexFigures(ctx, op)
+	// Interim figures, in case a later phase fails on a long sweep.
+	t.Logf("template change: all outdated %s after; index %.0f pods, %.0f bytes; leader VmRSS (MiB) so far: %s; standby: %s",
+		templ.Round(time.Millisecond), idx.pods, idx.bytes, rss.summary(), sbRSS.summary())
 	// The lifecycle reconciler's own writes for the change (revision,
 	// observedGeneration) done before the takeover, so that what follows
 	// it is the new operator's doing only.
