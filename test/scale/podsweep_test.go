@@ -84,11 +84,13 @@ func TestPodSweep(t *testing.T) {
 	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.Itoa(shippedMemoryLimit)}
 	// Two replicas as shipped: the first leads, the second stands by
 	// (it holds no pod index until it takes over).
-	op := startReplica(t, ctx, opNS, memEnv)
+	replicas.reset()
+	t.Cleanup(replicas.reset)
+	op := replicas.add(startReplica(t, ctx, opNS, memEnv))
 	waitFor(t, ctx, 2*time.Minute, "the first replica leads", func(ctx context.Context) (bool, error) {
 		return op.leads(ctx), nil
 	})
-	sb := startReplica(t, ctx, opNS, memEnv)
+	sb := replicas.add(startReplica(t, ctx, opNS, memEnv))
 	rss, sbRSS := newRSSSeries(op), newRSSSeries(sb)
 	stopRSS, stopSbRSS := rss.run(ctx), sbRSS.run(ctx)
 	defer stopRSS()
@@ -440,7 +442,7 @@ func forcedResync(t *testing.T, ctx context.Context, leader *operator, ns string
 	crs []*v1alpha1.SidecarInjector, want []v1alpha1.FleetCounts, running int, quiet time.Duration) resyncFigures {
 	t.Helper()
 	var r resyncFigures
-	sb := startReplica(t, ctx, ns, memEnv)
+	sb := replicas.add(startReplica(t, ctx, ns, memEnv))
 	sbRSS := newRSSSeries(sb)
 	stopSb := sbRSS.run(ctx)
 	lists0 := indexFigures(ctx, leader).lists
@@ -508,6 +510,9 @@ func sweepConverges(t *testing.T, ctx context.Context, crs []*v1alpha1.SidecarIn
 	t.Helper()
 	var bad string
 	d, err := cluster.Poll(ctx, 250*time.Millisecond, timeout, "every injector's status.fleet exact", func(ctx context.Context) (bool, error) {
+		if err := replicas.allExited(); err != nil {
+			return false, cluster.Permanent(err)
+		}
 		var l v1alpha1.SidecarInjectorList
 		if err := env.Client.List(ctx, &l); err != nil {
 			return false, err
@@ -530,6 +535,47 @@ func sweepConverges(t *testing.T, ctx context.Context, crs []*v1alpha1.SidecarIn
 		t.Fatalf("%v: %s", err, bad)
 	}
 	return d
+}
+
+// sweepReplicas are the sweep's operator processes: when every one has
+// exited (each exits when it loses its Lease, as it would on a loaded
+// cluster whose Deployment then restarts it), no count can move any more.
+type sweepReplicas struct {
+	mu  sync.Mutex
+	ops []*operator
+}
+
+var replicas sweepReplicas
+
+func (r *sweepReplicas) add(o *operator) *operator {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, o)
+	return o
+}
+
+func (r *sweepReplicas) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = nil
+}
+
+// allExited is an error naming how the last replica ended once every
+// replica has exited, nil while one runs (or none was added).
+func (r *sweepReplicas) allExited() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ops) == 0 {
+		return nil
+	}
+	for _, o := range r.ops {
+		if done, _ := o.proc.Exited(); !done {
+			return nil
+		}
+	}
+	o := r.ops[len(r.ops)-1]
+	_, err := o.proc.Exited()
+	return fmt.Errorf("every operator replica exited (the last: %v); log tail:\n%s", err, o.proc.Tail(1500))
 }
 
 // statuses are every SidecarInjector's status, by name.
