@@ -453,7 +453,11 @@ func (c *Cluster) APIServerCertDir() string {
 func (c *Cluster) RestartAPIServer(ctx context.Context) (time.Duration, error) {
 	api := c.env.ControlPlane.GetAPIServer()
 	start := time.Now()
-	if err := api.Stop(); err != nil {
+	// envtest SIGKILLs the server when it has not stopped within
+	// ControlPlaneStopTimeout (30 s), then reports the timeout: with
+	// 50,000 pods a graceful stop took longer. A killed server restarts
+	// as well (a control-plane node that crashed).
+	if err := api.Stop(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
 		return 0, fmt.Errorf("stop kube-apiserver: %w", err)
 	}
 	if err := api.Start(); err != nil {
