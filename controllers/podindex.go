@@ -47,6 +47,12 @@ const podFieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
 const listPageSize = 500
 
 var (
+	// indexLists counts the complete pod lists the index took: the
+	// initial sync of each leader and every re-sync (a watch that expired
+	// with 410 Gone, an API server restart). A re-sync the operator did
+	// not need shows as a step here, not as a change in the counts.
+	indexLists = prometheus.NewCounter(prometheus.CounterOpts{Name: "hookwright_pod_index_lists_total",
+		Help: "Complete pod lists (streamed or paged) the pod index was rebuilt from: the initial sync and every re-sync."})
 	// liveIndex is the index of the running leader, for the metrics.
 	liveIndex   atomic.Pointer[podindex.Index]
 	indexMetric = func(f func(podindex.Stats) int) func() float64 {
@@ -61,7 +67,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(
+	metrics.Registry.MustRegister(indexLists,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hookwright_pod_index_pods",
 			Help: "Pods held by the operator's pod index (running and pending; finished pods are not watched)."},
 			indexMetric(func(s podindex.Stats) int { return s.Pods })),
@@ -269,6 +275,7 @@ func (s *podStore) Replace(items []any, _ string) error {
 	}
 	ch := s.p.idx.Replace(recs)
 	s.p.podsSynced.Store(true)
+	indexLists.Inc()
 	s.p.notify(ch)
 	return nil
 }

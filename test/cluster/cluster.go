@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,15 @@ type Options struct {
 	NodeHeartbeat time.Duration
 	// APIServerArgs are extra kube-apiserver flags (name without dashes).
 	APIServerArgs map[string][]string
+	// APIServerEnv are extra environment variables of kube-apiserver
+	// ("NAME=value"), e.g. a GOMEMLIMIT that keeps a large store from
+	// taking a shared machine's memory: it is started through a small
+	// exec wrapper in Dir.
+	APIServerEnv []string
+	// EtcdArgs are extra etcd flags (name without dashes), e.g.
+	// quota-backend-bytes for more than about 100,000 pods (etcd's default
+	// quota is 2 GiB).
+	EtcdArgs map[string][]string
 	// ServiceAccountTokens turns on the ServiceAccount admission plugin
 	// (envtest turns it off), as in every real cluster: pods get their
 	// ServiceAccount's projected token (kube-api-access-*) and are refused
@@ -221,6 +231,22 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 		api.Path = filepath.Join(c.cpDir, "kube-apiserver")
 	}
 	api.Out, api.Err = apiLog, apiLog
+	if len(opts.APIServerEnv) > 0 {
+		real := api.Path
+		if real == "" {
+			real = filepath.Join(assets, "kube-apiserver")
+		}
+		wrapper := filepath.Join(c.Dir, "kube-apiserver")
+		script := "#!/bin/sh\nexec env"
+		for _, e := range opts.APIServerEnv {
+			script += " " + shellQuote(e)
+		}
+		script += " " + shellQuote(real) + " \"$@\"\n"
+		if err = os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			return nil, err
+		}
+		api.Path = wrapper
+	}
 	// envtest keeps the certificates it finds there and hands out
 	// SecureServing.CA to every client config it makes.
 	api.CertDir = pki
@@ -262,6 +288,15 @@ func New(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	for k, v := range opts.APIServerArgs {
 		args.Set(k, v...)
+	}
+	if len(opts.EtcdArgs) > 0 {
+		if c.env.ControlPlane.Etcd == nil {
+			c.env.ControlPlane.Etcd = &envtest.Etcd{}
+		}
+		etcdArgs := c.env.ControlPlane.Etcd.Configure()
+		for k, v := range opts.EtcdArgs {
+			etcdArgs.Set(k, v...)
+		}
 	}
 
 	c.opts.Logf("cluster: starting etcd and kube-apiserver (Kubernetes 1.%d)", c.minor)
@@ -426,4 +461,36 @@ func (c *Cluster) Leaks() []string {
 // the service-account signing key (sa-signer.key, sa-signer.crt).
 func (c *Cluster) APIServerCertDir() string {
 	return c.env.ControlPlane.GetAPIServer().CertDir
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling update of
+// the control plane does) and starts it again on the same port, flags,
+// certificates and etcd, then waits until it serves. Every watch ends; a
+// client resuming from a resourceVersion older than the new server's watch
+// cache gets 410 Gone and lists again (the watch cache starts at etcd's
+// current revision: k8s.io/apiserver storage/cacher). It returns how long
+// the server was away.
+func (c *Cluster) RestartAPIServer(ctx context.Context) (time.Duration, error) {
+	api := c.env.ControlPlane.GetAPIServer()
+	start := time.Now()
+	// envtest SIGKILLs the server when it has not stopped within
+	// ControlPlaneStopTimeout (30 s), then reports the timeout: with
+	// 50,000 pods a graceful stop took longer. A killed server restarts
+	// as well (a control-plane node that crashed).
+	if err := api.Stop(); err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
+		return 0, fmt.Errorf("stop kube-apiserver: %w", err)
+	}
+	if err := api.Start(); err != nil {
+		return 0, fmt.Errorf("start kube-apiserver again: %w", err)
+	}
+	err := WaitFor(ctx, 2*time.Minute, "kube-apiserver serves after its restart", func(context.Context) (bool, error) {
+		_, err := c.Clientset.Discovery().ServerVersion()
+		return err == nil, nil
+	})
+	return time.Since(start), err
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

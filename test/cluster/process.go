@@ -75,6 +75,16 @@ func (p *Process) Stop(grace time.Duration) error {
 	return nil
 }
 
+// Kill sends SIGKILL to the process group at once (no shutdown: a crash
+// or an OOM kill) and waits for the end.
+func (p *Process) Kill() {
+	if ok, _ := p.Exited(); ok {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Tail returns the last n bytes of the process log, for failure messages.
 func (p *Process) Tail(n int64) string {
 	return tailFile(p.Log, n)

@@ -235,6 +235,21 @@ func TestFleetScale(t *testing.T) {
 // compiles it (defaults, then sidecar.Served).
 func engine(t *testing.T, si *v1alpha1.SidecarInjector) func(*corev1.Pod) *corev1.Pod {
 	t.Helper()
+	inject := injectFunc(t, si)
+	return func(p *corev1.Pod) *corev1.Pod {
+		out, err := inject(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+}
+
+// injectFunc is engine for other goroutines than the test's: it returns
+// its error (the compiled configuration is only read, so calls may run
+// at once).
+func injectFunc(t *testing.T, si *v1alpha1.SidecarInjector) func(*corev1.Pod) (*corev1.Pod, error) {
+	t.Helper()
 	cr := si.DeepCopy()
 	cr.Default()
 	eff, _, _ := sidecar.Served(cr)
@@ -243,20 +258,20 @@ func engine(t *testing.T, si *v1alpha1.SidecarInjector) func(*corev1.Pod) *corev
 		t.Fatal(err)
 	}
 	params := sidecar.Params{OperatorNamespace: fleetOperatorNS}
-	return func(p *corev1.Pod) *corev1.Pod {
+	return func(p *corev1.Pod) (*corev1.Pod, error) {
 		raw, err := json.Marshal(p)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		res, err := sidecar.Inject(cfg, params, sidecar.Input{Raw: raw, Namespace: p.Namespace, WantJSON: true})
 		if err != nil || !res.Injected {
-			t.Fatalf("inject %s/%s: %v %+v", p.Namespace, p.Name, err, res)
+			return nil, fmt.Errorf("inject %s/%s: %v %+v", p.Namespace, p.Name, err, res)
 		}
 		out := &corev1.Pod{}
 		if err := json.Unmarshal(res.JSON, out); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		return out
+		return out, nil
 	}
 }
 
@@ -394,7 +409,8 @@ func retryUpdate(ctx context.Context, si *v1alpha1.SidecarInjector, mutate func(
 // kubelet confirms), then the namespaces (no namespace controller here:
 // they stay Terminating, empty, until the cluster stops).
 func deleteFleetPods(t *testing.T, nss []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// 162,500 pods of the largest sweep take minutes; a bound, not a wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)

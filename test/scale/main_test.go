@@ -36,6 +36,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/hookwright/hookwright/test/cluster"
@@ -46,9 +47,18 @@ var env *cluster.Cluster
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var err error
-	env, err = cluster.New(ctx, cluster.Options{
-		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
-	})
+	opts := cluster.Options{Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) }}
+	if os.Getenv(sweepPodsEnv) != "" {
+		// The pod sweep stores up to 162,500 pods of about 8 KiB
+		// (injected): past etcd's default 2 GiB quota with bbolt's
+		// overhead, after which every write fails (NOSPACE).
+		opts.EtcdArgs = map[string][]string{"quota-backend-bytes": {strconv.Itoa(8 << 30)}}
+		// kube-apiserver held about 85 KiB of resident memory per pod
+		// at 50,000 (4.6 GiB, Go's default GOGC): bounded on this
+		// shared machine, where 162,500 pods would take 14 GiB.
+		opts.APIServerEnv = []string{"GOMEMLIMIT=10GiB"}
+	}
+	env, err = cluster.New(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start cluster:", err)
 		cancel()

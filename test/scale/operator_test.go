@@ -46,8 +46,22 @@ func startOperatorIn(t *testing.T, ctx context.Context, ns string) *operator {
 // itself, or deletes its CRs before ending).
 func startOperatorWith(t *testing.T, ctx context.Context, ns string, waitCRs bool, extraEnv []string) *operator {
 	t.Helper()
+	return startManager(t, ctx, ns, waitCRs, false, extraEnv)
+}
+
+// startReplica runs a manager that elects a leader on the Lease in ns, as
+// each replica of the shipped Deployment does; it returns once ready (a
+// standby is ready too: it serves and has its caches, but holds no pod
+// index). The test's end only stops it.
+func startReplica(t *testing.T, ctx context.Context, ns string, extraEnv []string) *operator {
+	t.Helper()
+	return startManager(t, ctx, ns, false, true, extraEnv)
+}
+
+func startManager(t *testing.T, ctx context.Context, ns string, waitCRs, leaderElect bool, extraEnv []string) *operator {
+	t.Helper()
 	metrics, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
-	args := []string{"manager", "--namespace=" + ns, "--leader-elect=false", "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
+	args := []string{"manager", "--namespace=" + ns, fmt.Sprintf("--leader-elect=%t", leaderElect), "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
 		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service="}
@@ -166,6 +180,17 @@ func (o *operator) read(ctx context.Context) (operatorCounters, error) {
 	}
 	c.rss, c.hwm = procStatus(o.proc.Pid(), "VmRSS"), procStatus(o.proc.Pid(), "VmHWM")
 	return c, nil
+}
+
+// leads reports whether o holds the leader election Lease
+// (controller-runtime's leader_election_master_status gauge).
+func (o *operator) leads(ctx context.Context) bool {
+	body, err := o.metricsBody(ctx)
+	if err != nil {
+		return false
+	}
+	fams, err := families(body)
+	return err == nil && sum(fams, "leader_election_master_status", nil) > 0
 }
 
 // desiredOversell is the NodeOversell controller's name (desired.OversellKind.Short).

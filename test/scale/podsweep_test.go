@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -21,28 +22,34 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// TestPodSweep is issue 24's pod sweep: the operator (its own process,
-// with the shipped Go soft memory limit from HOOKWRIGHT_MEMORY_LIMIT)
-// keeps exact fleet counts for many SidecarInjectors over running and
-// finished pods in many namespaces. Pods are bound to Node objects (no
-// kubelet and no kwok here: they stay Pending, which the fleet counts
-// like Running ones); the finished ones are set Succeeded through
-// pods/status and must not be counted (the index's field selector).
+// TestPodSweep is issue 24's pod sweep: the operator (two replicas, each
+// its own process, with the shipped Go soft memory limit from
+// HOOKWRIGHT_MEMORY_LIMIT) keeps exact fleet counts for many
+// SidecarInjectors over running and finished pods in many namespaces.
+// Pods are bound to Node objects (no kubelet and no kwok here: they stay
+// Pending, which the fleet counts like Running ones); the finished ones
+// are set Succeeded through pods/status and must not be counted (the
+// index's field selector).
 //
 // By default (`make test`) it is small (600 running pods, 60 finished, 30
 // namespaces, 5 injectors) and asserts facts only: exact counts after the
-// creation, after a template change on every injector and after an
-// operator restart (a takeover: the index rebuilt from a stream or a
-// paged list), and no CR write in a quiet window. With
-// HOOKWRIGHT_SWEEP_PODS=N (`make scale-pods SWEEP_PODS=N`) it runs N
-// running pods, N/12 finished, N/15 namespaces (at most 10,000) and 50
-// injectors, samples the operator's VmRSS every second and writes
+// creation, after a template change on every injector and after a
+// takeover (the leader stopped, injector 0's plain pods deleted while no
+// replica leads, the standby builds its index from a stream or a paged
+// list), no CR write in a quiet window, and none after the takeover for
+// the injectors whose pods did not change. With HOOKWRIGHT_SWEEP_PODS=N
+// (`make scale-pods SWEEP_PODS=N`) it runs N running pods, N/12
+// finished, N/15 namespaces (at most 10,000) and 50 injectors, kills the
+// leader with SIGKILL instead of stopping it, then forces a re-sync by
+// restarting kube-apiserver (with a new standby started first), samples
+// the replicas' VmRSS every second and writes
 // _scale/report-podsweep-N.md.
 func TestPodSweep(t *testing.T) {
 	type size struct {
@@ -51,16 +58,21 @@ func TestPodSweep(t *testing.T) {
 	}
 	sz := size{running: 600, finished: 60, namespaces: 30, injectors: 5, quiet: 11 * time.Second}
 	measure := false
-	if v := os.Getenv("HOOKWRIGHT_SWEEP_PODS"); v != "" {
+	if v := os.Getenv(sweepPodsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 100 {
-			t.Fatalf("HOOKWRIGHT_SWEEP_PODS=%q: want a number of pods, at least 100", v)
+			t.Fatalf("%s=%q: want a number of pods, at least 100", sweepPodsEnv, v)
 		}
 		sz = size{running: n, finished: n / 12, namespaces: min(max(n/15, 50), 10000), injectors: 50, quiet: time.Minute}
 		measure = true
 	}
 	const opNS = "hookwright-podsweep"
-	ctx := ctxT(t, 60*time.Minute)
+	timeout := 20 * time.Minute
+	if measure {
+		// 150,000 pods take about 25 minutes to create here.
+		timeout = 170 * time.Minute
+	}
+	ctx := ctxT(t, timeout)
 	c := env.Client
 	if _, err := env.CreateNamespace(ctx, opNS, nil); err != nil {
 		t.Fatal(err)
@@ -70,10 +82,20 @@ func TestPodSweep(t *testing.T) {
 	})
 	// The shipped limit (config/manager): 256 MiB unless measured otherwise.
 	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.Itoa(shippedMemoryLimit)}
-	op := startOperatorWith(t, ctx, opNS, false, memEnv)
-	rss := newRSSSeries(op)
-	stopRSS := rss.run(ctx)
+	// Two replicas as shipped: the first leads, the second stands by
+	// (it holds no pod index until it takes over).
+	replicas.reset()
+	t.Cleanup(replicas.reset)
+	op := replicas.add(startReplica(t, ctx, opNS, memEnv))
+	waitFor(t, ctx, 2*time.Minute, "the first replica leads", func(ctx context.Context) (bool, error) {
+		return op.leads(ctx), nil
+	})
+	sb := replicas.add(startReplica(t, ctx, opNS, memEnv))
+	rss, sbRSS := newRSSSeries(op), newRSSSeries(sb)
+	stopRSS, stopSbRSS := rss.run(ctx), sbRSS.run(ctx)
 	defer stopRSS()
+	defer stopSbRSS()
+	mark := func(phase string) { rss.mark(phase); sbRSS.mark(phase) }
 
 	// Injector i selects the namespaces labelled team=i.
 	const teamLabel = "sweep.hookwright.io/team"
@@ -108,13 +130,13 @@ func TestPodSweep(t *testing.T) {
 	}
 	// A failure before the takeover: deleted while the first operator runs.
 	t.Cleanup(deleteCRs)
-	engines := make([]func(*corev1.Pod) *corev1.Pod, len(crs))
+	engines := make([]func(*corev1.Pod) (*corev1.Pod, error), len(crs))
 	for i, si := range crs {
 		waitFor(t, ctx, 2*time.Minute, si.Name+" status.revision and an empty fleet", func(ctx context.Context) (bool, error) {
 			err := c.Get(ctx, client.ObjectKeyFromObject(si), si)
 			return si.Status.Revision != "" && si.Status.Fleet != nil, err
 		})
-		engines[i] = engine(t, si)
+		engines[i] = injectFunc(t, si)
 	}
 	nodes := make([]string, fleetNodes)
 	for i := range nodes {
@@ -145,26 +167,30 @@ func TestPodSweep(t *testing.T) {
 	t.Cleanup(func() { deleteFleetPods(t, nss) })
 
 	// Pods in namespace j belong to injector j%injectors: nine in ten
-	// injected by it, one in ten plain (missing).
+	// injected by it, one in ten plain (missing). Each is built as it is
+	// created: 150,000 injected pods held at once would cost this
+	// process 3 GiB.
 	want := make([]v1alpha1.FleetCounts, len(crs))
-	pods := make([]*corev1.Pod, 0, sz.running)
-	for i := range sz.running {
+	pod := func(i int) (*corev1.Pod, error) {
 		j := i % len(nss)
-		k := j % len(crs)
 		p := fleetPod(nss[j], fmt.Sprintf("app-%06d", i), nodes[i%len(nodes)])
 		if i%10 != 0 {
-			p = engines[k](p)
+			return engines[j%len(crs)](p)
+		}
+		return p, nil
+	}
+	for i := range sz.running {
+		if k := (i % len(nss)) % len(crs); i%10 != 0 {
 			want[k].CurrentPods++
 		} else {
 			want[k].MissingPods++
 		}
-		pods = append(pods, p)
 	}
 	for k := range want {
 		want[k].MatchedPods, want[k].InjectedPods = want[k].CurrentPods+want[k].MissingPods, want[k].CurrentPods
 	}
 
-	rss.mark("create")
+	mark("create")
 	start := time.Now()
 	create := func(p *corev1.Pod, finished bool) error {
 		got, err := fast.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
@@ -181,14 +207,20 @@ func TestPodSweep(t *testing.T) {
 		p := fleetPod(nss[i%len(nss)], fmt.Sprintf("job-%06d", i), nodes[i%len(nodes)])
 		g.Go(func() error { return create(p, true) })
 	}
-	for _, p := range pods {
-		g.Go(func() error { return create(p, false) })
+	for i := range sz.running {
+		g.Go(func() error {
+			p, err := pod(i)
+			if err != nil {
+				return err
+			}
+			return create(p, false)
+		})
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	created := time.Since(start)
-	rss.mark("converge")
+	mark("converge")
 	converge := sweepConverges(t, ctx, crs, want, 20*time.Minute)
 	o1, err := op.read(ctx)
 	if err != nil {
@@ -198,7 +230,7 @@ func TestPodSweep(t *testing.T) {
 		sz.running, sz.finished, sz.namespaces, created.Round(time.Millisecond), converge.Round(time.Millisecond))
 
 	// Quiet: nothing changes, nothing is written.
-	rss.mark("quiet")
+	mark("quiet")
 	writes := watchAllWrites(t, ctx)
 	w0, err := writes.settle(ctx)
 	if err != nil {
@@ -223,7 +255,7 @@ func TestPodSweep(t *testing.T) {
 	}
 
 	// A template change on every injector: every injected pod outdated.
-	rss.mark("template")
+	mark("template")
 	start = time.Now()
 	for _, si := range crs {
 		if err := retryUpdate(ctx, si, func() {
@@ -247,6 +279,9 @@ func TestPodSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	idx := indexFigures(ctx, op)
+	// Interim figures, in case a later phase fails on a long sweep.
+	t.Logf("template change: all outdated %s after; index %.0f pods, %.0f bytes; leader VmRSS (MiB) so far: %s; standby: %s",
+		templ.Round(time.Millisecond), idx.pods, idx.bytes, rss.summary(), sbRSS.summary())
 	// The lifecycle reconciler's own writes for the change (revision,
 	// observedGeneration) done before the takeover, so that what follows
 	// it is the new operator's doing only.
@@ -264,58 +299,206 @@ func TestPodSweep(t *testing.T) {
 	})
 	before := statuses(t, ctx)
 
-	// A takeover: the operator stopped, a new one builds its index from
-	// the stream (or the paged list) with every pod in place.
-	rss.mark("stopped")
-	_ = op.proc.Stop(30 * time.Second)
-	start = time.Now()
-	op2 := startOperatorWith(t, ctx, opNS, false, memEnv)
-	defer deleteCRs()
-	rss.switchTo(op2)
-	rss.mark("takeover")
-	var synced time.Duration
-	waitFor(t, ctx, 20*time.Minute, "the new operator's index holds every running pod", func(ctx context.Context) (bool, error) {
-		n := indexFigures(ctx, op2)
-		synced = time.Since(start)
-		return n.pods >= float64(sz.running), nil
-	})
-	w2, err := writes.settle(ctx)
-	if err != nil {
+	// A takeover: the leader dies and the standby builds its index from
+	// the stream (or the paged list). While no replica leads, injector
+	// 0's plain pods are deleted, so its counts must move under the new
+	// leader and every other injector's must not be written. The sweep
+	// kills the leader (SIGKILL: the Lease runs out, 15 s); make test
+	// stops it (it releases the Lease and the standby takes it at once),
+	// which asserts the same facts in less time.
+	if _, err := writes.settle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sweepConverges(t, ctx, crs, outdated, 5*time.Minute)
-	// Nothing moved: the new leader's counts equal the written ones, so
-	// it writes nothing (its reconciles ran once the index synced).
+	w2by := writes.by()
+	stopSbRSS()
+	mark("takeover")
+	start = time.Now()
+	if measure {
+		op.proc.Kill()
+	} else {
+		_ = op.proc.Stop(30 * time.Second)
+	}
+	rss.switchTo(sb)
+	var gone []*corev1.Pod
+	for i := range sz.running {
+		if i%10 == 0 && (i%len(nss))%len(crs) == 0 {
+			p, _ := pod(i) // a plain pod: no injection, no error
+			gone = append(gone, p)
+		}
+	}
+	{
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(32)
+		for _, p := range gone {
+			g.Go(func() error {
+				return fast.CoreV1().Pods(p.Namespace).Delete(gctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			})
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := time.Since(start)
+	after := slices.Clone(outdated)
+	after[0].MissingPods -= int32(len(gone))
+	after[0].MatchedPods -= int32(len(gone))
+	running := sz.running - len(gone)
+	var led, synced time.Duration
+	waitFor(t, ctx, 5*time.Minute, "the standby leads", func(ctx context.Context) (bool, error) {
+		led = time.Since(start)
+		return sb.leads(ctx), nil
+	})
+	waitFor(t, ctx, 20*time.Minute, "the new leader's index holds every running pod", func(ctx context.Context) (bool, error) {
+		n := indexFigures(ctx, sb)
+		synced = time.Since(start)
+		return n.pods == float64(running), nil
+	})
+	sweepConverges(t, ctx, crs, after, 5*time.Minute)
+	exact := time.Since(start)
+	// Nothing else moved: the new leader's counts equal the written ones
+	// for every other injector, so it writes none of them.
 	if err := cluster.During(ctx, sz.quiet, time.Second, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	w3, err := writes.settle(ctx)
-	if err != nil {
+	if _, err := writes.settle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("takeover: index of %d pods %s after the start; %d CR writes after", sz.running, synced.Round(time.Millisecond), w3-w2)
-	if w3 != w2 {
-		after := statuses(t, ctx)
-		t.Errorf("a takeover with nothing changed wrote the SidecarInjectors %d times: %s", w3-w2, cmp.Diff(before, after))
+	w3by := writes.by()
+	var others int
+	for _, si := range crs[1:] {
+		others += w3by[si.Name] - w2by[si.Name]
 	}
+	t.Logf("takeover: %d pods deleted %s after the kill; new leader %s, index of %d pods %s, counts exact %s after it; %d writes of injector 0, %d of the others",
+		len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), running, synced.Round(time.Millisecond), exact.Round(time.Millisecond),
+		w3by[crs[0].Name]-w2by[crs[0].Name], others)
+	if others != 0 {
+		t.Errorf("a takeover wrote the %d SidecarInjectors whose pods did not change %d times: %s", len(crs)-1, others, cmp.Diff(before, statuses(t, ctx)))
+	}
+
+	// A forced re-sync (the sweep only: it restarts the API server every
+	// test of the package shares): every watch ends, the new server's
+	// watch cache starts past the index's resourceVersion, so the
+	// reflector gets 410 Gone and lists again. A new standby first, as the
+	// Deployment would start one in place of the killed replica: should
+	// the leader lose its Lease while the server is away, it takes over.
+	var resync resyncFigures
+	if measure {
+		resync = forcedResync(t, ctx, sb, opNS, memEnv, rss, crs, after, running, sz.quiet)
+	}
+	defer deleteCRs()
 	rss.mark("end")
 	stopRSS()
-	t.Logf("operator VmRSS (MiB): %s", rss.summary())
+	t.Logf("leader VmRSS (MiB): %s", rss.summary())
+	t.Logf("standby VmRSS before the takeover (MiB): %s", sbRSS.summary())
 	if measure {
 		d := o2.minus(o1)
-		body := fmt.Sprintf("# Pod sweep (TestPodSweep, HOOKWRIGHT_SWEEP_PODS=%d)\n\n%s. %d running pods (Pending, bound to %d Node objects) + %d finished, %d namespaces, %d SidecarInjectors; operator its own process, Go soft limit 90%% of %d MiB.\n\n"+
+		perPod := (rss.last("quiet") - rss.first("create")) * (1 << 20) / float64(sz.running)
+		body := fmt.Sprintf("# Pod sweep (TestPodSweep, %s=%d)\n\n%s. %d running pods (Pending, bound to %d Node objects) + %d finished, %d namespaces, %d SidecarInjectors; two replicas, each its own process, Go soft limit 90%% of %d MiB.\n\n"+
 			"| figure | value |\n|---|---:|\n| create all pods (32 at a time) | %s |\n| last pod created → every injector's counts exact | %s |\n| CR writes in a quiet %s | %d |\n"+
 			"| template change on every injector → all outdated | %s |\n| fleet reconciles during the template change | %.0f, %.1f ms each |\n"+
-			"| index: pods / estimated bytes / bytes per pod | %.0f / %.0f / %.0f |\n| takeover: start → index holds every pod | %s |\n\n"+
-			"VmRSS by phase (MiB, sampled every second: first / max / last):\n\n%s\n",
-			sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, shippedMemoryLimit>>20,
+			"| index: pods / estimated bytes / bytes per pod | %.0f / %.0f / %.0f |\n| leader VmRSS per pod (quiet last − create first) | %.0f B |\n"+
+			"| standby VmRSS before the takeover: max | %.1f MiB |\n"+
+			"| takeover (kill -9): %d pods deleted while no leader | %s after the kill |\n| … standby leads | %s after the kill |\n"+
+			"| … its index holds every pod | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
+			"%s\n"+
+			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
+			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n",
+			sweepPodsEnv, sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, shippedMemoryLimit>>20,
 			created.Round(time.Second), converge.Round(time.Millisecond), sz.quiet, quietWrites, templ.Round(time.Millisecond),
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
-			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), synced.Round(time.Millisecond), rss.table())
+			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
+			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
+			resync.rows(), rss.table(), sbRSS.table())
 		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+// sweepPodsEnv is the pod sweep's size (make scale-pods SWEEP_PODS=N).
+const sweepPodsEnv = "HOOKWRIGHT_SWEEP_PODS"
+
+// resyncFigures are the forced re-sync's measurements.
+type resyncFigures struct {
+	away, listed, exact time.Duration
+	leader              string // "same" or "new standby"
+	writes              int
+	standbyMax          float64
+}
+
+func (r resyncFigures) rows() string {
+	return fmt.Sprintf("| standby started after the takeover: VmRSS max | %.1f MiB |\n"+
+		"| forced re-sync (kube-apiserver restarted): server away | %s |\n| … index listed again and holds every pod | %s after the restart began |\n"+
+		"| … every injector's counts exact | %s after the restart began |\n| … leader afterwards | %s |\n| … SidecarInjectors written in the quiet window after | %d |\n",
+		r.standbyMax, r.away.Round(time.Millisecond), r.listed.Round(time.Millisecond), r.exact.Round(time.Millisecond), r.leader, r.writes)
+}
+
+// forcedResync starts a new standby, restarts kube-apiserver and waits
+// until the leader's index has listed every pod again (its
+// hookwright_pod_index_lists_total stepped) and every injector's counts
+// are want; then, after a quiet window, counts the SidecarInjectors whose
+// resourceVersion moved (the write watch does not outlive the restart).
+func forcedResync(t *testing.T, ctx context.Context, leader *operator, ns string, memEnv []string, rss *rssSeries,
+	crs []*v1alpha1.SidecarInjector, want []v1alpha1.FleetCounts, running int, quiet time.Duration) resyncFigures {
+	t.Helper()
+	var r resyncFigures
+	sb := replicas.add(startReplica(t, ctx, ns, memEnv))
+	sbRSS := newRSSSeries(sb)
+	stopSb := sbRSS.run(ctx)
+	lists0 := indexFigures(ctx, leader).lists
+	rvs := resourceVersions(t, ctx)
+	rss.mark("resync")
+	start := time.Now()
+	away, err := env.RestartAPIServer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.away = away
+	r.leader = "same"
+	waitFor(t, ctx, 20*time.Minute, "the leader's index listed again and holds every pod", func(ctx context.Context) (bool, error) {
+		r.listed = time.Since(start)
+		if done, _ := leader.proc.Exited(); done && r.leader == "same" {
+			// It lost its Lease while the server was away: the new
+			// standby builds its index from nothing.
+			r.leader, leader, lists0 = "new standby (the leader lost its Lease)", sb, 0
+			rss.switchTo(sb)
+		}
+		n := indexFigures(ctx, leader)
+		return n.lists > lists0 && n.pods == float64(running), nil
+	})
+	sweepConverges(t, ctx, crs, want, 5*time.Minute)
+	r.exact = time.Since(start)
+	rss.mark("after-resync")
+	if err := cluster.During(ctx, quiet, time.Second, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for name, rv := range resourceVersions(t, ctx) {
+		if rv != rvs[name] {
+			r.writes++
+		}
+	}
+	stopSb()
+	r.standbyMax = sbRSS.max()
+	t.Logf("re-sync: server away %s, index listed again %s, counts exact %s after the restart began; leader: %s; %d SidecarInjectors written after",
+		r.away.Round(time.Millisecond), r.listed.Round(time.Millisecond), r.exact.Round(time.Millisecond), r.leader, r.writes)
+	if r.writes != 0 {
+		t.Errorf("a re-sync with no pod changed wrote %d SidecarInjectors", r.writes)
+	}
+	return r
+}
+
+// resourceVersions are every SidecarInjector's resourceVersion, by name.
+func resourceVersions(t *testing.T, ctx context.Context) map[string]string {
+	t.Helper()
+	var l v1alpha1.SidecarInjectorList
+	if err := env.Client.List(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, si := range l.Items {
+		out[si.Name] = si.ResourceVersion
+	}
+	return out
 }
 
 // shippedMemoryLimit is config/manager's memory limit, in bytes.
@@ -327,6 +510,9 @@ func sweepConverges(t *testing.T, ctx context.Context, crs []*v1alpha1.SidecarIn
 	t.Helper()
 	var bad string
 	d, err := cluster.Poll(ctx, 250*time.Millisecond, timeout, "every injector's status.fleet exact", func(ctx context.Context) (bool, error) {
+		if err := replicas.allExited(); err != nil {
+			return false, cluster.Permanent(err)
+		}
 		var l v1alpha1.SidecarInjectorList
 		if err := env.Client.List(ctx, &l); err != nil {
 			return false, err
@@ -351,6 +537,47 @@ func sweepConverges(t *testing.T, ctx context.Context, crs []*v1alpha1.SidecarIn
 	return d
 }
 
+// sweepReplicas are the sweep's operator processes: when every one has
+// exited (each exits when it loses its Lease, as it would on a loaded
+// cluster whose Deployment then restarts it), no count can move any more.
+type sweepReplicas struct {
+	mu  sync.Mutex
+	ops []*operator
+}
+
+var replicas sweepReplicas
+
+func (r *sweepReplicas) add(o *operator) *operator {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, o)
+	return o
+}
+
+func (r *sweepReplicas) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = nil
+}
+
+// allExited is an error naming how the last replica ended once every
+// replica has exited, nil while one runs (or none was added).
+func (r *sweepReplicas) allExited() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ops) == 0 {
+		return nil
+	}
+	for _, o := range r.ops {
+		if done, _ := o.proc.Exited(); !done {
+			return nil
+		}
+	}
+	o := r.ops[len(r.ops)-1]
+	_, err := o.proc.Exited()
+	return fmt.Errorf("every operator replica exited (the last: %v); log tail:\n%s", err, o.proc.Tail(1500))
+}
+
 // statuses are every SidecarInjector's status, by name.
 func statuses(t *testing.T, ctx context.Context) map[string]v1alpha1.SidecarInjectorStatus {
 	t.Helper()
@@ -365,7 +592,7 @@ func statuses(t *testing.T, ctx context.Context) map[string]v1alpha1.SidecarInje
 	return out
 }
 
-type idxFigures struct{ pods, bytes float64 }
+type idxFigures struct{ pods, bytes, lists float64 }
 
 // indexFigures reads the operator's pod index metrics (zeros when it
 // cannot be read yet).
@@ -378,15 +605,25 @@ func indexFigures(ctx context.Context, o *operator) idxFigures {
 	if err != nil {
 		return idxFigures{}
 	}
-	return idxFigures{pods: sum(fams, "hookwright_pod_index_pods", nil), bytes: sum(fams, "hookwright_pod_index_bytes", nil)}
+	return idxFigures{pods: sum(fams, "hookwright_pod_index_pods", nil), bytes: sum(fams, "hookwright_pod_index_bytes", nil),
+		lists: sum(fams, "hookwright_pod_index_lists_total", nil)}
 }
 
 // allWrites counts the modifications of every SidecarInjector from a
 // watch of them all.
 type allWrites struct {
-	n    atomic.Int64
-	seen atomic.Pointer[string]
-	res  dynamic.NamespaceableResourceInterface
+	n      atomic.Int64
+	seen   atomic.Pointer[string]
+	res    dynamic.NamespaceableResourceInterface
+	mu     sync.Mutex
+	byName map[string]int
+}
+
+// by is the count of modifications per SidecarInjector name.
+func (a *allWrites) by() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.byName)
 }
 
 func watchAllWrites(t *testing.T, ctx context.Context) *allWrites {
@@ -395,7 +632,7 @@ func watchAllWrites(t *testing.T, ctx context.Context) *allWrites {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &allWrites{res: dc.Resource(schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "sidecarinjectors"})}
+	a := &allWrites{byName: map[string]int{}, res: dc.Resource(schema.GroupVersionResource{Group: v1alpha1.GroupVersion.Group, Version: v1alpha1.GroupVersion.Version, Resource: "sidecarinjectors"})}
 	l, err := a.res.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +652,15 @@ func watchAllWrites(t *testing.T, ctx context.Context) *allWrites {
 				}
 				continue
 			}
+			expired := false
 			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					// 410 Gone (the API server restarted): resumed
+					// below from a new list; writes in between are
+					// not seen (forcedResync compares versions).
+					expired = true
+					break
+				}
 				o, ok := ev.Object.(metav1.Object)
 				if !ok {
 					continue
@@ -423,11 +668,25 @@ func watchAllWrites(t *testing.T, ctx context.Context) *allWrites {
 				rv = o.GetResourceVersion()
 				if ev.Type == watch.Modified {
 					a.n.Add(1)
+					a.mu.Lock()
+					a.byName[o.GetName()]++
+					a.mu.Unlock()
 				}
 				v := rv
 				a.seen.Store(&v)
 			}
 			w.Stop()
+			if expired {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				if l, err := a.res.List(ctx, metav1.ListOptions{}); err == nil {
+					rv = l.GetResourceVersion()
+					v := rv
+					a.seen.Store(&v)
+				}
+			}
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -513,6 +772,36 @@ func (r *rssSeries) run(ctx context.Context) (stop func()) {
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// first and last are a phase's first and last samples (MiB; 0 if none).
+func (r *rssSeries) first(phase string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.by[phase]; len(s) > 0 {
+		return s[0]
+	}
+	return 0
+}
+
+func (r *rssSeries) last(phase string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.by[phase]; len(s) > 0 {
+		return s[len(s)-1]
+	}
+	return 0
+}
+
+// max is the highest sample of every phase (MiB).
+func (r *rssSeries) max() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := 0.0
+	for _, s := range r.by {
+		m = max(m, slices.Max(s))
+	}
+	return m
 }
 
 func (r *rssSeries) summary() string {
