@@ -2,11 +2,8 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,55 +12,26 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/failopen"
 )
 
-// OperatorGone reports whether the operator's own Deployment says the
-// operator is going away for good, not restarting: it is gone (OLM deleted
-// the CSV, `make undeploy`, kubectl delete), being deleted, or scaled to
-// zero. A rolling update or a crashed pod keeps it, with replicas.
-func OperatorGone(dep *appsv1.Deployment, found bool) bool {
-	if !found || dep == nil {
-		return true
-	}
-	return dep.DeletionTimestamp != nil || (dep.Spec.Replicas != nil && *dep.Spec.Replicas == 0)
-}
-
-// failOpen sets every webhook of a configuration to Ignore and reports
-// whether one changed.
-func failOpen(policies []*admissionregistrationv1.FailurePolicyType) bool {
-	changed := false
-	for i, p := range policies {
-		if p == nil || *p != admissionregistrationv1.Ignore {
-			ignore := admissionregistrationv1.Ignore
-			policies[i] = &ignore
-			changed = true
-		}
-	}
-	return changed
-}
-
-// ignorePatch is a JSON patch setting failurePolicy Ignore on n webhooks
-// (the operator's RBAC grants patch, not update, on configurations).
-func ignorePatch(n int) []byte {
-	b := []byte("[")
-	for i := range n {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = fmt.Appendf(b, `{"op":"add","path":"/webhooks/%d/failurePolicy","value":"Ignore"}`, i)
-	}
-	return append(b, ']')
-}
-
-// failOpenIfGone runs as the manager exits: when OperatorGone, every
-// webhook configuration the operator manages (the CRs' mutating ones and
-// its own validating one) is switched to failurePolicy Ignore, so CRs left
-// behind (OLM keeps CRDs and CRs on uninstall) never block pod creates or
-// CR writes with nobody renewing their certificates. Ignore rather than
-// delete: while the servers still run, pods keep getting their sidecars,
-// and an operator installed again re-arms Fail after its probe
+// failOpenIfGone runs as the manager exits: when failopen.OperatorGone,
+// every webhook configuration the operator manages (the CRs' mutating ones
+// and its own validating one) is switched to failurePolicy Ignore, so CRs
+// left behind (OLM keeps CRDs and CRs on uninstall) never block pod
+// creates or CR writes with nobody renewing their certificates. Ignore
+// rather than delete: while the servers still run, pods keep getting their
+// sidecars, and an operator installed again re-arms Fail after its probe
 // (health.DecideFailurePolicy). deployment "" turns this off (out of
 // cluster, tests).
+//
+// This step works for `kubectl scale --replicas=0` and for deletes that
+// leave the operator's RBAC in place. Helm, OLM (the CSV's garbage
+// collection) and `kubectl delete -k` delete the operator's
+// ServiceAccount, ClusterRole and bindings within milliseconds of its
+// Deployment, long before this pod gets SIGTERM, so these calls are
+// refused there: the injector servers, which outlive the operator, switch
+// their own configurations instead (cmd/failopen.go, docs/failsafe.md).
 func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if deployment == "" {
 		return
@@ -84,7 +52,7 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 		log.Error(err, "cannot tell whether the operator is uninstalled; webhook configurations left as they are")
 		return
 	}
-	if !OperatorGone(dep, dep != nil) {
+	if !failopen.OperatorGone(dep, dep != nil) {
 		return
 	}
 	sel := metav1.ListOptions{LabelSelector: desired.LabelManagedBy + "=" + desired.ManagedByValue}
@@ -94,14 +62,11 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	} else {
 		for i := range mwcs.Items {
 			m := &mwcs.Items[i]
-			var ps []*admissionregistrationv1.FailurePolicyType
-			for _, w := range m.Webhooks {
-				ps = append(ps, w.FailurePolicy)
-			}
-			if !failOpen(ps) {
+			patch, _ := failopen.MutatingPatch(m)
+			if patch == nil {
 				continue
 			}
-			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
+			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 				log.Error(err, "switch to Ignore", "configuration", m.Name)
 			} else {
 				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", m.Name)
@@ -115,14 +80,11 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 		}
 		return
 	}
-	var ps []*admissionregistrationv1.FailurePolicyType
-	for _, w := range v.Webhooks {
-		ps = append(ps, w.FailurePolicy)
-	}
-	if !failOpen(ps) {
+	patch, _ := failopen.ValidatingPatch(v)
+	if patch == nil {
 		return
 	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		log.Error(err, "switch to Ignore", "configuration", v.Name)
 	} else {
 		log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name)
