@@ -231,6 +231,10 @@ var operator struct {
 	// depthBase is workqueue_depth when the running operator started
 	// (operatorBusy).
 	depthBase map[string]float64
+	// deployment is the operator's Settings.OperatorDeployment ("": off,
+	// no operator Deployment exists here); a test sets it to give the
+	// injector servers --operator-deployment.
+	deployment string
 }
 
 // runOperator builds the production manager (manager.New, as `hookwright
@@ -259,6 +263,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 				Namespace: operatorNS, Image: serverImage,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 				ExcludedNamespaces: []string{excludedNS},
+				OperatorDeployment: operator.deployment,
 			},
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
