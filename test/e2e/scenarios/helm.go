@@ -44,8 +44,9 @@ const (
 // answer the API server) and inject a pod; `helm upgrade --set
 // replicas=1` rolls the operator to one replica with the samples still
 // Ready; `helm uninstall` with the SidecarInjector kept makes every
-// hookwright webhook configuration fail open (the operator's own
-// uninstall step, docs/failsafe.md), so pods in the injector's scope are
+// hookwright webhook configuration fail open (the injector's server
+// switches them: the release's RBAC goes before the operator could,
+// docs/failsafe.md), so pods in the injector's scope are
 // admitted with no operator running, and leaves nothing of the release
 // but the CRDs (crds.keep). Everything it made is removed at its end.
 func Helm(ctx context.Context, e *Env, r *Result) error {
