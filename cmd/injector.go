@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/webhooks/configwatch"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
 )
@@ -26,8 +27,9 @@ func init() {
 
 type injectorOptions struct {
 	webhookServerOptions
-	injector          string
-	operatorNamespace string
+	injector           string
+	operatorNamespace  string
+	operatorDeployment string
 }
 
 func newInjectorCommand() *cobra.Command {
@@ -48,6 +50,10 @@ configuration is loaded.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.injector, "injector", "sidecar-injector", "name of the SidecarInjector to serve")
 	fs.StringVar(&o.operatorNamespace, "operator-namespace", envOr("POD_NAMESPACE", "hookwright-system"), "namespace of the operator; its pods are never injected")
+	fs.StringVar(&o.operatorDeployment, "operator-deployment", "",
+		"the operator's Deployment, <namespace>/<name>: once it is gone, being deleted or scaled to 0 (an uninstall with this SidecarInjector kept), "+
+			"this server switches its own webhook configuration and the manager's validating one to failurePolicy Ignore (checked every 10s); "+
+			"the operator sets it; empty (default): off")
 	o.addFlags(fs)
 	return cmd
 }
@@ -114,6 +120,15 @@ func runInjector(ctx context.Context, o *injectorOptions) error {
 		return nil
 	}); err != nil {
 		return err
+	}
+	fo, err := newFailOpenWatch(mgr.GetClient(), mgr.GetAPIReader(), o.operatorDeployment, desired.SidecarKind.BaseName(o.injector), metrics.Registry, log)
+	if err != nil {
+		return err
+	}
+	if fo != nil {
+		if err := mgr.Add(fo); err != nil {
+			return err
+		}
 	}
 	log.Info("starting", "webhook-port", o.serving.Port)
 	if err := mgr.Start(ctx); err != nil {

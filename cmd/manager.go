@@ -115,7 +115,8 @@ func init() {
 				"namespaces: what the cluster needs to recover (CNI, CSI, service mesh control planes); default: $EXCLUDED_NAMESPACES")
 		fs.StringVar(&o.operatorDeploy, "operator-deployment", os.Getenv("OPERATOR_DEPLOYMENT"),
 			"Deployment in --namespace running the operator: when the manager exits and it is gone, being deleted or scaled to 0 (an uninstall), "+
-				"every webhook configuration the operator manages is switched to failurePolicy Ignore; default: $OPERATOR_DEPLOYMENT; empty: off")
+				"every webhook configuration the operator manages is switched to failurePolicy Ignore, and each injector server is told to do the same for its own "+
+				"(--operator-deployment); default: $OPERATOR_DEPLOYMENT; empty: off")
 		fs.DurationVar(&o.drainPeriod, "drain-period", listener.DefaultDrainPeriod,
 			"after SIGTERM the validating webhook keeps serving this long with readiness failing and every answer closing its connection, "+
 				"then finishes in-flight reviews (keep terminationGracePeriodSeconds above it plus 31s); 0: none")
@@ -215,6 +216,9 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 				// OLM passes the cluster proxy to the operator; the servers get it too.
 				ProxyEnv:           proxy.ReadProxyVarsFromEnv(),
 				ExcludedNamespaces: o.excludedNS,
+				// The injector servers switch their own configurations
+				// to Ignore once this Deployment is gone (cmd/failopen.go).
+				OperatorDeployment: o.operatorDeploy,
 			},
 			CADir: o.caDir,
 		},

@@ -59,6 +59,10 @@ import (
 // +kubebuilder:rbac:groups=policy,namespace=system,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;patch
+// The injector servers' fail-open rules (desired.failOpenRules), held
+// cluster-wide as RBAC's escalation check requires: the operator's own
+// Deployment by the name every install gives it.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get,resourceNames=hookwright-controller-manager
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 

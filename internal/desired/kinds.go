@@ -155,6 +155,13 @@ type Settings struct {
 	// the installation-wide list of what the cluster needs to recover
 	// (CNI, CSI, service mesh control planes), as Linkerd excludes its CNI.
 	ExcludedNamespaces []string
+	// OperatorDeployment is the name of the operator's own Deployment in
+	// Namespace ($OPERATOR_DEPLOYMENT). When set, every injector server
+	// gets --operator-deployment=<Namespace>/<name> and the RBAC to read
+	// that one Deployment and switch its own configuration (and the
+	// manager's validating one) to Ignore once the operator is gone
+	// (cmd/failopen.go). Empty: off.
+	OperatorDeployment string
 }
 
 // ServerPolicy is where and what the operator may run for a CR (the same

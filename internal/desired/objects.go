@@ -64,7 +64,11 @@ func defaultResources() corev1.ResourceRequirements {
 // writes it.
 func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	op := SidecarCR(si)
-	d := build(op, s, []string{"injector", "--injector=" + si.Name, "--operator-namespace=" + s.Namespace})
+	args := []string{"injector", "--injector=" + si.Name, "--operator-namespace=" + s.Namespace}
+	if s.OperatorDeployment != "" {
+		args = append(args, "--operator-deployment="+s.Namespace+"/"+s.OperatorDeployment)
+	}
+	d := build(op, s, args)
 
 	// The user's namespaceSelector, always narrowed to exclude the control
 	// plane's, the operator's and every allowed server namespace, so no
@@ -96,7 +100,38 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	// The injector reads only its own SidecarInjector (an informer with a
 	// metadata.name field selector, which RBAC matches against resourceNames).
 	d.ClusterRole.Rules[0].ResourceNames = []string{si.Name}
+	if s.OperatorDeployment != "" {
+		d.ClusterRole.Rules = append(d.ClusterRole.Rules, failOpenRules(d.Webhook.Name, s.OperatorDeployment)...)
+	}
 	return d
+}
+
+// failOpenRules let an injector server switch its configuration to Ignore
+// once the operator is gone (cmd/failopen.go): get the operator's
+// Deployment, get and patch its own MutatingWebhookConfiguration and the
+// manager's ValidatingWebhookConfiguration (nobody serves it then, and
+// with Fail it refuses CR creates and spec changes). Each names one
+// object. The operator holds the same rules cluster-wide
+// (controllers/lifecycle.go markers), as RBAC's escalation check requires
+// of whoever writes this ClusterRole. Only the injector: a NodeOversell's
+// configuration is always Ignore (BuildNodeOversell).
+func failOpenRules(config, operatorDeployment string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups:     []string{appsv1.GroupName},
+		Resources:     []string{"deployments"},
+		ResourceNames: []string{operatorDeployment},
+		Verbs:         []string{"get"},
+	}, {
+		APIGroups:     []string{admissionregistrationv1.GroupName},
+		Resources:     []string{"mutatingwebhookconfigurations"},
+		ResourceNames: []string{config},
+		Verbs:         []string{"get", "patch"},
+	}, {
+		APIGroups:     []string{admissionregistrationv1.GroupName},
+		Resources:     []string{"validatingwebhookconfigurations"},
+		ResourceNames: []string{ValidatingConfigName},
+		Verbs:         []string{"get", "patch"},
+	}}
 }
 
 // injectorObjectSelector is the user's objectSelector narrowed to skip pods

@@ -30,7 +30,7 @@ import (
 	"github.com/hookwright/hookwright/internal/apply"
 )
 
-var testSettings = Settings{Namespace: "hookwright-system", Image: "ghcr.io/hookwright/hookwright:v1.2.3"}
+var testSettings = Settings{Namespace: "hookwright-system", Image: "ghcr.io/hookwright/hookwright:v1.2.3", OperatorDeployment: "hookwright-controller-manager"}
 
 func testInjector() *v1alpha1.SidecarInjector {
 	return &v1alpha1.SidecarInjector{
@@ -256,21 +256,48 @@ func TestNodeOversellWebhookIsAlwaysIgnore(t *testing.T) {
 
 func TestLeastPrivilegeRules(t *testing.T) {
 	for _, d := range []*Desired{BuildSidecarInjector(testInjector(), testSettings), BuildNodeOversell(testOversell(), testSettings)} {
-		if len(d.ClusterRole.Rules) != 1 {
-			t.Fatalf("rules %+v", d.ClusterRole.Rules)
-		}
 		r := d.ClusterRole.Rules[0]
 		if !slices.Equal(r.Verbs, []string{"get", "list", "watch"}) || !slices.Equal(r.APIGroups, []string{"admission.hookwright.io"}) || len(r.Resources) != 1 {
 			t.Fatalf("rule %+v", r)
 		}
-		for _, s := range append(append(slices.Clone(r.Verbs), r.Resources...), r.APIGroups...) {
-			if strings.Contains(s, "*") {
-				t.Fatalf("wildcard in %+v", r)
+		for _, r := range d.ClusterRole.Rules {
+			for _, s := range append(append(slices.Clone(r.Verbs), r.Resources...), r.APIGroups...) {
+				if strings.Contains(s, "*") {
+					t.Fatalf("wildcard in %+v", r)
+				}
 			}
 		}
 	}
-	if got := BuildSidecarInjector(testInjector(), testSettings).ClusterRole.Rules[0].ResourceNames; !slices.Equal(got, []string{"mesh"}) {
+	if d := BuildNodeOversell(testOversell(), testSettings); len(d.ClusterRole.Rules) != 1 {
+		t.Fatalf("oversell rules %+v", d.ClusterRole.Rules)
+	}
+	d := BuildSidecarInjector(testInjector(), testSettings)
+	if got := d.ClusterRole.Rules[0].ResourceNames; !slices.Equal(got, []string{"mesh"}) {
 		t.Fatalf("injector resourceNames %v", got)
+	}
+	// The fail-open rules: one named object each, no list or watch.
+	want := map[string][]string{
+		"deployments":                     {"get", "hookwright-controller-manager"},
+		"mutatingwebhookconfigurations":   {"get", "patch", d.Webhook.Name},
+		"validatingwebhookconfigurations": {"get", "patch", ValidatingConfigName},
+	}
+	if len(d.ClusterRole.Rules) != 1+len(want) {
+		t.Fatalf("injector rules %+v", d.ClusterRole.Rules)
+	}
+	for _, r := range d.ClusterRole.Rules[1:] {
+		if len(r.Resources) != 1 || len(r.ResourceNames) != 1 || !slices.Equal(append(slices.Clone(r.Verbs), r.ResourceNames...), want[r.Resources[0]]) {
+			t.Fatalf("injector rule %+v", r)
+		}
+	}
+	if !slices.Contains(d.Deployment.Spec.Template.Spec.Containers[0].Args, "--operator-deployment=hookwright-system/hookwright-controller-manager") {
+		t.Fatalf("injector args %v", d.Deployment.Spec.Template.Spec.Containers[0].Args)
+	}
+	// Without an operator Deployment (tests, out of cluster): no flag, no rules.
+	off := testSettings
+	off.OperatorDeployment = ""
+	if d := BuildSidecarInjector(testInjector(), off); len(d.ClusterRole.Rules) != 1 ||
+		slices.ContainsFunc(d.Deployment.Spec.Template.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--operator-deployment") }) {
+		t.Fatalf("off: rules %+v args %v", d.ClusterRole.Rules, d.Deployment.Spec.Template.Spec.Containers[0].Args)
 	}
 }
 

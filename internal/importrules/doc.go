@@ -10,7 +10,7 @@
 // the pure packages (api/v1alpha1, the engines webhooks/sidecar and
 // webhooks/oversell, webhooks/serving, webhooks/jsonscan, and internal/
 // desired, health, certs, csrsign, csrmode, requeue, serverpolicy,
-// webhookprobe, cawatch, version) never depend on a Kubernetes client
+// webhookprobe, cawatch, version, failopen) never depend on a Kubernetes client
 // (client-go's kubernetes, rest, informers, dynamic and tools/cache;
 // controller-runtime's client, cache and manager), the operator
 // (controllers, internal/manager), image tooling (internal/ociimage,

@@ -79,6 +79,7 @@ var pure = []rule{
 	{pkg: "internal/webhookprobe", doc: "It must not import a Kubernetes client: every function is a function of its inputs", deny: []forbidden{servers}},
 	{pkg: "internal/cawatch", doc: "It must not import any other hookwright package, nor a Kubernetes client", deny: []forbidden{ours}},
 	{pkg: "internal/version", doc: "It imports nothing", stdOnly: true},
+	{pkg: "internal/failopen", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{ours}},
 	{pkg: "internal/healthcheck", doc: "It must not import a Kubernetes client, the operator or the webhook servers",
 		deny: []forbidden{ours}, allow: []string{mod + "/api/v1alpha1"}},
 	{pkg: "internal/fleet", doc: "It must not import a Kubernetes client (controller-runtime's client or cache, client-go's clientsets), the operator or the oversell engine",

@@ -19,18 +19,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/failopen"
 )
-
-// OperatorGone reports whether the operator's own Deployment says the
-// operator is going away for good, not restarting: it is gone (OLM deleted
-// the CSV, `make undeploy`, kubectl delete), being deleted, or scaled to
-// zero. A rolling update or a crashed pod keeps it, with replicas.
-func OperatorGone(dep *appsv1.Deployment, found bool) bool {
-	if !found || dep == nil {
-		return true
-	}
-	return dep.DeletionTimestamp != nil || (dep.Spec.Replicas != nil && *dep.Spec.Replicas == 0)
-}
 
 // failOpen sets every webhook of a configuration to Ignore and reports
 // whether one changed.
@@ -66,7 +56,11 @@ func ignorePatch(n int) []byte {
 // this pod, an OLM uninstall has usually removed the operator's RBAC (the
 // CSV's Role goes with the Deployment, its ClusterRoleBinding with the
 // CSV). A Forbidden answer on its own Deployment therefore counts as gone.
-// deployment "" turns this off (out of cluster, tests).
+// deployment "" turns this off (out of cluster, tests). Where the
+// uninstall deletes the operator's ServiceAccount and bindings with its
+// Deployment (Helm, OLM's garbage collection, kubectl delete -k) both may
+// be refused: the injector servers, which outlive the operator, switch
+// their own configurations (cmd/failopen.go, docs/failsafe.md).
 func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if deployment == "" {
 		return
@@ -90,7 +84,7 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 		log.Error(err, "cannot tell whether the operator is uninstalled; webhook configurations left as they are")
 		return
 	}
-	if !OperatorGone(dep, dep != nil) {
+	if !failopen.OperatorGone(dep, dep != nil) {
 		return
 	}
 	failOpenAll(ctx, cs)
@@ -180,7 +174,7 @@ func (w *uninstallWatch) Start(ctx context.Context) error {
 		}))
 	inf := f.Apps().V1().Deployments().Informer()
 	check := func(dep *appsv1.Deployment, found bool) {
-		if w.done.Load() || !OperatorGone(dep, found) {
+		if w.done.Load() || !failopen.OperatorGone(dep, found) {
 			return
 		}
 		ctrl.Log.WithName("uninstall").Info("operator Deployment deleted or scaled to zero: switching webhook configurations to Ignore", "deployment", w.deployment)

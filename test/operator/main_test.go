@@ -234,6 +234,10 @@ var operator struct {
 	// image is the operator's --server-image ("": serverImage); a test
 	// sets it to stand for an operator upgrade.
 	image string
+	// deployment is the operator's Settings.OperatorDeployment ("": off,
+	// no operator Deployment exists here); a test sets it to give the
+	// injector servers --operator-deployment.
+	deployment string
 }
 
 // runOperator builds the production manager (manager.New, as `hookwright
@@ -266,6 +270,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 				Namespace: operatorNS, Image: image,
 				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
 				ExcludedNamespaces: []string{excludedNS},
+				OperatorDeployment: operator.deployment,
 			},
 			Repairs: testRepairBudget, CADir: caDir,
 			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},

@@ -148,6 +148,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"sign", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
 		{"approve", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
 		{"attest", "certificates.k8s.io", "signers", "", "example.com/other"},
+		{"get", "apps", "deployments", "kube-system", "coredns"},
+		{"list", "apps", "deployments", "", ""},
 	} {
 		if can(x) {
 			t.Errorf("the operator's ServiceAccount may %s", str(x))
@@ -166,6 +168,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"sign", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"update", "certificates.k8s.io", "certificatesigningrequests/status", "", ""},
+		// The injector servers' fail-open rules, held cluster-wide.
+		{"get", "apps", "deployments", "", "hookwright-controller-manager"},
 	} {
 		if !canEventually(x) {
 			t.Errorf("the operator's ServiceAccount may not %s, which it needs", str(x))
@@ -226,6 +230,22 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	}
 	if err := as.Create(ctx, pod(), client.DryRunAll); err != nil {
 		t.Errorf("a dry-run pod create by the operator's ServiceAccount: %v", err)
+	}
+	// RBAC's escalation check lets it write an injector server's
+	// ClusterRole with the fail-open rules (desired.failOpenRules).
+	si := sampleInjector(t, "rbac-escalation")
+	role := desired.BuildSidecarInjector(si, desired.Settings{Namespace: opNS, Image: serverImage, OperatorDeployment: "hookwright-controller-manager"}).ClusterRole
+	role.Name, role.OwnerReferences = prefix+"server-role", nil
+	if len(role.Rules) < 4 {
+		t.Fatalf("server rules %+v lack the fail-open ones", role.Rules)
+	}
+	if err := as.Create(ctx, role, client.DryRunAll); err != nil {
+		t.Errorf("the operator's ServiceAccount may not create an injector server's ClusterRole: %v", err)
+	}
+	// The check is live for dry runs: one Deployment more is refused.
+	role.Rules[1].ResourceNames = append(role.Rules[1].ResourceNames, "coredns")
+	if err := as.Create(ctx, role, client.DryRunAll); !apierrors.IsForbidden(err) {
+		t.Errorf("an injector server's ClusterRole reading another Deployment: %v, want Forbidden (escalation)", err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rbactest-not-a-probe"}}
 	if err := as.Create(ctx, ns, client.DryRunAll); !apierrors.IsForbidden(err) {
