@@ -221,7 +221,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 			Msg: fmt.Sprintf("body of %d bytes exceeds the %d byte limit", r.ContentLength, e.maxBody)}
 	}
 	deadline := e.deadline(r, start)
-	rd := readDeadline{rc: http.NewResponseController(w), start: start, deadline: deadline}
+	rd := readDeadline{rc: http.NewResponseController(w), start: start, last: start, deadline: deadline}
 	src := http.MaxBytesReader(w, r.Body, e.maxBody)
 	b := &Body{e: e}
 	ctx := r.Context()
@@ -232,6 +232,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 				// Full at the limit: the next read tells EOF from excess.
 				var one [1]byte
 				n, err := src.Read(one[:])
+				rd.last = time.Now()
 				if n == 0 && errors.Is(err, io.EOF) {
 					return b, nil
 				}
@@ -247,6 +248,7 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 			}
 		}
 		n, err := src.Read(b.buf[len(b.buf):cap(b.buf)])
+		rd.last = time.Now()
 		b.buf = b.buf[:len(b.buf)+n]
 		if errors.Is(err, io.EOF) {
 			return b, nil
@@ -264,21 +266,29 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 // deadline for its background read (connReader.startBackgroundRead), so a
 // review that takes longer to answer keeps its context.
 type readDeadline struct {
-	rc          *http.ResponseController
-	start       time.Time
+	rc *http.ResponseController
+	// start is when the client's allowance began: the body's start,
+	// moved on by the time this server itself spent between reads.
+	start time.Time
+	// last is when the previous read returned (the body's start at first).
+	last        time.Time
 	deadline    time.Time
 	cur         time.Time
 	unsupported bool
 }
 
+// set moves the connection's read deadline for the next read. The time
+// between one read's return and the next read is the server's
+// own (copying, growing the buffer, or stalled: CPU starvation, a GC
+// pause), not the client's, so it moves start on. Charged to the client,
+// a stall of a second would set a deadline already past, and the poller
+// refuses a read past its deadline before looking at the socket: every
+// body in flight, already received, would be refused with 408.
 func (d *readDeadline) set(received int) {
 	if d.unsupported {
 		return
 	}
-	t := d.start.Add(BodyGrace + time.Duration(int64(received)*int64(time.Second)/minBodyRate))
-	if t.After(d.deadline) {
-		t = d.deadline
-	}
+	t := d.next(time.Now(), received)
 	// Skip moves under 10 ms: each is a timer update on the connection.
 	if !d.cur.IsZero() && t.Sub(d.cur) < 10*time.Millisecond {
 		return
@@ -289,6 +299,22 @@ func (d *readDeadline) set(received int) {
 		return
 	}
 	d.cur = t
+}
+
+// next is the deadline of the next read, issued at now with received
+// bytes in: start + BodyGrace + received/minBodyRate, never later than the
+// request deadline, with start first moved on by the time since the
+// previous read returned (the server's own).
+func (d *readDeadline) next(now time.Time, received int) time.Time {
+	if now.After(d.last) {
+		d.start = d.start.Add(now.Sub(d.last))
+		d.last = now
+	}
+	t := d.start.Add(BodyGrace + time.Duration(int64(received)*int64(time.Second)/minBodyRate))
+	if t.After(d.deadline) {
+		t = d.deadline
+	}
+	return t
 }
 
 // grow moves b to the next buffer size, taking the difference from the

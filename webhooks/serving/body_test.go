@@ -176,3 +176,32 @@ func TestNextSizeFollowsClasses(t *testing.T) {
 		t.Fatalf("%v allocations per pooled 64 KiB buffer", a)
 	}
 }
+
+// TestReadDeadlineExcludesServerStalls: the time between one read's
+// return and the next read is the server's (a CPU-starved server pod, a GC
+// pause), so it never shortens the client's allowance; the time a read
+// waits is the client's. Charged to the client, a stall of a second set a
+// deadline already past, and the demo's starved server pods refused every
+// review in flight with 408 during a CA rotation.
+func TestReadDeadlineExcludesServerStalls(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := readDeadline{start: t0, last: t0, deadline: t0.Add(10 * time.Second)}
+	// The server stalls 1.5 s before its first read: the client still
+	// has BodyGrace from that read.
+	if got, want := d.next(t0.Add(1500*time.Millisecond), 0), t0.Add(1500*time.Millisecond+BodyGrace); !got.Equal(want) {
+		t.Fatalf("after a 1.5 s stall: deadline %v, want %v", got.Sub(t0), want.Sub(t0))
+	}
+	// That read waits 800 ms for 1 KiB (the client's time), and the next
+	// read is issued at once: no more allowance than the rate gives.
+	d.last = t0.Add(2300 * time.Millisecond)
+	got := d.next(d.last, 1<<10)
+	want := t0.Add(1500*time.Millisecond + BodyGrace + time.Duration(int64(1<<10)*int64(time.Second)/minBodyRate))
+	if !got.Equal(want) {
+		t.Fatalf("slow client: deadline %v, want %v", got.Sub(t0), want.Sub(t0))
+	}
+	// Never past the request's deadline, however long the stalls.
+	d.last = t0
+	if got := d.next(t0.Add(9900*time.Millisecond), 0); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("capped: deadline %v, want 10s", got.Sub(t0))
+	}
+}
