@@ -33,6 +33,11 @@ const (
 	// buffer and budget for at most about BodyGrace.
 	BodyGrace   = time.Second
 	minBodyRate = 1 << 20 // bytes per second
+	// maxStallRetries is how many times one body's read may time out on
+	// the rate deadline and be read again with a fresh BodyGrace (see
+	// readDeadline.retry). It bounds what a trickling client gains to
+	// about maxStallRetries × BodyGrace.
+	maxStallRetries = 2
 )
 
 // Envelope reads AdmissionReview bodies under bounds that hold whatever a
@@ -136,7 +141,22 @@ type Body struct {
 	buf  []byte
 	box  *pooled // buf's pool entry, reused so a Put allocates nothing
 	held int64
+	// retried counts reads that timed out on the rate deadline and were
+	// read again (readDeadline.retry); deadline is the request's.
+	retried  int
+	deadline time.Time
 }
+
+// Retried is how many of the body's reads timed out on the rate deadline
+// and then got bytes when read again: the server, not the client, had
+// stalled. net/http cancels the request's context on any read error
+// (connReader.handleReadErrorLocked), so Serve gives such a request a
+// context of its own that ends at Deadline.
+func (b *Body) Retried() int { return b.retried }
+
+// Deadline is the request's deadline: the envelope's timeout, or the
+// shorter timeout the API server sent.
+func (b *Body) Deadline() time.Time { return b.deadline }
 
 // bytes is the body.
 func (b *Body) bytes() []byte { return b.buf }
@@ -222,8 +242,12 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 	}
 	deadline := e.deadline(r, start)
 	rd := readDeadline{rc: http.NewResponseController(w), start: start, last: start, deadline: deadline}
-	src := http.MaxBytesReader(w, r.Body, e.maxBody)
-	b := &Body{e: e}
+	// Not http.MaxBytesReader: its errors are sticky, and a read that timed
+	// out must be readable again (readDeadline.retry). The buffer never
+	// grows past maxBody, and a full buffer's one-byte read tells the end
+	// from an excess.
+	src := r.Body
+	b := &Body{e: e, deadline: deadline}
 	ctx := r.Context()
 	for {
 		rd.set(len(b.buf))
@@ -247,11 +271,17 @@ func (e *Envelope) Read(w http.ResponseWriter, r *http.Request) (*Body, error) {
 				return nil, err
 			}
 		}
+		stallHook()
 		n, err := src.Read(b.buf[len(b.buf):cap(b.buf)])
 		rd.last = time.Now()
 		b.buf = b.buf[:len(b.buf)+n]
 		if errors.Is(err, io.EOF) {
 			return b, nil
+		}
+		if err != nil && rd.retry(err, len(b.buf)) {
+			b.retried++
+			ctx = context.WithoutCancel(ctx)
+			continue
 		}
 		if err != nil {
 			b.Release()
@@ -275,6 +305,8 @@ type readDeadline struct {
 	deadline    time.Time
 	cur         time.Time
 	unsupported bool
+	// retries counts the rate-deadline timeouts read again (retry).
+	retries int
 }
 
 // set moves the connection's read deadline for the next read. The time
@@ -299,6 +331,35 @@ func (d *readDeadline) set(received int) {
 		return
 	}
 	d.cur = t
+}
+
+// stallHook runs after a read's deadline is set and before the read: tests
+// stall the server there, as CPU starvation does.
+var stallHook = func() {}
+
+// retry reports whether a read that failed with err is read again. A
+// read times out on the rate deadline whenever this process did not run
+// between the bytes' arrival and the deadline (a CPU-starved node, a GC
+// pause): Go's poller wakes the reader with the timeout, not the data
+// (internal/poll, runtime netpoll), and a body already in the socket
+// buffer would be refused with 408. So the first maxStallRetries such
+// timeouts of a body grant a fresh BodyGrace from now and read again; a
+// client that really trickles still ends with 408, about
+// maxStallRetries × BodyGrace later. crypto/tls keeps a connection usable
+// after a timeout (a temporary net.Error). The request's own deadline is
+// never retried.
+func (d *readDeadline) retry(err error, received int) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || d.retries >= maxStallRetries {
+		return false
+	}
+	now := time.Now()
+	if !d.cur.IsZero() && !d.cur.Before(d.deadline) || !now.Before(d.deadline) {
+		return false
+	}
+	d.retries++
+	d.start = now.Add(-time.Duration(int64(received) * int64(time.Second) / minBodyRate))
+	d.last = now
+	return true
 }
 
 // next is the deadline of the next read, issued at now with received

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -203,5 +204,73 @@ func TestReadDeadlineExcludesServerStalls(t *testing.T) {
 	d.last = t0
 	if got := d.next(t0.Add(9900*time.Millisecond), 0); !got.Equal(t0.Add(10 * time.Second)) {
 		t.Fatalf("capped: deadline %v, want 10s", got.Sub(t0))
+	}
+}
+
+// TestStalledServerReadsTheBodyItWasSent: the server stalls past the rate
+// deadline after setting it (as a CPU-starved node does while the reader
+// waits for the poller), and the client sends the body into the socket
+// during the stall, over a real TLS connection. The timed-out read is read
+// again and the review is answered 200 with a live context; before, it
+// was refused with 408. A client that sends nothing still gets 408 once
+// the retries are spent.
+func TestStalledServerReadsTheBodyItWasSent(t *testing.T) {
+	var stalls atomic.Int32
+	inStall := make(chan struct{}, 1)
+	old := stallHook
+	stallHook = func() {
+		if stalls.Add(-1) >= 0 {
+			inStall <- struct{}{}
+			time.Sleep(BodyGrace + 300*time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { stallHook = old })
+
+	var ctxErr atomic.Value
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Serve(w, r, nil, func(r *http.Request, body, dst []byte) ([]byte, error) {
+			ctxErr.Store(fmt.Sprint(r.Context().Err()))
+			return append(dst, body...), nil
+		})
+	}))
+	defer srv.Close()
+	post := func(body func(w *io.PipeWriter)) *http.Response {
+		t.Helper()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		go body(pw)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x?timeout=10s", pr)
+		req.ContentLength = int64(len(`{"ok":true}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	stalls.Store(1)
+	resp := post(func(w *io.PipeWriter) {
+		<-inStall
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != `{"ok":true}` {
+		t.Fatalf("after a stall: %d %q, want 200 and the body", resp.StatusCode, b)
+	}
+	if got := ctxErr.Load(); got != "<nil>" {
+		t.Fatalf("review context after a stall: %v, want live", got)
+	}
+	if !resp.Close {
+		t.Error("the connection of a retried read is not closed after the answer")
+	}
+
+	// A body that never comes: every retry times out, then 408.
+	stalls.Store(0)
+	resp = post(func(*io.PipeWriter) {})
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("a body that never comes: %d, want 408", resp.StatusCode)
 	}
 }

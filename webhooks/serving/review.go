@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"mime"
@@ -53,6 +54,15 @@ func Serve(w http.ResponseWriter, r *http.Request, e *Envelope, review ReviewFun
 		return refuse(w, err)
 	}
 	defer body.Release()
+	if body.Retried() > 0 {
+		// The timed-out read cancelled the request's context; the review
+		// still has until the request's deadline. The connection is
+		// closed after the answer, as net/http expects of a read error.
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), body.Deadline())
+		defer cancel()
+		r = r.WithContext(ctx)
+		w.Header().Set("Connection", "close")
+	}
 	out := outPool.Get().(*outBuf)
 	defer putOut(out)
 	answer, err := review(r, body.bytes(), out.b[:0])
