@@ -191,7 +191,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := mgr.Add(&uninstallWatch{cs: cs, namespace: s.Namespace, deployment: o.OperatorDeployment}); err != nil {
+		uw := &uninstallWatch{cs: cs, namespace: s.Namespace, deployment: o.OperatorDeployment}
+		if err := mgr.Add(uw); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("uninstall-watch", uw.Ready); err != nil {
 			return nil, err
 		}
 	}

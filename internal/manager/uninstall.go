@@ -2,7 +2,9 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -161,7 +163,28 @@ type uninstallWatch struct {
 	deployment string
 	// done: every configuration was switched; later events do nothing.
 	done atomic.Bool
+	// synced: the watch has listed the Deployment (Ready).
+	synced atomic.Bool
 }
+
+// Ready is the manager's readyz check "uninstall-watch": a replica is not
+// ready until its watch has listed the Deployment, because a delete that
+// comes before the first list is never seen (an absent Deployment at start
+// is no uninstall).
+func (w *uninstallWatch) Ready(*http.Request) error {
+	if !w.synced.Load() {
+		return errors.New("the operator Deployment's watch has not synced")
+	}
+	return nil
+}
+
+// switchRetry is the wait between failed attempts to switch, and
+// switchFor how long attempts go on after the operator went: a write
+// refused under load or a slow API server gets more than one chance.
+const (
+	switchRetry = 2 * time.Second
+	switchFor   = 2 * time.Minute
+)
 
 // NeedLeaderElection is false: every replica watches.
 func (w *uninstallWatch) NeedLeaderElection() bool { return false }
@@ -178,11 +201,22 @@ func (w *uninstallWatch) Start(ctx context.Context) error {
 			return
 		}
 		ctrl.Log.WithName("uninstall").Info("operator Deployment deleted or scaled to zero: switching webhook configurations to Ignore", "deployment", w.deployment)
-		// Not ctx: a SIGTERM arriving meanwhile must not cut the switch short.
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if failOpenAll(sctx, w.cs) {
-			w.done.Store(true)
+		// Not ctx: a SIGTERM arriving meanwhile must not cut the switch
+		// short. Each attempt has 10 s; failed ones are tried again.
+		end := time.Now().Add(switchFor)
+		for {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ok := failOpenAll(sctx, w.cs)
+			cancel()
+			if ok {
+				w.done.Store(true)
+				return
+			}
+			if time.Now().Add(switchRetry).After(end) {
+				ctrl.Log.WithName("uninstall").Info("gave up switching to Ignore; the exit step tries again", "after", switchFor)
+				return
+			}
+			time.Sleep(switchRetry)
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -201,6 +235,9 @@ func (w *uninstallWatch) Start(ctx context.Context) error {
 		return err
 	}
 	f.Start(ctx.Done())
+	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		w.synced.Store(true)
+	}
 	<-ctx.Done()
 	f.Shutdown()
 	return nil
