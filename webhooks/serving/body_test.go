@@ -228,7 +228,7 @@ func TestStalledServerReadsTheBodyItWasSent(t *testing.T) {
 
 	var ctxErr atomic.Value
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Serve(w, r, nil, func(r *http.Request, body, dst []byte) ([]byte, error) {
+		_ = Serve(w, r, nil, func(r *http.Request, body, dst []byte) ([]byte, error) {
 			ctxErr.Store(fmt.Sprint(r.Context().Err()))
 			return append(dst, body...), nil
 		})
