@@ -38,6 +38,44 @@ type ServerSpec struct {
 	// Resources of the server container.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// PriorityClassName of the server pods: a scheduling.k8s.io/v1
+	// PriorityClass, so the servers are scheduled ahead of (and may
+	// preempt) ordinary pods when nodes are full. The API server's Priority
+	// admission plugin (plugin/pkg/admission/priority) resolves it into
+	// each pod's spec.priority when the ReplicaSet creates the pod, and
+	// refuses the pod while no class of that name exists. Empty: the
+	// cluster's globalDefault class, else priority 0.
+	//
+	// system-cluster-critical and system-node-critical are allowed outside
+	// kube-system since Kubernetes 1.17 (kubernetes#76310), unless the
+	// cluster limits them with the ResourceQuota admission plugin's
+	// limitedResources ("Limit Priority Class consumption by default",
+	// as GKE does): then the server namespace needs a ResourceQuota whose
+	// scopeSelector has PriorityClass In [that class], or no server pod is
+	// created. Other names starting with "system-" are reserved and can
+	// never exist (pkg/apis/scheduling/validation), so they are refused.
+	// See docs/failsafe.md#server-priority-class.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('system-') || self in ['system-node-critical', 'system-cluster-critical']",message="priority class names starting with system- are reserved: only system-node-critical and system-cluster-critical exist"
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// TopologySpreadConstraints of the server pods. Absent or empty: the
+	// replicas spread over nodes (kubernetes.io/hostname) and zones
+	// (topology.kubernetes.io/zone), each with maxSkew 1 and
+	// whenUnsatisfiable ScheduleAnyway, so a single-node or single-zone
+	// cluster, or nodes without the zone label, still run every replica.
+	// Set: these replace the defaults, and a constraint without
+	// labelSelector gets the server Deployment's selector, so it counts
+	// this server's replicas only. DoNotSchedule can leave replicas
+	// Pending, and a rollout (maxUnavailable 0) waiting on them.
+	// See docs/failsafe.md#server-topology-spread.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 }
 
 // CertificateMode selects who issues the server's serving certificate.

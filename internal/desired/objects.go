@@ -2,6 +2,7 @@ package desired
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -361,21 +362,8 @@ func build(op CR, s Settings, args []string) *Desired {
 						// server "permission denied" on tls.crt without it).
 						FSGroup: ptr.To(serverFSGroup),
 					},
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-						MaxSkew:     1,
-						TopologyKey: corev1.LabelHostname,
-						// ScheduleAnyway: a one-node cluster still runs every replica.
-						WhenUnsatisfiable: corev1.ScheduleAnyway,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
-					}, {
-						// Across zones too, so one zone's outage leaves a
-						// replica serving; ScheduleAnyway for single-zone
-						// clusters and nodes without the label.
-						MaxSkew:           1,
-						TopologyKey:       corev1.LabelTopologyZone,
-						WhenUnsatisfiable: corev1.ScheduleAnyway,
-						LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
-					}},
+					PriorityClassName:         op.Server.PriorityClassName,
+					TopologySpreadConstraints: topologySpread(op.Server.TopologySpreadConstraints, selector),
 					Containers: []corev1.Container{{
 						Name:  "server",
 						Image: image,
@@ -433,6 +421,37 @@ func build(op CR, s Settings, args []string) *Desired {
 	}
 	d.Webhook = &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: meta(op, name, "")}
 	return d
+}
+
+// topologySpread is the server pods' topologySpreadConstraints: user's
+// (spec.server.topologySpreadConstraints) when set, each without a
+// labelSelector given the Deployment's selector; else one over nodes
+// (kubernetes.io/hostname) and one over zones (topology.kubernetes.io/zone),
+// maxSkew 1 and ScheduleAnyway, so one zone's or one node's outage leaves a
+// replica serving, and a one-node or one-zone cluster (or nodes without
+// the zone label) still runs every replica.
+func topologySpread(user []corev1.TopologySpreadConstraint, selector map[string]string) []corev1.TopologySpreadConstraint {
+	if len(user) > 0 {
+		out := make([]corev1.TopologySpreadConstraint, len(user))
+		for i := range user {
+			user[i].DeepCopyInto(&out[i])
+			if out[i].LabelSelector == nil {
+				out[i].LabelSelector = &metav1.LabelSelector{MatchLabels: maps.Clone(selector)}
+			}
+		}
+		return out
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
+	}, {
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelTopologyZone,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selector},
+	}}
 }
 
 func or(v, def string) string {

@@ -56,6 +56,11 @@ func testOversell() *v1alpha1.NodeOversell {
 			Server: v1alpha1.ServerSpec{
 				Namespace: "nodes-system", Replicas: ptr.To[int32](1), Image: "example.com/hw:custom",
 				Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.2")}},
+				// The golden file shows both availability overrides.
+				PriorityClassName: "hookwright-servers",
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+					MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule,
+				}},
 			},
 		},
 	}
@@ -549,4 +554,64 @@ func merge(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// The server pods' priority class and topology spread: absent, no class
+// and the two ScheduleAnyway spreads (hostname, zone) over the
+// Deployment's own pods; set, the class as written and the user's
+// constraints replacing the defaults, the Deployment's selector filled in
+// where a constraint has none and a constraint's own selector kept.
+func TestServerPriorityAndSpread(t *testing.T) {
+	own := func(d *Desired) *metav1.LabelSelector { return d.Deployment.Spec.Selector }
+	defaults := func(d *Desired) []corev1.TopologySpreadConstraint {
+		return []corev1.TopologySpreadConstraint{
+			{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: own(d)},
+			{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: own(d)},
+		}
+	}
+	team := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "mesh"}}
+	cases := []struct {
+		name     string
+		server   v1alpha1.ServerSpec
+		priority string
+		spread   func(d *Desired) []corev1.TopologySpreadConstraint
+	}{
+		{name: "defaults", spread: defaults},
+		{name: "empty list is the defaults", server: v1alpha1.ServerSpec{TopologySpreadConstraints: []corev1.TopologySpreadConstraint{}}, spread: defaults},
+		{name: "critical class", server: v1alpha1.ServerSpec{PriorityClassName: v1alpha1.PriorityClusterCritical},
+			priority: v1alpha1.PriorityClusterCritical, spread: defaults},
+		{name: "user class and hard zone spread",
+			server: v1alpha1.ServerSpec{PriorityClassName: "hookwright-servers", TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+				{MaxSkew: 2, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, MinDomains: ptr.To[int32](3)},
+				{MaxSkew: 1, TopologyKey: "rack", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: team},
+			}},
+			priority: "hookwright-servers",
+			spread: func(d *Desired) []corev1.TopologySpreadConstraint {
+				return []corev1.TopologySpreadConstraint{
+					{MaxSkew: 2, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule, MinDomains: ptr.To[int32](3), LabelSelector: own(d)},
+					{MaxSkew: 1, TopologyKey: "rack", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: team},
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			si := testInjector()
+			si.Spec.Server = tc.server
+			before := si.DeepCopy()
+			no := testOversell()
+			no.Spec.Server = tc.server
+			for _, d := range []*Desired{BuildSidecarInjector(si, testSettings), BuildNodeOversell(no, testSettings)} {
+				ps := d.Deployment.Spec.Template.Spec
+				if ps.PriorityClassName != tc.priority {
+					t.Errorf("%s: priorityClassName %q, want %q", d.Deployment.Name, ps.PriorityClassName, tc.priority)
+				}
+				if want := tc.spread(d); !reflect.DeepEqual(ps.TopologySpreadConstraints, want) {
+					t.Errorf("%s: topologySpreadConstraints\n%+v\nwant\n%+v", d.Deployment.Name, ps.TopologySpreadConstraints, want)
+				}
+			}
+			if !reflect.DeepEqual(si, before) {
+				t.Error("the build changed the CR")
+			}
+		})
+	}
 }

@@ -2,16 +2,20 @@ package operator
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -340,3 +344,111 @@ func TestBreakGlassWithOperatorStopped(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The availability settings of a server reach its pods through the real
+// API server: spec.server.priorityClassName is rendered into the
+// Deployment's pod template and the Priority admission plugin resolves it
+// into each pod's spec.priority when kube-controller-manager's ReplicaSet
+// creates the pod; the default topology spread (hostname and zone,
+// ScheduleAnyway) is in the template and the pods still schedule on the
+// harness's kwok nodes. The CRD's CEL rule refuses a reserved "system-"
+// name, and a critical class is admitted with the ResourceQuota warning.
+func TestServerPriorityClassAndSpread(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	const pcName, pcValue = "hookwright-test-servers", int32(100000)
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: pcValue,
+		Description: "test/operator TestServerPriorityClassAndSpread"}
+	if err := c.Create(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+
+	// The CRD's own validation, and the validating webhook's warning.
+	bad := sampleInjector(t, "prio-reserved")
+	bad.Spec.Server.PriorityClassName = "system-high"
+	if err := c.Create(ctx, bad, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("priorityClassName system-high: %v, want Invalid (reserved prefix)", err)
+	}
+	warns := &cluster.Warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandlerWithContext = warns
+	wc, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	critical := sampleInjector(t, "prio-critical")
+	critical.Spec.Server.PriorityClassName = v1alpha1.PriorityClusterCritical
+	var got []string
+	err = cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
+		warns.Take()
+		if err := wc.Create(ctx, critical.DeepCopy(), client.DryRunAll); err != nil {
+			return false, err
+		}
+		got = warns.Take()
+		return slices.ContainsFunc(got, func(w string) bool {
+			return strings.Contains(w, "namespace "+operatorNS+" needs a ResourceQuota with scopeSelector PriorityClass In [system-cluster-critical]")
+		}), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; warnings %q", err, got)
+	}
+	t.Logf("critical class warning: %q", got)
+
+	si := sampleInjector(t, "prio")
+	si.Spec.Server.PriorityClassName = pcName
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	op := desired.SidecarCR(si)
+	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
+	err = cluster.WaitFor(ctx, 60*time.Second, "the server Deployment", func(ctx context.Context) (bool, error) {
+		return client.IgnoreNotFound(c.Get(ctx, client.ObjectKeyFromObject(o.Deploy), o.Deploy)) == nil && o.Deploy.UID != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := o.Deploy.Spec.Template.Spec
+	if ps.PriorityClassName != pcName {
+		t.Fatalf("pod template priorityClassName %q, want %q", ps.PriorityClassName, pcName)
+	}
+	keys := map[string]corev1.UnsatisfiableConstraintAction{}
+	for _, tsc := range ps.TopologySpreadConstraints {
+		keys[tsc.TopologyKey] = tsc.WhenUnsatisfiable
+		if tsc.MaxSkew != 1 || tsc.LabelSelector == nil || !reflect.DeepEqual(tsc.LabelSelector.MatchLabels, desired.SelectorLabels(op)) {
+			t.Errorf("spread %+v: want maxSkew 1 over the server's own pods", tsc)
+		}
+	}
+	if want := map[string]corev1.UnsatisfiableConstraintAction{corev1.LabelHostname: corev1.ScheduleAnyway, corev1.LabelTopologyZone: corev1.ScheduleAnyway}; !reflect.DeepEqual(keys, want) {
+		t.Fatalf("topology spread %v, want %v", keys, want)
+	}
+
+	// kube-controller-manager creates the pods; Priority admission
+	// resolves the class; the scheduler places them despite the spread.
+	var pods []corev1.Pod
+	err = cluster.WaitFor(ctx, 90*time.Second, "2 scheduled server pods", func(ctx context.Context) (bool, error) {
+		var list corev1.PodList
+		if err := c.List(ctx, &list, client.InNamespace(operatorNS), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
+			return false, err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+				pods = append(pods, p)
+			}
+		}
+		return len(pods) == 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.PriorityClassName != pcName || p.Spec.Priority == nil || *p.Spec.Priority != pcValue {
+			t.Errorf("pod %s: priorityClassName %q priority %v, want %q resolved to %d", p.Name, p.Spec.PriorityClassName, p.Spec.Priority, pcName, pcValue)
+		} else {
+			t.Logf("pod %s on %s: priorityClassName %s, spec.priority %d (set by the API server)", p.Name, p.Spec.NodeName, p.Spec.PriorityClassName, *p.Spec.Priority)
+		}
+	}
+
+}

@@ -73,6 +73,7 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 		return admission.Allowed("spec unchanged")
 	}
 	var warnings []string
+	var server v1alpha1.ServerSpec
 	switch req.Kind.Kind {
 	case "SidecarInjector":
 		si := &v1alpha1.SidecarInjector{}
@@ -91,6 +92,7 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 			return invalid(fmt.Sprintf("SidecarInjector %s: %v", si.Name, err))
 		}
 		warnings = sidecarInjectorWarnings(si)
+		server = si.Spec.Server
 	case "NodeOversell":
 		no := &v1alpha1.NodeOversell{}
 		if err := json.Unmarshal(req.Object.Raw, no); err != nil {
@@ -107,12 +109,14 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 			return invalid(fmt.Sprintf("NodeOversell %s: %v", no.Name, err))
 		}
 		warnings = nodeOversellWarnings(no, p)
+		server = no.Spec.Server
 		if h.Holds != nil && req.Operation == admissionv1.Update {
 			warnings = append(warnings, h.holdWarnings(ctx, req.OldObject.Raw, no)...)
 		}
 	default:
 		return admission.Allowed("kind " + req.Kind.Kind + " is not validated")
 	}
+	warnings = append(warnings, serverWarnings(server, h.defaultNamespace())...)
 	// Risky but valid: admitted, and kubectl prints each warning.
 	return admission.Allowed("").WithWarnings(warnings...)
 }
@@ -129,6 +133,15 @@ func (h Handler) checkServer(kind, name string, server v1alpha1.ServerSpec, cert
 		return fmt.Sprintf("%s %s: %v", kind, name, errs.ToAggregate())
 	}
 	return ""
+}
+
+// defaultNamespace is the server namespace of a CR without
+// spec.server.namespace: the policy's, "" without a policy.
+func (h Handler) defaultNamespace() string {
+	if h.Servers == nil {
+		return ""
+	}
+	return h.Servers.DefaultNamespace
 }
 
 // sameSpec reports whether two objects' spec fields are equal JSON values.

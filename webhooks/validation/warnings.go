@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
 	"text/template/parse"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -366,6 +369,39 @@ func rolloutWarnings(r *v1alpha1.RolloutSpec) []string {
 			if v, err := intstr.GetScaledValueFromIntOrPercent(mu, 100, false); err == nil && v > 25 {
 				w = append(w, fmt.Sprintf("spec.rollout.maxUnavailable %s: a bad sidecar image makes that share of the matched pods unavailable before the rollout stops", mu.String()))
 			}
+		}
+	}
+	return w
+}
+
+// serverWarnings warns about spec.server settings that can keep the server
+// pods from being created or scheduled: a critical priority class
+// (system-cluster-critical, system-node-critical) outside kube-system,
+// which clusters that limit those classes by ResourceQuota admission
+// ("Limit Priority Class consumption by default"; kubernetes#76310 lifted
+// the hard-coded kube-system rule in 1.17) refuse unless the namespace has
+// a ResourceQuota scoped to the class; and a topology spread constraint
+// with DoNotSchedule, which leaves replicas Pending where nodes or zones
+// are too few. defaultNamespace is the server namespace when
+// spec.server.namespace is empty ("" when unknown).
+func serverWarnings(server v1alpha1.ServerSpec, defaultNamespace string) []string {
+	var w []string
+	ns := server.Namespace
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	if pc := server.PriorityClassName; slices.Contains(v1alpha1.CriticalPriorityClasses(), pc) && ns != metav1.NamespaceSystem {
+		where := "namespace " + ns
+		if ns == "" {
+			where = "the server namespace"
+		}
+		w = append(w, clip(fmt.Sprintf("spec.server.priorityClassName %s: where critical classes are limited by quota (GKE), "+
+			"%s needs a ResourceQuota with scopeSelector PriorityClass In [%s] or no server pod is created", pc, where, pc)))
+	}
+	for i, c := range server.TopologySpreadConstraints {
+		if c.WhenUnsatisfiable == corev1.DoNotSchedule {
+			w = append(w, clip(fmt.Sprintf("spec.server.topologySpreadConstraints[%d] (%s) is DoNotSchedule: replicas beyond what the nodes or zones allow stay Pending, "+
+				"and a server rollout (maxUnavailable 0) waits on them; ScheduleAnyway spreads without that risk", i, c.TopologyKey)))
 		}
 	}
 	return w

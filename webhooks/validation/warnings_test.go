@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -217,5 +218,45 @@ func TestHandleReturnsWarnings(t *testing.T) {
 	no := &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: v1alpha1.NodeOversellSpec{Ratios: v1alpha1.OversellRatios{Memory: "2"}}}
 	if r := review(t, admissionv1.Create, "NodeOversell", no); !r.Allowed || len(r.Warnings) != 2 {
 		t.Fatalf("NodeOversell: allowed=%t warnings %q", r.Allowed, r.Warnings)
+	}
+}
+
+func TestServerWarnings(t *testing.T) {
+	spread := func(w corev1.UnsatisfiableConstraintAction) []corev1.TopologySpreadConstraint {
+		return []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: w}}
+	}
+	for _, tc := range []struct {
+		name      string
+		server    v1alpha1.ServerSpec
+		defaultNS string
+		want      []string // one substring per expected warning, in order
+	}{
+		{name: "none", defaultNS: "hookwright-system"},
+		{name: "user class", server: v1alpha1.ServerSpec{PriorityClassName: "hookwright-servers"}, defaultNS: "hookwright-system"},
+		{name: "cluster critical in the operator namespace", server: v1alpha1.ServerSpec{PriorityClassName: v1alpha1.PriorityClusterCritical},
+			defaultNS: "hookwright-system", want: []string{"namespace hookwright-system needs a ResourceQuota with scopeSelector PriorityClass In [system-cluster-critical]"}},
+		{name: "node critical in the CR's namespace", server: v1alpha1.ServerSpec{PriorityClassName: v1alpha1.PriorityNodeCritical, Namespace: "mesh-servers"},
+			defaultNS: "hookwright-system", want: []string{"namespace mesh-servers needs a ResourceQuota with scopeSelector PriorityClass In [system-node-critical]"}},
+		{name: "critical without a known namespace", server: v1alpha1.ServerSpec{PriorityClassName: v1alpha1.PriorityClusterCritical},
+			want: []string{"the server namespace needs a ResourceQuota"}},
+		{name: "critical in kube-system", server: v1alpha1.ServerSpec{PriorityClassName: v1alpha1.PriorityClusterCritical, Namespace: "kube-system"}},
+		{name: "ScheduleAnyway spread", server: v1alpha1.ServerSpec{TopologySpreadConstraints: spread(corev1.ScheduleAnyway)}},
+		{name: "DoNotSchedule spread", server: v1alpha1.ServerSpec{TopologySpreadConstraints: spread(corev1.DoNotSchedule)},
+			want: []string{"topologySpreadConstraints[0] (topology.kubernetes.io/zone) is DoNotSchedule"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := serverWarnings(tc.server, tc.defaultNS)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d warnings %q, want %d", len(got), got, len(tc.want))
+			}
+			for i, w := range got {
+				if !strings.Contains(w, tc.want[i]) {
+					t.Errorf("warning %d %q lacks %q", i, w, tc.want[i])
+				}
+				if n := utf8.RuneCountInString(w); n > maxWarningRunes || strings.HasSuffix(w, "...") {
+					t.Errorf("warning %d is %d runes or clipped: %q", i, n, w)
+				}
+			}
+		})
 	}
 }
