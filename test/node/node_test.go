@@ -110,7 +110,7 @@ func TestMain(m *testing.M) {
 		// internal/ociimage's images under their own names (the sample's
 		// proxy, nginx), as the demo's registry serves them.
 		Registry: registryAddr, Mirrors: append([]string{registryHost}, ociimage.MirroredRegistries...),
-		Kubelet:  kubeletOptions,
+		Kubelet: kubeletOptions,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)
