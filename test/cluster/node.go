@@ -72,6 +72,12 @@ type KubeletOptions struct {
 	// NodeLeaseDurationSeconds is nodeLeaseDurationSeconds (0: 40); the
 	// kubelet renews its node Lease every quarter of it.
 	NodeLeaseDurationSeconds int32
+	// MaxContainerRestartPeriod is crashLoopBackOff.maxContainerRestartPeriod
+	// (KEP-4603, beta and on by default since 1.35): the longest wait before
+	// the kubelet restarts a crashed container, and the first wait too when
+	// shorter than its 10 s (pkg/kubelet/kubelet.go, newCrashLoopBackOff).
+	// 0: the kubelet's 5 min.
+	MaxContainerRestartPeriod time.Duration
 }
 
 // StatusUpdateEvery is the kubelet's node status period under k.

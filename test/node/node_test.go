@@ -67,7 +67,14 @@ const (
 // default) to 4 s: the tests count the kubelet's reports and renewals, and
 // waiting for them was most of this package's time. The 5 min report
 // period, which the oversell server's heartbeat handling rests on, stays.
-var kubeletOptions = cluster.KubeletOptions{NodeStatusUpdateFrequency: 4 * time.Second, NodeLeaseDurationSeconds: 16}
+// A killed server container is restarted after at most 5 s rather than
+// 10, 20, 40 s on its later kills; a crash loop still shows
+// CrashLoopBackOff for those 5 s.
+var kubeletOptions = cluster.KubeletOptions{
+	NodeStatusUpdateFrequency: 4 * time.Second,
+	NodeLeaseDurationSeconds:  16,
+	MaxContainerRestartPeriod: 5 * time.Second,
+}
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
