@@ -64,6 +64,39 @@ type KubeletOptions struct {
 	// capacity minus it; the static policy reserves that many whole CPUs
 	// (rounded up) for the shared pool.
 	KubeReservedCPU string
+	// NodeStatusUpdateFrequency is nodeStatusUpdateFrequency: how often
+	// the kubelet computes its node status and patches it when it changed
+	// (0: the kubelet's 10 s). nodeStatusReportFrequency stays 5 min, as
+	// in a default cluster, so an unchanged status is still not patched.
+	NodeStatusUpdateFrequency time.Duration
+	// NodeLeaseDurationSeconds is nodeLeaseDurationSeconds (0: 40); the
+	// kubelet renews its node Lease every quarter of it.
+	NodeLeaseDurationSeconds int32
+	// MaxContainerRestartPeriod is crashLoopBackOff.maxContainerRestartPeriod
+	// (KEP-4603, beta and on by default since 1.35): the longest wait before
+	// the kubelet restarts a crashed container, and the first wait too when
+	// shorter than its 10 s (pkg/kubelet/kubelet.go, newCrashLoopBackOff).
+	// 0: the kubelet's 5 min.
+	MaxContainerRestartPeriod time.Duration
+}
+
+// StatusUpdateEvery is the kubelet's node status period under k.
+func (k KubeletOptions) StatusUpdateEvery() time.Duration {
+	if k.NodeStatusUpdateFrequency > 0 {
+		return k.NodeStatusUpdateFrequency
+	}
+	return 10 * time.Second
+}
+
+// LeaseRenewEvery is the kubelet's node Lease renewal period under k: a
+// quarter of nodeLeaseDurationSeconds (pkg/kubelet/kubelet.go,
+// nodeLeaseRenewIntervalFraction).
+func (k KubeletOptions) LeaseRenewEvery() time.Duration {
+	d := k.NodeLeaseDurationSeconds
+	if d == 0 {
+		d = 40
+	}
+	return time.Duration(d) * time.Second / 4
 }
 
 // RealNode is a node run by kubelet v1.37.2 with containerd 2, runc and the

@@ -71,7 +71,8 @@ func (n *RealNode) RestartKubelet(ctx context.Context) error {
 // --kubelet-certificate-authority) and accepts the API server's client
 // certificate (KubeletClientUser) from the same CA, so `kubectl logs` and
 // exec work as in a cluster. RealNodeSpec.Kubelet adds the CPU manager
-// policy and a cpu reservation.
+// policy, a cpu reservation, shorter status and Lease periods and a
+// shorter crash-loop back-off.
 func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	taints := ""
 	for _, t := range n.spec.Taints {
@@ -86,6 +87,17 @@ func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	}
 	if k := n.spec.Kubelet; k.KubeReservedCPU != "" {
 		extra += "kubeReserved:\n  cpu: " + k.KubeReservedCPU + "\n"
+	}
+	if k := n.spec.Kubelet; k.NodeStatusUpdateFrequency > 0 {
+		// Set explicitly, the update period would also become the report
+		// period (v1beta1 defaults): keep the default 5 min.
+		extra += fmt.Sprintf("nodeStatusUpdateFrequency: %s\nnodeStatusReportFrequency: 5m0s\n", k.NodeStatusUpdateFrequency)
+	}
+	if k := n.spec.Kubelet; k.MaxContainerRestartPeriod > 0 {
+		extra += fmt.Sprintf("crashLoopBackOff:\n  maxContainerRestartPeriod: %s\n", k.MaxContainerRestartPeriod)
+	}
+	if k := n.spec.Kubelet; k.NodeLeaseDurationSeconds > 0 {
+		extra += fmt.Sprintf("nodeLeaseDurationSeconds: %d\n", k.NodeLeaseDurationSeconds)
 	}
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

@@ -63,6 +63,19 @@ const (
 	registryHost = "registry.hookwright.local"
 )
 
+// kubeletOptions shortens the real node's status and Lease periods (10 s each by
+// default) to 4 s: the tests count the kubelet's reports and renewals, and
+// waiting for them was most of this package's time. The 5 min report
+// period, which the oversell server's heartbeat handling rests on, stays.
+// A killed server container is restarted after at most 5 s rather than
+// 10, 20, 40 s on its later kills; a crash loop still shows
+// CrashLoopBackOff for those 5 s.
+var kubeletOptions = cluster.KubeletOptions{
+	NodeStatusUpdateFrequency: 4 * time.Second,
+	NodeLeaseDurationSeconds:  16,
+	MaxContainerRestartPeriod: 5 * time.Second,
+}
+
 func TestMain(m *testing.M) {
 	ctx := context.Background()
 	root, err := cluster.RepoRoot()
@@ -104,6 +117,7 @@ func TestMain(m *testing.M) {
 		// internal/ociimage's images under their own names (the sample's
 		// proxy, nginx), as the demo's registry serves them.
 		Registry: registryAddr, Mirrors: append([]string{registryHost}, ociimage.MirroredRegistries...),
+		Kubelet: kubeletOptions,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)

@@ -218,7 +218,8 @@ func waitKubeletReports(ctx context.Context, url string, since, n int, timeout t
 }
 
 // waitLeaseRenewals waits until the kubelet has renewed its node Lease
-// (kube-node-lease/<node>, every 10 s: a quarter of its 40 s duration) n
+// (kube-node-lease/<node>, every quarter of its duration: 4 s under this
+// package's kubelet options) n
 // times after resourceVersion rv, each renewal one watch event.
 func waitLeaseRenewals(ctx context.Context, rv string, n int, timeout time.Duration) error {
 	leases := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease)
@@ -360,7 +361,7 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 	}
 	// They keep running while the kubelet's status reports (raw) are
 	// amplified again by the webhook: two reports, counted by the server
-	// that reviews them (the kubelet patches every 10 s while its
+	// that reviews them (the kubelet patches every status period while its
 	// allocatable differs from the Node's), and the third, which the
 	// kubelet sends only once the second returned.
 	// A report stored raw would end them (the kubelet then has nothing to
@@ -414,7 +415,7 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No rejection follows: the restarted kubelet runs on for two
-	// renewals of its node Lease (10 s apart) and the pods are as they
+	// renewals of its node Lease (4 s apart here) and the pods are as they
 	// were. The Lease is the kubelet's own clock, not the test's: a
 	// kubelet slowed by the machine's load takes as long to renew it.
 	lease, err := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{})
@@ -441,12 +442,12 @@ func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
 	deletePods("oversell-on")
 
 	// The kubelet's real status loop while amplified: every
-	// nodeStatusUpdateFrequency (10 s) it finds its raw allocatable differs
+	// nodeStatusUpdateFrequency (4 s here) it finds its raw allocatable differs
 	// from the Node's and patches (pkg/kubelet/kubelet_node_status.go,
 	// tryUpdateNodeStatus). Such a patch only restates raw allocatable and
 	// heartbeat times, so the server answers it with the stored values
 	// (webhooks/oversell/hold.go): the API server stores nothing.
-	// The span is four of the kubelet's reports (40 s at its 10 s period),
+	// The span is four of the kubelet's reports (16 s at its 4 s period),
 	// counted by the server, or 4 min if they do not come (a patch stored
 	// raw ends the kubelet's corrections): under the 5 min heartbeat age.
 	reviewedBefore, heldBefore := mustKubeletReviews(ctx, t, metricsURL)

@@ -21,7 +21,7 @@ import (
 
 // The oversell server stops (its one replica scaled to 0 while the CR is
 // paused, so the operator does not put it back) under failurePolicy
-// Ignore: the real kubelet's next status patch, every 10 s while its
+// Ignore: the real kubelet's next status patch, every status period while its
 // allocatable differs from the Node's, is stored raw, and the node stays
 // Ready. The kubelet would then write again only after
 // nodeStatusReportFrequency (5 min) ± 50 % (pkg/kubelet/kubelet_node_status.go,

@@ -472,8 +472,8 @@ func nodeReady(ctx context.Context) (*corev1.NodeCondition, error) {
 // One NodeOversell server replica frozen (SIGSTOP) for 60 s, then
 // resumed (SIGCONT), on the real node with its kubelet reporting: while
 // the node is amplified the kubelet's computed allocatable differs from
-// the stored one, so it patches nodes/status every 10 s
-// (nodeStatusUpdateFrequency). No patch fails, each reaches exactly one
+// the stored one, so it patches nodes/status every status period
+// (nodeStatusUpdateFrequency, 4 s in this package). No patch fails, each reaches exactly one
 // webhook (the node carries the NodeOversell label, so only the held.
 // webhook matches it), and the node stays Ready with fresh conditions:
 // its Lease renewed during the freeze and its Ready heartbeat no older
@@ -506,7 +506,7 @@ func TestOversellServerFrozen(t *testing.T) {
 
 	// The replica the API server's pooled connection goes to, found with
 	// status patches of the kubelet's identity four times a second (the
-	// kubelet's own come every 10 s), stopped before the freeze: the next
+	// kubelet's own come every 4 s here), stopped before the freeze: the next
 	// kubelet patch takes that connection.
 	kubelet, err := kubernetes.NewForConfig(env.KubeletConfig(nodeName))
 	if err != nil {
