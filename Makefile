@@ -35,7 +35,7 @@ TEST_PARALLEL ?= 4
 # order it is given them, so the long poles do not wait behind the
 # unit tests for a slot. test/e2e/standalone is the demo's scenario 9 on
 # a stack of its own, so test/e2e is not the one long pole.
-CLUSTER_TEST_PKGS := ./test/e2e ./test/operator ./test/node ./test/usage ./test/e2e/standalone ./test/integration ./test/scale ./test/olm
+CLUSTER_TEST_PKGS := ./test/e2e ./test/node ./test/e2e/standalone ./test/operator ./test/integration ./test/usage ./test/scale ./test/olm
 
 .PHONY: all
 all: build
