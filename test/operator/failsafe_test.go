@@ -458,8 +458,8 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 // Deployment's pod template: the operator's field manager owns the field
 // in managedFields and the desired object no longer has it, which is drift
 // (apply.Released), so the operator applies and the API server removes
-// it. Afterwards a reconcile, queued by a label another manager puts on
-// the Deployment, writes the Deployment no more: not drift either
+// it. Afterwards neither a restarted operator's reconciles nor one queued
+// by a label another manager puts on the Deployment write the Deployment
 // (counted as the operator's write requests to the Deployment's path).
 func TestServerPriorityClassCleared(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
@@ -509,7 +509,11 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	settle(t, ctx)
 	t.Logf("operator writes to the Deployment for the cleared class: %d", writes.Of(deployPath)-beforeClear)
 
-	// Another manager's label queues a reconcile of the CR.
+	// A restarted operator (nothing remembered of its applies) reconciles
+	// every CR, and another manager's label queues one more reconcile.
+	before := writes.Of(deployPath)
+	restartOperator(t, env.Config, allowedServerNamespaces)
+	settle(t, ctx)
 	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
 	if err != nil {
 		t.Fatal(err)
@@ -522,7 +526,6 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	if err := c.Patch(ctx, deploy, patch, client.FieldOwner("test-label")); err != nil {
 		t.Fatal(err)
 	}
-	before := writes.Of(deployPath)
 	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the label", func(context.Context) (bool, error) {
 		n, err := reconcileTotal(desired.SidecarKind.Short)
 		return n > reconciled, err
@@ -535,7 +538,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := writes.Of(deployPath) - before; n != 0 {
-		t.Fatalf("operator wrote the Deployment %d times after the cleared class was applied; recent writes: %v", n, writes.Recent())
+		t.Fatalf("operator wrote the Deployment %d times after the cleared class was applied (across a restart); recent writes: %v", n, writes.Recent())
 	}
 	if deploy.Spec.Template.Spec.PriorityClassName != "" || deploy.Labels["test.hookwright.io/touched"] != "yes" {
 		t.Fatalf("priorityClassName %q, labels %v", deploy.Spec.Template.Spec.PriorityClassName, deploy.Labels)
