@@ -1,8 +1,24 @@
 // Package apply writes the objects the operator owns with server-side
 // apply: ToApplyObject turns a desired object into exactly the fields the
 // operator claims and Drift compares them with the live object (apply.go,
-// pure functions); Applier (applier.go, the I/O shell) writes only on
-// drift, within a repair budget, and reports each write as an Event.
+// released.go: pure functions); Applier (applier.go, the I/O shell) writes
+// only on drift, within a repair budget, and reports each write as an Event.
+//
+// Drift has two halves. A field desired sets that live lacks or holds
+// with another value is drift (a subset comparison: server defaults and
+// other managers' fields are not). A field desired no longer sets is drift
+// when the operator's own field manager still owns it in live's
+// metadata.managedFields and no other manager does (Released): an apply
+// removes exactly those (server-side apply, KEP-555), so clearing
+// spec.server.priorityClassName or a resource limit reaches the
+// Deployment. The record of what the operator last applied is the one the
+// API server keeps on the object, read with structured-merge-diff's
+// fieldpath; it survives operator restarts and leader changes, costs no
+// annotation of our own, and, unlike a hash of the desired object kept in
+// an annotation, tells which field went and leaves a field another
+// manager also owns alone (applying would not remove it, so a hash would
+// write in vain on every change of rendering). An object that already
+// matches has nothing missing and nothing released: no write.
 //
 // It must not import the operator's other packages (desired objects come
 // in as client.Object): the reconcilers call it, never the reverse.
@@ -11,6 +27,7 @@ package apply
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -85,12 +102,15 @@ func prune(v any) any {
 }
 
 // Drift compares desired (as returned by ToApplyObject) with live (the
-// object as read from the API, converted to unstructured) and returns the
-// paths where live differs, sorted; nil means live already holds everything
-// desired does, so an apply would change nothing. Maps compare as subsets
-// (fields the operator does not set, such as server defaults or other
-// managers' labels, are ignored); lists must have the same length and match
-// element by element. apiVersion and kind are not compared.
+// object as read from the API, converted to unstructured, with its
+// metadata.managedFields) and returns the paths where an apply of desired
+// would change live, sorted; nil means it would change nothing. Maps
+// compare as subsets (fields the operator does not set, such as server
+// defaults or other managers' labels, are ignored); lists must have the
+// same length and match element by element; and every field Released
+// finds (the operator applied it before, desired no longer has it) is
+// drift too. apiVersion and kind are not compared. A live object without
+// managedFields (a fake client's) gets the subset comparison only.
 func Drift(desired, live map[string]any) []string {
 	var out []string
 	for k, dv := range desired {
@@ -99,8 +119,9 @@ func Drift(desired, live map[string]any) []string {
 		}
 		diff(k, dv, live[k], &out)
 	}
+	out = append(out, Released(desired, live)...)
 	sort.Strings(out)
-	return out
+	return slices.Compact(out)
 }
 
 func diff(path string, d, l any, out *[]string) {

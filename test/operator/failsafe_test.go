@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -451,4 +452,95 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 		}
 	}
 
+}
+
+// Clearing spec.server.priorityClassName takes it off the server
+// Deployment's pod template: the operator's field manager owns the field
+// in managedFields and the desired object no longer has it, which is drift
+// (apply.Released), so the operator applies and the API server removes
+// it. Afterwards neither a restarted operator's reconciles nor one queued
+// by a label another manager puts on the Deployment write the Deployment
+// (counted as the operator's write requests to the Deployment's path).
+func TestServerPriorityClassCleared(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := env.Client
+	const pcName = "hookwright-test-cleared"
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: 1000,
+		Description: "test/operator TestServerPriorityClassCleared"}
+	if err := c.Create(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+
+	si := sampleInjector(t, "prio-cleared")
+	si.Spec.Server.PriorityClassName = pcName
+	if err := c.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
+	deploy := o.Deploy
+	templateClass := func(want string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(deploy), deploy); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			return deploy.Spec.Template.Spec.PriorityClassName == want, nil
+		}
+	}
+	if err := cluster.WaitFor(ctx, 60*time.Second, "priorityClassName on the pod template", templateClass(pcName)); err != nil {
+		t.Fatal(err)
+	}
+
+	deployPath := fmt.Sprintf("/apis/apps/v1/namespaces/%s/deployments/%s", deploy.Namespace, deploy.Name)
+	settle(t, ctx)
+	beforeClear := writes.Of(deployPath)
+	if err := update(ctx, si, func() { si.Spec.Server.PriorityClassName = "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitFor(ctx, 60*time.Second, "priorityClassName gone from the pod template", templateClass("")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range deploy.ManagedFields {
+		if m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:priorityClassName"`) {
+			t.Errorf("%s (%s) still owns priorityClassName", m.Manager, m.Operation)
+		}
+	}
+	settle(t, ctx)
+	t.Logf("operator writes to the Deployment for the cleared class: %d", writes.Of(deployPath)-beforeClear)
+
+	// A restarted operator (nothing remembered of its applies) reconciles
+	// every CR, and another manager's label queues one more reconcile.
+	before := writes.Of(deployPath)
+	restartOperator(t, env.Config, allowedServerNamespaces)
+	settle(t, ctx)
+	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deploy), deploy); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(deploy.DeepCopy())
+	deploy.Labels["test.hookwright.io/touched"] = "yes"
+	if err := c.Patch(ctx, deploy, patch, client.FieldOwner("test-label")); err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the label", func(context.Context) (bool, error) {
+		n, err := reconcileTotal(desired.SidecarKind.Short)
+		return n > reconciled, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, ctx)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deploy), deploy); err != nil {
+		t.Fatal(err)
+	}
+	if n := writes.Of(deployPath) - before; n != 0 {
+		t.Fatalf("operator wrote the Deployment %d times after the cleared class was applied (across a restart); recent writes: %v", n, writes.Recent())
+	}
+	if deploy.Spec.Template.Spec.PriorityClassName != "" || deploy.Labels["test.hookwright.io/touched"] != "yes" {
+		t.Fatalf("priorityClassName %q, labels %v", deploy.Spec.Template.Spec.PriorityClassName, deploy.Labels)
+	}
 }

@@ -116,6 +116,8 @@ type writeCounter struct {
 	dryRuns atomic.Int64
 	mu      sync.Mutex
 	last    []string
+	// byPath counts the writes by URL path (one object's writes).
+	byPath map[string]int64
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -129,6 +131,10 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			w.n.Add(1)
 			w.mu.Lock()
 			w.last = append(w.last, req.Method+" "+req.URL.Path)
+			if w.byPath == nil {
+				w.byPath = map[string]int64{}
+			}
+			w.byPath[req.URL.Path]++
 			if len(w.last) > 50 {
 				w.last = w.last[len(w.last)-50:]
 			}
@@ -141,6 +147,14 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 // since returns the writes counted after start (a value of Count()) and the
 // last requests seen.
 func (w *writeCounter) Count() int64 { return w.n.Load() }
+
+// Of counts the writes to one URL path, e.g.
+// "/apis/apps/v1/namespaces/NS/deployments/NAME".
+func (w *writeCounter) Of(path string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byPath[path]
+}
 
 func (w *writeCounter) Recent() []string {
 	w.mu.Lock()
