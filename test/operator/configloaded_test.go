@@ -23,6 +23,7 @@ import (
 // IP:9443 are routed (EgressProxy) to one local injector process running
 // the Deployment's args with the operator's certificate.
 func TestConfigLoadedFromServers(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "cfg")
@@ -40,7 +41,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	base := desired.SidecarKind.BaseName(si.Name)
 	o := ownedKeys(base, operatorNS)
 	var pods []corev1.Pod
-	err := cluster.WaitFor(ctx, 60*time.Second, "2 ready server pods with IPs", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(60*time.Second), "2 ready server pods with IPs", func(ctx context.Context) (bool, error) {
 		var list corev1.PodList
 		if err := c.List(ctx, &list, client.InNamespace(operatorNS), client.MatchingLabels(desired.SelectorLabels(op))); err != nil {
 			return false, err
@@ -86,7 +87,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	routed := time.Now()
 	waitLoaded := func(what string) {
 		t.Helper()
-		err := cluster.WaitFor(ctx, 60*time.Second, what, func(ctx context.Context) (bool, error) {
+		err := cluster.WaitFor(ctx, bound(60*time.Second), what, func(ctx context.Context) (bool, error) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
 				return false, err
 			}
@@ -123,7 +124,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	if err := update(ctx, si, func() { si.Spec.Server.Replicas = ptr.To[int32](3) }); err != nil {
 		t.Fatal(err)
 	}
-	err = cluster.WaitFor(ctx, 90*time.Second, "ConfigLoaded False naming only the new pod", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(90*time.Second), "ConfigLoaded False naming only the new pod", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
 			return false, err
 		}

@@ -32,7 +32,7 @@ func waitPolicy(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector,
 	var last *metav1.Condition
 	var published admissionregistrationv1.FailurePolicyType
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	err := cluster.WaitFor(ctx, 3*time.Minute, "failurePolicy "+string(fp), func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(3*time.Minute), "failurePolicy "+string(fp), func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
 			return false, err
 		}
@@ -95,6 +95,7 @@ func serveInjector(t *testing.T, o owned, name string) *localServer {
 // created, and the CR says why. Once the request fits and the server
 // answers the probe, the configuration becomes Fail.
 func TestFailOnlyOnceReachable(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "unready")

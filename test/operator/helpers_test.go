@@ -78,7 +78,7 @@ func (o owned) fetch(t *testing.T, ctx context.Context, kind string, uid types.U
 func (o owned) waitGone(t *testing.T, ctx context.Context) time.Duration {
 	t.Helper()
 	start := time.Now()
-	err := cluster.WaitFor(ctx, 90*time.Second, "owned objects garbage-collected", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(90*time.Second), "owned objects garbage-collected", func(ctx context.Context) (bool, error) {
 		for _, obj := range o.all() {
 			err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object))
 			if err == nil {
@@ -101,7 +101,7 @@ func (o owned) waitGone(t *testing.T, ctx context.Context) time.Duration {
 func waitConditions(t *testing.T, ctx context.Context, obj client.Object, conds func() []metav1.Condition, want map[string]metav1.ConditionStatus, timeout time.Duration) {
 	t.Helper()
 	var last []metav1.Condition
-	err := cluster.WaitFor(ctx, timeout, fmt.Sprintf("conditions %v", want), func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(timeout), fmt.Sprintf("conditions %v", want), func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return false, err
 		}
@@ -130,7 +130,7 @@ func fmtConds(cs []metav1.Condition) string {
 // timeUntil polls cond every 5 ms and returns how long it took to hold.
 func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, 30*time.Second, what, func(ctx context.Context) (bool, error) {
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, bound(30*time.Second), what, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, cluster.Permanent(err)
@@ -150,7 +150,7 @@ func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context
 func awaitEvent(t *testing.T, ctx context.Context, kind, name, reason string) map[string]int {
 	t.Helper()
 	var r map[string]int
-	err := cluster.WaitFor(ctx, time.Minute, fmt.Sprintf("%s %s Event %s", kind, name, reason), func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(time.Minute), fmt.Sprintf("%s %s Event %s", kind, name, reason), func(ctx context.Context) (bool, error) {
 		var err error
 		r, err = eventReasons(ctx, kind, name)
 		return r[reason] > 0, err
@@ -290,7 +290,7 @@ func reconcileTotal(controller string) (float64, error) {
 // events, e.g. admissions a load loop made) and returns the count then.
 func waitCount(t *testing.T, ctx context.Context, what string, n *atomic.Int64, want int64) int64 {
 	t.Helper()
-	err := cluster.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("%d %s", want, what), func(context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(2*time.Minute), fmt.Sprintf("%d %s", want, what), func(context.Context) (bool, error) {
 		return n.Load() >= want, nil
 	})
 	if err != nil {

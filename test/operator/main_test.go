@@ -10,6 +10,7 @@ package operator
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -166,7 +167,31 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// testParallel is go test's -parallel here unless the command line sets
+// it: the parallel tests mostly wait on the operator, its probes and the
+// API server, so more of them than the 2 of GOMAXPROCS on a 2-core machine
+// overlap their waits.
+const testParallel = 8
+
+// waitSlack widens the bound of a wait (see bound).
+const waitSlack = 3
+
+// bound is the bound of a wait that was sized for a quiet operator: the
+// parallel tests share the operator's workers and the API server, so a
+// wait takes longer; the bound only guards against a hang, it is not a
+// figure the test judges.
+func bound(d time.Duration) time.Duration { return waitSlack * d }
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", fmt.Sprint(testParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, "set -test.parallel:", err)
+			os.Exit(1)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
 	var err error
@@ -436,7 +461,7 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 	s.proc = p
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
 	ctx := ctxT(t, 60*time.Second)
-	err = cluster.WaitFor(ctx, 60*time.Second, name+" /readyz", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(60*time.Second), name+" /readyz", func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
 			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
 		}

@@ -36,12 +36,15 @@ func deleteAndWait(t *testing.T, ctx context.Context, obj client.Object, o owned
 // Mode Secret: the user's Secret is mounted and its ca.crt becomes the
 // caBundle; nothing is written until it exists and verifies.
 func TestUserProvidedSecretMode(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	si := &v1alpha1.SidecarInjector{
 		ObjectMeta: metav1.ObjectMeta{Name: "byo"},
 		Spec: v1alpha1.SidecarInjectorSpec{
-			Certificate: v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "byo-serving"},
-			Server:      v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
+			// No namespace: as for "fought" (TestConflictingWriterBackoff).
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"byo-test": "never"}},
+			Certificate:       v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "byo-serving"},
+			Server:            v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
 		},
 	}
 	if err := env.Client.Create(ctx, si); err != nil {
@@ -113,7 +116,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	if err := env.Client.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	err = cluster.WaitFor(ctx, 30*time.Second, "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(30*time.Second), "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
 			return false, err
 		}
@@ -236,9 +239,14 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 // then a Warning Event and a condition naming it, and the repair resumes
 // when the window allows; no endless fight.
 func TestConflictingWriterBackoff(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	c := env.Client
-	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "fought"}}
+	// Its webhook selects no namespace: the tests running beside it
+	// create pods, which a catch-all webhook with no server would slow.
+	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "fought"}, Spec: v1alpha1.SidecarInjectorSpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"conflict-test": "never"}},
+	}}
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +311,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 		overwrites = append(overwrites, time.Now())
 		overwrite()
 		var fixed bool
-		err := cluster.WaitFor(ctx, 60*time.Second, fmt.Sprintf("overwrite %d repaired or refused", i+1), func(ctx context.Context) (bool, error) {
+		err := cluster.WaitFor(ctx, bound(60*time.Second), fmt.Sprintf("overwrite %d repaired or refused", i+1), func(ctx context.Context) (bool, error) {
 			ok, err := repaired(ctx)
 			if fixed = ok; ok || err != nil {
 				return ok, err
@@ -338,7 +346,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 		t.Fatalf("WebhookConfigured %+v", cond)
 	}
 	t.Logf("condition: %s", cond.Message)
-	err = cluster.WaitFor(ctx, 60*time.Second, "ConflictingWriter event", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(60*time.Second), "ConflictingWriter event", func(ctx context.Context) (bool, error) {
 		r, err := eventReasons(ctx, "SidecarInjector", si.Name)
 		return r[controllers.EventConflictingWriter] > 0, err
 	})

@@ -22,6 +22,7 @@ import (
 // annotation names containers it lacks (a copied pod spec) is injected
 // again through the API server.
 func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "optout")
@@ -54,7 +55,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	}
 	// Nothing serves the Service: a pod that says nothing is refused.
 	var refused error
-	err := cluster.WaitFor(ctx, 60*time.Second, "an unlabelled pod refused while the injector is down", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(60*time.Second), "an unlabelled pod refused while the injector is down", func(ctx context.Context) (bool, error) {
 		refused = c.Create(ctx, pod(nil, nil, "app"), client.DryRunAll)
 		return refused != nil && strings.Contains(refused.Error(), "failed calling webhook"), nil
 	})
@@ -89,7 +90,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	stale, _ := json.Marshal(map[string]any{"injector": si.Name, "templates": []string{"proxy"},
 		"initContainers": []string{"proxy-init"}, "containers": []string{"proxy"}})
 	var p *corev1.Pod
-	err = cluster.WaitFor(ctx, 30*time.Second, "a pod with a stale status annotation injected", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(30*time.Second), "a pod with a stale status annotation injected", func(ctx context.Context) (bool, error) {
 		p = pod(nil, map[string]string{v1alpha1.SidecarStatusKey: string(stale)}, "app")
 		if err := c.Create(ctx, p, client.DryRunAll); err != nil {
 			return false, err

@@ -32,6 +32,7 @@ import (
 // Back in both, priority changes and the winner's deletion hand the node
 // from one to the other, the raw always exact.
 func TestNodeOversellOverlapAndDeselection(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 6*time.Minute)
 	c := env.Client
 	plainNode(t, ctx, "ovd-node-0", map[string]string{"ovd-pool": "a"})
@@ -78,7 +79,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 	expect := func(what, cpu, mem, by string) {
 		t.Helper()
 		var last string
-		err := cluster.WaitFor(ctx, 30*time.Second, what, func(ctx context.Context) (bool, error) {
+		err := cluster.WaitFor(ctx, bound(30*time.Second), what, func(ctx context.Context) (bool, error) {
 			gotCPU, gotMem, ann := allocOf(t, ctx, "ovd-node-0")
 			last = fmt.Sprintf("cpu %s memory %s annotations %v", gotCPU, gotMem, ann)
 			if gotCPU != cpu || gotMem != mem || ann[v1alpha1.OversellAppliedByKey] != by {
@@ -111,7 +112,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 		t.Fatal(err)
 	}
 	report := []byte(`{"status":{"allocatable":{"cpu":"3800m","memory":"7Gi"}}}`)
-	err = cluster.WaitFor(ctx, 30*time.Second, "kubelet report amplified once by the winner", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(30*time.Second), "kubelet report amplified once by the winner", func(ctx context.Context) (bool, error) {
 		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
 		if err != nil {
 			return false, err
@@ -147,7 +148,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 
 	// Back in both selectors: a kubelet report is amplified once, by ovd-a.
 	relabel("a")
-	err = cluster.WaitFor(ctx, 30*time.Second, "kubelet report amplified by ovd-a again", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(30*time.Second), "kubelet report amplified by ovd-a again", func(ctx context.Context) (bool, error) {
 		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
 		if err != nil {
 			return false, err
@@ -178,7 +179,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("ovd-a deleted: ovd-b takes the node over", "5700m", "8960Mi", "ovd-b")
-	err = cluster.WaitFor(ctx, 60*time.Second, "ovd-a gone", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(60*time.Second), "ovd-a gone", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Name: "ovd-a"}, &v1alpha1.NodeOversell{})
 		return err != nil && client.IgnoreNotFound(err) == nil, client.IgnoreNotFound(err)
 	})

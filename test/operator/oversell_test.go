@@ -24,11 +24,15 @@ import (
 )
 
 // plainNode registers a node no simulator manages: only the test (as its
-// kubelet) and the operator write its status.
+// kubelet) and the operator write its status. It is tainted NoSchedule:
+// until the node controller marks it unreachable (a grace period later),
+// the scheduler would bind other tests' pods to it, where they stay
+// Pending for good.
 func plainNode(t *testing.T, ctx context.Context, name string, labels map[string]string) {
 	t.Helper()
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: cluster.SimulatedKubeletTaint, Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{
 			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
 			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3800m"), corev1.ResourceMemory: resource.MustParse("7Gi"), corev1.ResourcePods: resource.MustParse("110")},

@@ -82,7 +82,7 @@ func probeLatency(t *testing.T, kind string) (sum float64, count uint64) {
 func waitReachable(t *testing.T, ctx context.Context, obj v1alpha1.Object, st metav1.ConditionStatus, reasons []string, timeout time.Duration) metav1.Condition {
 	t.Helper()
 	var last *metav1.Condition
-	err := cluster.WaitFor(ctx, timeout, fmt.Sprintf("WebhookReachable %s %v", st, reasons), func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(timeout), fmt.Sprintf("WebhookReachable %s %v", st, reasons), func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return false, err
 		}
@@ -173,6 +173,7 @@ func fakeWebhookFollowing(t *testing.T, sec *corev1.Secret) (addr string, stop f
 // the oversell webhook not called) and True again after each repair; a CR
 // left alone is probed at most once a probe period (testProbePolicy).
 func TestWebhookReachable(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 12*time.Minute)
 	c := env.Client
 	// The sample's templates, selecting the probe namespace and pods with

@@ -193,7 +193,7 @@ func (f *rolloutFixture) serve(t *testing.T, ctx context.Context) {
 func (f *rolloutFixture) revision(t *testing.T, ctx context.Context, not string) string {
 	t.Helper()
 	var rev string
-	if err := cluster.WaitFor(ctx, 30*time.Second, "a new status.revision", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "a new status.revision", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		rev = f.si.Status.Revision
 		return rev != "" && rev != not, err
@@ -202,7 +202,7 @@ func (f *rolloutFixture) revision(t *testing.T, ctx context.Context, not string)
 	}
 	// The server must inject it before a restart can bring pods to it.
 	if f.srv != nil {
-		if err := cluster.WaitFor(ctx, 30*time.Second, "the server injecting revision "+rev, func(ctx context.Context) (bool, error) {
+		if err := cluster.WaitFor(ctx, bound(30*time.Second), "the server injecting revision "+rev, func(ctx context.Context) (bool, error) {
 			p := barePod(f.probe, "probe")
 			if err := env.Client.Create(ctx, p, client.DryRunAll); err != nil {
 				return false, err
@@ -242,7 +242,7 @@ func (f *rolloutFixture) change(t *testing.T, ctx context.Context, newStep bool,
 func (f *rolloutFixture) rolloutIs(t *testing.T, ctx context.Context, what, rev string, timeout time.Duration, ok func(*v1alpha1.RolloutStatus, *v1alpha1.SidecarInjector) bool) *v1alpha1.RolloutStatus {
 	t.Helper()
 	var last *v1alpha1.RolloutStatus
-	d, err := cluster.Poll(ctx, 100*time.Millisecond, timeout, what, func(ctx context.Context) (bool, error) {
+	d, err := cluster.Poll(ctx, 100*time.Millisecond, bound(timeout), what, func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si); err != nil {
 			return false, err
 		}
@@ -262,7 +262,7 @@ func (f *rolloutFixture) rolloutIs(t *testing.T, ctx context.Context, what, rev 
 func (f *rolloutFixture) condition(t *testing.T, ctx context.Context, typ string, st metav1.ConditionStatus, reason, msg string, timeout time.Duration) metav1.Condition {
 	t.Helper()
 	var got *metav1.Condition
-	d, err := cluster.Poll(ctx, 100*time.Millisecond, timeout, fmt.Sprintf("%s %s %s (%s)", typ, st, reason, msg), func(ctx context.Context) (bool, error) {
+	d, err := cluster.Poll(ctx, 100*time.Millisecond, bound(timeout), fmt.Sprintf("%s %s %s (%s)", typ, st, reason, msg), func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		got = apimeta.FindStatusCondition(f.si.Status.Conditions, typ)
 		return got != nil && got.Status == st && got.ObservedGeneration == f.si.Generation &&
@@ -342,7 +342,7 @@ func podsAt(ctx context.Context, key client.ObjectKey, rev string) (total, atRev
 func waitDeployments(t *testing.T, ctx context.Context, what, rev string, keys ...client.ObjectKey) {
 	t.Helper()
 	var last string
-	d, err := cluster.Poll(ctx, 100*time.Millisecond, 90*time.Second, what, func(ctx context.Context) (bool, error) {
+	d, err := cluster.Poll(ctx, 100*time.Millisecond, bound(90*time.Second), what, func(ctx context.Context) (bool, error) {
 		for _, k := range keys {
 			dep := &appsv1.Deployment{}
 			if err := env.Client.Get(ctx, k, dep); err != nil {
@@ -780,6 +780,7 @@ func rolloutMetrics(t *testing.T, name string) map[string]float64 {
 // is unreachable (failurePolicy Ignore) are reported missing, and a
 // Restart rollout brings them the sidecars once it serves again.
 func TestRolloutMissingAfterOutage(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-missing", v1alpha1.RolloutSpec{})
@@ -788,7 +789,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 	web := deploy(t, ctx, ns, "web", 2, nil)
 	// Both pods created (bare: nothing serves).
 	var created time.Time
-	if err := cluster.WaitFor(ctx, 60*time.Second, "two pods created during the outage", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(60*time.Second), "two pods created during the outage", func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "web"}); err != nil {
 			return false, err
@@ -808,7 +809,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	took, err := cluster.Poll(ctx, 10*time.Millisecond, 60*time.Second, "status.fleet.missingPods 2", func(ctx context.Context) (bool, error) {
+	took, err := cluster.Poll(ctx, 10*time.Millisecond, bound(60*time.Second), "status.fleet.missingPods 2", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		return fleetCounts(f.si).MissingPods == 2, err
 	})
@@ -826,7 +827,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
 	waitDeployments(t, ctx, "the missing pods replaced by injected ones", rev, web)
-	if err := cluster.WaitFor(ctx, 30*time.Second, "no pod missing", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		c := fleetCounts(f.si)
 		return c.MissingPods == 0 && c.CurrentPods == 2, err
@@ -846,6 +847,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 // finishes each namespace before the next, and pinning the previous
 // revision rolls back.
 func TestRolloutControls(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-ctl", v1alpha1.RolloutSpec{})
@@ -1083,6 +1085,7 @@ func TestRolloutNotPermitted(t *testing.T) {
 // over: no other owner restarts while it rolls, and it is not restarted
 // again.
 func TestRolloutResumeFromCluster(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-resume", v1alpha1.RolloutSpec{})
@@ -1107,7 +1110,7 @@ func TestRolloutResumeFromCluster(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.WaitFor(ctx, 30*time.Second, "b rolling, its new pod Pending", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "b rolling, its new pod Pending", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, b, dep)
 		return dep.Status.ObservedGeneration == dep.Generation && dep.Status.UpdatedReplicas == 1 && !rolledOut(dep), err
 	}); err != nil {
@@ -1154,13 +1157,14 @@ func TestRolloutResumeFromCluster(t *testing.T) {
 // (RolloutBlocked RestartIneffective), as the API documents; once the
 // server serves again the pods get their sidecars.
 func TestRolloutDuringOutage(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-outage", v1alpha1.RolloutSpec{})
 	const ns = "ro-a"
 	f.namespace(t, ctx, ns, nil)
 	web := deploy(t, ctx, ns, "web", 1, nil)
-	if err := cluster.WaitFor(ctx, 30*time.Second, "the pod missing", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "the pod missing", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		return fleetCounts(f.si).MissingPods == 1, err
 	}); err != nil {
@@ -1170,7 +1174,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
 	var got *metav1.Condition
-	d, err := cluster.Poll(ctx, 100*time.Millisecond, 60*time.Second, "RolloutBlocked True", func(ctx context.Context) (bool, error) {
+	d, err := cluster.Poll(ctx, 100*time.Millisecond, bound(60*time.Second), "RolloutBlocked True", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		got = apimeta.FindStatusCondition(f.si.Status.Conditions, v1alpha1.ConditionRolloutBlocked)
 		return got != nil && got.Status == metav1.ConditionTrue && got.ObservedGeneration == f.si.Generation, err
@@ -1193,7 +1197,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 	f.serve(t, ctx)
 	waitDeployments(t, ctx, "the pod replaced by an injected one after the outage", f.si.Status.Revision, web)
 	t.Logf("rolled %s after the server was back", time.Since(back).Round(time.Millisecond))
-	if err := cluster.WaitFor(ctx, 30*time.Second, "no pod missing", func(ctx context.Context) (bool, error) {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
 		c := fleetCounts(f.si)
 		return c.MissingPods == 0 && c.CurrentPods == 1, err

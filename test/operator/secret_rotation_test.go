@@ -27,6 +27,7 @@ import (
 // the previous CA until then: zero failed admissions, and the previous CA
 // leaves the caBundle once the overlap (the drain grace) ends.
 func TestSecretModeCARotationUnderLoad(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 4*time.Minute)
 	c := env.Client
 	const name, secretName, ns = "byo-rot", "byo-rot-serving", "byo-rot-apps"
@@ -87,7 +88,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		}
 		return injected(p), nil
 	}
-	if err := cluster.WaitFor(ctx, 30*time.Second, "a pod injected with the first certificate", admitOne); err != nil {
+	if err := cluster.WaitFor(ctx, bound(30*time.Second), "a pod injected with the first certificate", admitOne); err != nil {
 		t.Fatalf("%v\ninjector log:\n%s", err, srv.proc.Tail(3000))
 	}
 
@@ -159,7 +160,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	ca1Cert, _ := certs.ParseCertPEM(ca1.CertPEM)
 	ca2Cert, _ := certs.ParseCertPEM(ca2.CertPEM)
 	var both time.Duration
-	err := cluster.WaitFor(ctx, 60*time.Second, "caBundle with the new CA only", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(60*time.Second), "caBundle with the new CA only", func(ctx context.Context) (bool, error) {
 		b, err := mwcBundle(ctx, base)
 		if err != nil {
 			return false, err

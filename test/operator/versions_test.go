@@ -15,6 +15,7 @@ import (
 // the reason a resources change falls back to a restart
 // (docs/versions.md).
 func TestResizeSubresourceDiscovery(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 2*time.Minute)
 	list, err := env.Clientset.Discovery().ServerResourcesForGroupVersion("v1")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // with warnings, passed on by the API server; NodeOversell failurePolicy
 // Fail is rejected by the CRD's own validation.
 func TestValidatingWebhookWarnings(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	warns := &cluster.Warnings{}
 	cfg := rest.CopyConfig(env.Config)
@@ -34,7 +35,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 		Ratios: v1alpha1.OversellRatios{CPU: "2", Memory: "1.5"},
 	}}
 	var got []string
-	err = cluster.WaitFor(ctx, 60*time.Second, "warnings for a risky NodeOversell", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, bound(60*time.Second), "warnings for a risky NodeOversell", func(ctx context.Context) (bool, error) {
 		warns.Take()
 		if err := c.Create(ctx, risky.DeepCopy(), dry); err != nil {
 			return false, err
