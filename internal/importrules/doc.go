@@ -13,7 +13,7 @@
 // webhookprobe, cawatch, version, failopen) never depend on a Kubernetes client
 // (client-go's kubernetes, rest, informers, dynamic and tools/cache;
 // controller-runtime's client, cache and manager), the operator
-// (controllers, internal/manager), image tooling (internal/ociimage,
+// (controllers, cmd/app), image tooling (internal/ociimage,
 // go-containerregistry) or the test harness; an engine never depends on
 // the other engine nor on internal/; the internal/ pure packages on no
 // webhook server. An I/O shell with a rule (internal/rollout) may use a

@@ -13,7 +13,7 @@
 // (zerodrop_test.go, counted from the API server's audit log).
 //
 // The operator runs in this process, wired as `hookwright manager` wires
-// it (internal/manager; controllers only for its scheme, settings and
+// it (cmd/app; controllers only for its scheme, settings and
 // condition names: operator_test.go, reamplify_test.go). The webhook
 // servers never do: they run only as pods of the operator image on the
 // node, as a cluster runs them, so the package imports no webhooks/

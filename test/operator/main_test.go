@@ -28,13 +28,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/certs"
 	"github.com/hookwright/hookwright/internal/certsource"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/webhookprobe"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -240,7 +240,7 @@ var operator struct {
 	deployment string
 }
 
-// runOperator builds the production manager (manager.New, as `hookwright
+// runOperator builds the production manager (app.New, as `hookwright
 // manager` builds it) acting with base (through the write counter) and
 // the server namespaces, on local ports, and starts it.
 func runOperator(base *rest.Config, serverNamespaces []string) error {
@@ -261,7 +261,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 	}
 	// webhookBypass stands for a CR admitted before the webhook existed or
 	// while it was down: the reconciler must refuse it on its own.
-	mgr, err := manager.New(cfg, manager.Options{
+	mgr, err := app.New(cfg, app.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: operator.webhookPort, WebhookService: desired.DefaultWebhookService,
 		Servers: servers,

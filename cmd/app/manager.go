@@ -1,12 +1,14 @@
-// Package manager builds the operator's controller-runtime manager: the
-// scheme, the cache, the validating webhook server and its certificate,
-// the controllers, and the health and readiness checks. `hookwright
-// manager` (cmd/manager.go) and the operator tests (test/operator) build
-// it with the same New, so the two cannot drift apart.
+// Package app is the operator's composition root, beside cmd/ as
+// cert-manager keeps its cmd/controller/app: it builds the operator's
+// controller-runtime manager: the scheme, the cache, the validating webhook
+// server (cmd/app/validation) and its certificate, the controllers, and the
+// health and readiness checks. `hookwright manager` (cmd/manager.go) and the
+// operator tests (test/operator) build it with the same New, so the two
+// cannot drift apart.
 //
 // It may import controllers/ and the webhooks; nothing but cmd/ and tests
 // imports it.
-package manager
+package app
 
 import (
 	"context"
