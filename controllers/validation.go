@@ -28,7 +28,7 @@ import (
 )
 
 // The manager serves a validating webhook for its own CRs (package
-// webhooks/validation) and manages its configuration and serving
+// cmd/app/validation) and manages its configuration and serving
 // certificate with the SelfSigned machinery: the installation CA Secret
 // signs it, the configuration's caBundle is the CA Secret's ca.crt (which
 // carries a staged CA from the moment it is staged, before it signs) plus
@@ -53,7 +53,7 @@ type WebhookSettings struct {
 	// Service is the Service in the operator namespace, port 443, in front
 	// of the manager's webhook server; empty disables the webhook.
 	Service string
-	// Path the webhook is served on (webhooks/validation.Path).
+	// Path the webhook is served on (cmd/app/validation.Path).
 	Path string
 	// Certs, when set, is given the manager's client so every replica (not
 	// only the leader) serves the certificate from desired.ManagerCertSecretName.

@@ -35,13 +35,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app/validation"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/webhooks/listener"
-	"github.com/hookwright/hookwright/webhooks/validation"
 )
 
 // LeaderElectionID is the Lease the manager replicas elect a leader on

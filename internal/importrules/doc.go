@@ -16,7 +16,8 @@
 // (controllers, cmd/app), image tooling (internal/ociimage,
 // go-containerregistry) or the test harness; an engine never depends on
 // the other engine nor on internal/; the internal/ pure packages on no
-// webhook server. An I/O shell with a rule (internal/rollout) may use a
+// webhook server. An I/O shell with a rule (internal/rollout,
+// cmd/app/validation) may use a
 // client, and the rest holds: no operator, image tooling or harness. A failure names the chain of imports that breaks the
 // rule.
 //

@@ -88,6 +88,7 @@ var pure = []rule{
 	{pkg: "hack/doclinks", doc: "It has no code of its own and imports only the standard library", stdOnly: true},
 	{pkg: "internal/rollout", doc: "It must not import the operator, the oversell engine, image tooling or the test harness", shell: true,
 		deny: []forbidden{oversell, servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan"}},
+	{pkg: "cmd/app/validation", doc: "It must not import controllers: it compiles CRs with the servers' own code", shell: true},
 	{pkg: "internal/podindex", doc: "It is pure: no Kubernetes client, no operator, no webhook server but the sidecar engine (through internal/fleet) and the oversell engine's units (through internal/usageratio)",
 		deny: []forbidden{servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan", mod + "/webhooks/oversell"}},
 }

@@ -74,7 +74,7 @@ func TestUnquotedPodValues(t *testing.T) {
 
 func sampleFromConfig(t *testing.T) *v1alpha1.SidecarInjector {
 	t.Helper()
-	b, err := os.ReadFile("../../config/samples/admission_v1alpha1_sidecarinjector.yaml")
+	b, err := os.ReadFile("../../../config/samples/admission_v1alpha1_sidecarinjector.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@
 // allowed, or with one of the operator's own Secrets mounted is denied,
 // naming the field and the flag (package internal/serverpolicy).
 //
-// It must not import controllers: it compiles CRs with the servers' own
-// code (webhooks/sidecar, webhooks/oversell) and internal/serverpolicy.
+// It lives under cmd/app, the composition root, because only the manager
+// serves it; the webhook servers' pods never link it. It must not import
+// controllers: it compiles CRs with the servers' own code (webhooks/sidecar,
+// webhooks/oversell) and internal/serverpolicy.
 package validation
 
 import (
