@@ -9,8 +9,9 @@
 // The rules (rules_test.go, one entry per package, each quoting its doc):
 // the pure packages (api/v1alpha1, the engines webhooks/sidecar and
 // webhooks/oversell, webhooks/serving, webhooks/jsonscan, and internal/
-// desired, health, certs, csrsign, csrmode, requeue, serverpolicy,
-// webhookprobe, cawatch, version, failopen) never depend on a Kubernetes client
+// desired, health, certificates/pki, certificates/csrsign,
+// certificates/csrplan, certificates/cadir, requeue, serverpolicy,
+// webhookprobe, version, failopen) never depend on a Kubernetes client
 // (client-go's kubernetes, rest, informers, dynamic and tools/cache;
 // controller-runtime's client, cache and manager), the operator
 // (controllers, cmd/app), image tooling (internal/ociimage,

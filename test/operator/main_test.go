@@ -32,8 +32,8 @@ import (
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/webhookprobe"
@@ -89,11 +89,11 @@ const (
 
 // testCAPolicy makes a CA due for rotation 4 min after it is created (half
 // of its 18 min life: NotBefore is backdated 5 min, NotAfter 13 min on), so
-// a test can reach it by moving clock ahead by less than certs.Backdate:
+// a test can reach it by moving clock ahead by less than pki.Backdate:
 // certificates generated at the shifted time must still be valid to the
 // API server, which uses the real time. Nothing rotates on its own during
 // the run. Promotion waits 2 s after publishing, as in production 10 s.
-var testCAPolicy = certs.Policy{CAValidity: 13 * time.Minute, CARenewFraction: 0.5, CALookahead: time.Nanosecond, PromoteDelay: 2 * time.Second}
+var testCAPolicy = pki.Policy{CAValidity: 13 * time.Minute, CARenewFraction: 0.5, CALookahead: time.Nanosecond, PromoteDelay: 2 * time.Second}
 
 // testDrainGrace: local servers reload a re-issued certificate within
 // about 100 ms (the test copies the Secret, certwatcher sees the files);
@@ -273,8 +273,8 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 				OperatorDeployment: operator.deployment,
 			},
 			Repairs: testRepairBudget, CADir: caDir,
-			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
-			CSR:          certsource.CSRSettings{SignerWait: testSignerWait},
+			Certificates: sources.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+			CSR:          sources.CSRSettings{SignerWait: testSignerWait},
 			// Rollout steps and counts reach status sooner than the 5 s
 			// default; TestFleetStatus still sees a quiet fleet write nothing.
 			FleetWriteInterval: testFleetWriteInterval,
