@@ -182,7 +182,7 @@ docker-build: ## Build the container image (needs a Docker engine).
 docker-push: ## Push the container image.
 	$(CONTAINER_TOOL) push $(IMG)
 
-# Images without a Docker engine (hack/imagectl, internal/ociimage): OCI
+# Images without a Docker engine (hack/imagectl, hack/ociimage): OCI
 # layouts under _images/ (gitignored); IMAGE_REGISTRY=127.0.0.1:PORT also
 # pushes them to a local registry (`make image-registry` runs one).
 IMAGES_DIR ?= $(ROOT)/_images

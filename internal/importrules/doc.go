@@ -14,8 +14,8 @@
 // webhookprobe, version, failopen) never depend on a Kubernetes client
 // (client-go's kubernetes, rest, informers, dynamic and tools/cache;
 // controller-runtime's client, cache and manager), the operator
-// (controllers, cmd/app), image tooling (internal/ociimage,
-// go-containerregistry) or the test harness; an engine never depends on
+// (controllers, cmd/app), image or dev tooling (hack/, such as
+// hack/ociimage; go-containerregistry) or the test harness; an engine never depends on
 // the other engine nor on internal/; the internal/ pure packages on no
 // webhook server. An I/O shell with a rule (internal/rollout,
 // cmd/app/validation) may use a

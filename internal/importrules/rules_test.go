@@ -32,7 +32,7 @@ var (
 		"sigs.k8s.io/controller-runtime/pkg/manager",
 	}}
 	operator = forbidden{"the operator", []string{mod + "/controllers", mod + "/cmd"}}
-	images   = forbidden{"image tooling", []string{mod + "/internal/ociimage", "github.com/google/go-containerregistry"}}
+	images   = forbidden{"image or dev tooling", []string{mod + "/hack", "github.com/google/go-containerregistry"}}
 	harness  = forbidden{"the test harness", []string{mod + "/test"}}
 	sidecar  = forbidden{"the sidecar engine", []string{mod + "/webhooks/sidecar"}}
 	oversell = forbidden{"the oversell engine", []string{mod + "/webhooks/oversell"}}

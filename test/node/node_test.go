@@ -46,7 +46,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -101,7 +101,7 @@ func TestMain(m *testing.M) {
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: nodeName, Labels: map[string]string{"pool": "real"},
 		// registryHost for images a test pushes; the public registries for
-		// internal/ociimage's images under their own names (the sample's
+		// hack/ociimage's images under their own names (the sample's
 		// proxy, nginx), as the demo's registry serves them.
 		Registry: registryAddr, Mirrors: append([]string{registryHost}, ociimage.MirroredRegistries...),
 	})

@@ -18,8 +18,8 @@ import (
 
 	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 )

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command pause is the process of containerd's pod sandbox image (built into
-// registry.k8s.io/pause by internal/ociimage). As the sandbox's first process
+// registry.k8s.io/pause by hack/ociimage). As the sandbox's first process
 // it holds the pod's namespaces open, exits 0 on SIGTERM or SIGINT (the
 // runtime's stop), and reaps zombies when the pod shares one PID namespace
 // (shareProcessNamespace: true makes it PID 1 for every container), like

@@ -1,5 +1,5 @@
 // Command standin plays the workload images our scenarios name, since no
-// public registry is reachable here (internal/ociimage builds one image per
+// public registry is reachable here (hack/ociimage builds one image per
 // role, installing this binary under the role's name). The role comes from
 // the name it runs as (argv[0]'s base name) or, run as "standin", from its
 // first argument:

@@ -146,7 +146,7 @@ func hostDirectory(h string) string {
 
 func hostsTOML(comment, server string, overridePath bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by hookwright's internal/ociimage. %s\n", comment)
+	fmt.Fprintf(&b, "# Written by hookwright's hack/ociimage. %s\n", comment)
 	fmt.Fprintf(&b, "server = %s\n", strconv.Quote(server))
 	b.WriteString("capabilities = [\"pull\", \"resolve\"]\n")
 	if overridePath {

@@ -3,7 +3,8 @@
 // (hack/runbundle): the demo's kubeconfig, the trust store holding its
 // registry's CA and the registry's HTTPS address.
 //
-// It is pure: no client, no cluster.
+// It is pure: no client, no cluster. It is demo tooling (hack/runbundle
+// and test/e2e use it); the operator never imports it.
 package demoenv
 
 import (

@@ -289,21 +289,21 @@ func TestContainerdHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"docker.io/hosts.toml": `# Written by hookwright's internal/ociimage. docker.io's images come from the local registry only (no upstream fallback).
+		"docker.io/hosts.toml": `# Written by hookwright's hack/ociimage. docker.io's images come from the local registry only (no upstream fallback).
 server = "http://127.0.0.1:5000/v2/docker.io"
 capabilities = ["pull", "resolve"]
 override_path = true
 `,
-		"ghcr.io/hosts.toml": `# Written by hookwright's internal/ociimage. ghcr.io's images come from the local registry only (no upstream fallback).
+		"ghcr.io/hosts.toml": `# Written by hookwright's hack/ociimage. ghcr.io's images come from the local registry only (no upstream fallback).
 server = "http://127.0.0.1:5000/v2/ghcr.io"
 capabilities = ["pull", "resolve"]
 override_path = true
 `,
-		"127.0.0.1_5000_/hosts.toml": `# Written by hookwright's internal/ociimage. The local registry itself.
+		"127.0.0.1_5000_/hosts.toml": `# Written by hookwright's hack/ociimage. The local registry itself.
 server = "http://127.0.0.1:5000"
 capabilities = ["pull", "resolve"]
 `,
-		"_default/hosts.toml": `# Written by hookwright's internal/ociimage. Any other registry: an empty prefix of the local registry, so its pulls fail here.
+		"_default/hosts.toml": `# Written by hookwright's hack/ociimage. Any other registry: an empty prefix of the local registry, so its pulls fail here.
 server = "http://127.0.0.1:5000/v2/unmirrored"
 capabilities = ["pull", "resolve"]
 override_path = true
@@ -503,7 +503,7 @@ func TestOperatorBinaryDoesNotLinkImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dep := range strings.FieldsSeq(string(out)) {
-		if strings.Contains(dep, "go-containerregistry") || strings.HasSuffix(dep, "/internal/ociimage") {
+		if strings.Contains(dep, "go-containerregistry") || strings.HasSuffix(dep, "/hack/ociimage") {
 			t.Errorf("./cmd depends on %s", dep)
 		}
 	}

@@ -9,8 +9,10 @@
 // what `operator-sdk run bundle` runs (Bundle). containerdHosts maps their
 // public names to the local registry.
 //
-// It lives under internal/ and nothing under cmd/ imports it, so the
-// operator binary carries none of it (TestOperatorBinaryDoesNotLinkImages).
+// It is build and test tooling, so it lives under hack/ beside the commands
+// that drive it (hack/imagectl, hack/runbundle); the cluster tests import it
+// too. Nothing under cmd/ imports it, so the operator binary carries none of
+// it (TestOperatorBinaryDoesNotLinkImages).
 //
 // It must not import the operator's packages (controllers, webhooks, cmd).
 package ociimage
@@ -181,7 +183,7 @@ func newImage(arch string, cfg config, layers ...v1.Layer) (v1.Image, error) {
 	// One history entry per layer, as a builder writes them.
 	cf.History = nil
 	for range layers {
-		cf.History = append(cf.History, v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "hookwright internal/ociimage"})
+		cf.History = append(cf.History, v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "hookwright hack/ociimage"})
 	}
 	return mutate.ConfigFile(img, cf)
 }

@@ -2,7 +2,8 @@
 // touching it: a next version that replaces it (an OLM upgrade), or the
 // same bundle naming another operator image, written to a new directory.
 //
-// It is pure file work: no client, no image tooling.
+// It is pure file work: no client, no image tooling. It is dev tooling
+// (hack/runbundle and test/olm use it); the operator never imports it.
 package olmbundle
 
 import (
