@@ -107,8 +107,8 @@ node-prereqs: ## Install the Debian packages the real test node needs, if missin
 	@hack/node-prereqs.sh
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane: every package outside test/ (cluster.New refuses to start one).
-	HOOKWRIGHT_NO_CONTROL_PLANE=1 go test -count=1 $$(go list ./... | grep -v -e /test/)
+test-unit: ## Run the tests that need no control plane: every package outside test/, and the test images' programs (cluster.New refuses to start one).
+	HOOKWRIGHT_NO_CONTROL_PLANE=1 go test -count=1 $$(go list ./... | grep -v -e /test/) ./test/images/...
 
 # One suite at a time, each one package with make test's flags
 # (test/README.md maps each feature to its tests in these suites).

@@ -133,7 +133,7 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 			}
 			out = append(out, Named{Name: o.OperatorName, Image: img})
 		case SetPause:
-			bin, err := goBuild(ctx, o.Root, "./hack/images/pause", o.BinDir, o.Arch)
+			bin, err := goBuild(ctx, o.Root, "./test/images/pause", o.BinDir, o.Arch)
 			if err != nil {
 				return nil, err
 			}
@@ -143,7 +143,7 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 			}
 			out = append(out, Named{Name: PauseName, Image: img})
 		case SetStandins:
-			bin, err := goBuild(ctx, o.Root, "./hack/images/standin", o.BinDir, o.Arch)
+			bin, err := goBuild(ctx, o.Root, "./test/images/standin", o.BinDir, o.Arch)
 			if err != nil {
 				return nil, err
 			}

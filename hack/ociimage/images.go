@@ -29,7 +29,7 @@ const (
 	// another tag (and image ID, its description names it): what a
 	// rollout of the sample's proxy image (spec.rollout) upgrades to.
 	proxyNextName = "ghcr.io/hookwright/proxy:1.4.3"
-	// StandinName is a plain, hardened workload (hack/images/standin's
+	// StandinName is a plain, hardened workload (test/images/standin's
 	// serve role on :8080 as 65532:65532); its get role is an HTTP client.
 	// test/cluster's real node imports it for test/node's pods.
 	StandinName = "ghcr.io/hookwright/standin:v1"
@@ -94,7 +94,7 @@ func operator(arch, binary, caCertificates string) (v1.Image, error) {
 	return newImage(arch, operatorConfig, base, app)
 }
 
-// pause returns the sandbox image: hack/images/pause at /pause, run as
+// pause returns the sandbox image: test/images/pause at /pause, run as
 // 65535 like the upstream image.
 func pause(arch, binary string) (v1.Image, error) {
 	bin, err := readExecutable(binary)
@@ -108,7 +108,7 @@ func pause(arch, binary string) (v1.Image, error) {
 	return newImage(arch, config{User: "65535:65535", WorkingDir: "/", Entrypoint: []string{"/pause"}}, l)
 }
 
-// standin is one role of hack/images/standin and the image that plays it.
+// standin is one role of test/images/standin and the image that plays it.
 type standin struct {
 	name, path, user string
 	cmd, ports       []string
@@ -144,7 +144,7 @@ var standinUsers = []file{
 }
 
 // Standins returns one image per stand-in role, each holding the one
-// hack/images/standin binary under the role's name as its entrypoint (the
+// test/images/standin binary under the role's name as its entrypoint (the
 // program picks its role from argv[0]) on the standinUsers layer.
 func standinImages(arch, binary string) ([]Named, error) {
 	bin, err := readExecutable(binary)

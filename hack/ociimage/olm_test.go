@@ -84,7 +84,7 @@ func TestBundleBadInput(t *testing.T) {
 // busybox, opm and cpb are where the pods' commands call them.
 func TestOLMImages(t *testing.T) {
 	dir := t.TempDir()
-	static, err := goBuild(context.Background(), root, "./hack/images/pause", dir, "amd64")
+	static, err := goBuild(context.Background(), root, "./test/images/pause", dir, "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
