@@ -5,7 +5,8 @@
 //   - pki: keys, certificates, caBundles and the CA rotation plan, pure.
 //   - sources: one Source per spec.certificate.mode (SelfSigned, Secret,
 //     CertManager, CSR), the installation CA controller and the caBundle
-//     of every webhook configuration; the only one here with I/O.
+//     of every webhook configuration; the only one here that talks to the
+//     API server.
 //   - csrplan: mode CSR's plan, pure; its I/O is sources/csr.go.
 //   - csrsign: the operator's CSR signer's policy and signing, pure; its
 //     controllers are controllers/csrsigner.
