@@ -107,8 +107,8 @@ node-prereqs: ## Install the Debian packages the real test node needs, if missin
 	@hack/node-prereqs.sh
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane: every package outside test/ (cluster.New refuses to start one).
-	HOOKWRIGHT_NO_CONTROL_PLANE=1 go test -count=1 $$(go list ./... | grep -v -e /test/)
+test-unit: ## Run the tests that need no control plane: every package outside test/, and the test images' programs (cluster.New refuses to start one).
+	HOOKWRIGHT_NO_CONTROL_PLANE=1 go test -count=1 $$(go list ./... | grep -v -e /test/) ./test/images/...
 
 # One suite at a time, each one package with make test's flags
 # (test/README.md maps each feature to its tests in these suites).
@@ -182,7 +182,7 @@ docker-build: ## Build the container image (needs a Docker engine).
 docker-push: ## Push the container image.
 	$(CONTAINER_TOOL) push $(IMG)
 
-# Images without a Docker engine (hack/imagectl, internal/ociimage): OCI
+# Images without a Docker engine (hack/imagectl, hack/ociimage): OCI
 # layouts under _images/ (gitignored); IMAGE_REGISTRY=127.0.0.1:PORT also
 # pushes them to a local registry (`make image-registry` runs one).
 IMAGES_DIR ?= $(ROOT)/_images

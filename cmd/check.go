@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/healthcheck"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/version"
 )
 
@@ -204,7 +204,7 @@ func gatherCheckFacts(ctx context.Context, cfg *rest.Config, ns string, pre bool
 	}
 	f.Operator = operatorDeployment(ctx, c, ns)
 	lease := &coordinationv1.Lease{}
-	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: manager.LeaderElectionID}, lease)
+	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: app.LeaderElectionID}, lease)
 	f.Lease = healthcheck.Got[*coordinationv1.Lease]{Value: lease, Err: err}
 
 	settings := desired.Settings{Namespace: ns}

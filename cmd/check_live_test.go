@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/internal/healthcheck"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -64,7 +64,7 @@ func checkAgainstAPIServer(t *testing.T, env *cluster.Cluster) {
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "ghcr.io/hookwright/hookwright:v0.1.0"}}}}}}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: manager.LeaderElectionID},
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app.LeaderElectionID},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("manager-0"), LeaseDurationSeconds: ptr.To[int32](3600),
 			RenewTime: &metav1.MicroTime{Time: time.Now()}}}
 	for _, o := range []client.Object{dep, lease} {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hookwright/hookwright/internal/manager"
+	"github.com/hookwright/hookwright/cmd/app"
 )
 
 // errNoCluster is returned by clusterFlags.restConfig when no kubeconfig
@@ -136,10 +136,10 @@ func (k *clusterFlags) newClient() (client.Client, *rest.Config, error) {
 }
 
 // clientFor is the one controller-runtime client builder of the CLI: a
-// client of cfg knowing every type the operator uses (manager.NewScheme)
+// client of cfg knowing every type the operator uses (app.NewScheme)
 // and CustomResourceDefinitions (check reads ours).
 func clientFor(cfg *rest.Config) (client.Client, error) {
-	scheme, err := manager.NewScheme()
+	scheme, err := app.NewScheme()
 	if err != nil {
 		return nil, err
 	}

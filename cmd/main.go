@@ -2,8 +2,8 @@
 // (manager), the two webhook servers (injector, oversell) and the CLI tools.
 //
 // It is wiring only: flags, managers and handlers from the packages below.
-// It must not import internal/ociimage or anything under test/: the
-// operator image carries neither (TestOperatorBinaryDoesNotLinkImages).
+// It must not import hack/ (image, bundle and demo tooling) or anything
+// under test/: the operator image carries neither (TestOperatorBinaryDoesNotLinkImages).
 package main
 
 import (

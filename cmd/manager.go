@@ -18,11 +18,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
-	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/csrsign"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/version"
 	"github.com/hookwright/hookwright/webhooks/listener"
@@ -175,7 +175,7 @@ func defaultServerImage() string {
 
 func runManager(cmd *cobra.Command, o *managerOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	limit, err := manager.SetSoftMemoryLimit()
+	limit, err := app.SetSoftMemoryLimit()
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 	if o.csrSignerName != "" {
 		signer = &csrsigner.Options{SignerName: o.csrSignerName, MaxValidity: o.csrMaxValidity}
 	}
-	mo := manager.Options{
+	mo := app.Options{
 		Metrics: metrics, ProbeAddr: o.probeAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 		WebhookPort: o.webhookPort, WebhookService: o.webhookService, WebhookDrainPeriod: o.drainPeriod,
@@ -223,12 +223,12 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 			CADir: o.caDir,
 		},
 	}
-	if pod, ok := manager.LeaseOwnerFromEnv(); ok {
+	if pod, ok := app.LeaseOwnerFromEnv(); ok {
 		mo.LeaseOwner = &pod
 	}
-	mgr, err := manager.New(cfg, mo)
+	mgr, err := app.New(cfg, mo)
 	if err != nil {
 		return err
 	}
-	return manager.Run(cmd.Context(), cfg, mgr, mo)
+	return app.Run(cmd.Context(), cfg, mgr, mo)
 }

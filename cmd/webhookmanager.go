@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/hookwright/hookwright/internal/manager"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
@@ -51,7 +51,7 @@ func (o *webhookServerOptions) start(cacheOpts cache.Options) (*rest.Config, ctr
 	if err != nil {
 		return nil, nil, err
 	}
-	scheme, err := manager.NewScheme()
+	scheme, err := app.NewScheme()
 	if err != nil {
 		return nil, nil, err
 	}

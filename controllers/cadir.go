@@ -11,16 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/hookwright/hookwright/internal/cawatch"
-	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certificates/cadir"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 )
 
 // caDir is the --ca-dir bundle: the CA files of a directory (*.crt, *.pem),
-// watched with cawatch. Its CAs are published in every SelfSigned
+// watched with internal/certificates/cadir. Its CAs are published in every SelfSigned
 // configuration's caBundle next to the operator's own (the union, tidied);
 // a change re-reconciles every CR of both kinds.
 type caDir struct {
-	w   *cawatch.Watcher
+	w   *cadir.Watcher
 	log logr.Logger
 
 	mu     sync.Mutex
@@ -30,7 +30,7 @@ type caDir struct {
 
 func newCADir(dir string, log logr.Logger) (*caDir, error) {
 	d := &caDir{log: log.WithName("ca-dir").WithValues("dir", dir)}
-	w, err := cawatch.New(cawatch.Options{Dir: dir, Logger: d.log, OnChange: d.onChange})
+	w, err := cadir.New(cadir.Options{Dir: dir, Logger: d.log, OnChange: d.onChange})
 	if err != nil {
 		return nil, err
 	}
@@ -63,12 +63,12 @@ func (d *caDir) subscribe() <-chan event.GenericEvent {
 	return ch
 }
 
-func (d *caDir) set(s cawatch.Snapshot) bool {
+func (d *caDir) set(s cadir.Snapshot) bool {
 	var files [][]byte
 	for _, f := range s.Files {
 		files = append(files, f.Data)
 	}
-	b, errs := certs.MergeBundlesPEM(files, certs.BundleOptions{Max: -1, CAOnly: true})
+	b, errs := pki.MergeBundlesPEM(files, pki.BundleOptions{Max: -1, CAOnly: true})
 	for i, err := range errs {
 		d.log.Error(err, "CA file skipped", "file", s.Files[i].Name)
 	}
@@ -79,11 +79,11 @@ func (d *caDir) set(s cawatch.Snapshot) bool {
 	return changed
 }
 
-func (d *caDir) onChange(s cawatch.Snapshot) {
+func (d *caDir) onChange(s cadir.Snapshot) {
 	if !d.set(s) {
 		return
 	}
-	n, _ := certs.ParseCertsPEM(d.Bundle())
+	n, _ := pki.ParseCertsPEM(d.Bundle())
 	d.log.Info("CA directory changed; republishing caBundles", "cas", len(n), "hash", s.Hash)
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -17,7 +17,7 @@ import (
 
 // In mode CertManager the operator owns a cert-manager Certificate (and a
 // self-signed Issuer when the CR names none) in the server namespace
-// (internal/certsource).
+// (internal/certificates/sources).
 // +kubebuilder:rbac:groups=cert-manager.io,namespace=system,resources=certificates;issuers,verbs=get;list;watch;create;patch;delete
 
 // AddToScheme registers the third-party kinds the controllers read and

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/controllers/csrsigner"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 )
 
 // Mode CSR approves its own requests (spec.certificate.csr.approve)
@@ -28,10 +28,10 @@ import (
 // csrSettings completes mode CSR's settings: whether ClusterTrustBundles
 // are served (asked of discovery when the signer's publisher is not
 // there to say) and a clientset for approvals.
-func csrSettings(mgr ctrl.Manager, s certsource.CSRSettings) certsource.CSRSettings {
+func csrSettings(mgr ctrl.Manager, s sources.CSRSettings) sources.CSRSettings {
 	if s.Trust == nil {
 		ok, why := csrsigner.DetectTrustBundleAPI(mgr.GetRESTMapper())
-		s.Trust = certsource.StaticTrustAPI{OK: ok, Why: why}
+		s.Trust = sources.StaticTrustAPI{OK: ok, Why: why}
 	}
 	if s.Clientset == nil {
 		cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())

@@ -6,7 +6,7 @@
 // Upgradeable gate, the manager's own validating webhook, and Setup.
 //
 // What is built lives in internal/desired, how it is written in
-// internal/apply, certificates in internal/certsource, NodeOversell's node
+// internal/apply, certificates in internal/certificates/sources, NodeOversell's node
 // work in internal/oversellnodes, spec.rollout in internal/rollout (run
 // by fleet.go) and what the status checks decide in internal/health: this
 // package only wires them. It

@@ -33,7 +33,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/health"
 	"github.com/hookwright/hookwright/internal/requeue"
@@ -113,7 +113,7 @@ type reconciler struct {
 	// shared is common to the reconcilers of one manager.
 	shared *shared
 	// sources are the certificate modes.
-	sources certsource.Sources
+	sources sources.Sources
 	// cmWatch adds the watch on owned cert-manager Certificates once their
 	// CRD is served.
 	cmWatch *certManagerWatch
@@ -130,7 +130,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k kind) *reconciler {
 	}
 	r.applier = newApplier(r)
 	r.Settings.CSR = csrSettings(mgr, s.CSR)
-	r.sources = certsource.New(r.certEnv())
+	r.sources = sources.New(r.certEnv())
 	if cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.fetchConfigz = podsProxyFetcher(cs)
 	} else {
@@ -158,8 +158,8 @@ func (r *reconciler) ensure(ctx context.Context, op desired.CR, obj client.Objec
 func owner(op desired.CR) apply.Owner { return apply.Owner{Object: op.Object, Kind: op.Kind.Name} }
 
 // certEnv is what the certificate sources of r use.
-func (r *reconciler) certEnv() certsource.Env {
-	return certsource.Env{
+func (r *reconciler) certEnv() sources.Env {
+	return sources.Env{
 		Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder,
 		Settings: r.Settings.Settings, Certificates: r.Settings.Certificates,
 		Extra:            func() []byte { return r.shared.caDir.Bundle() },
@@ -268,7 +268,7 @@ type pass struct {
 	op  desired.CR
 	now time.Time
 	// cert is the certificate phase's outcome, d the objects built.
-	cert certsource.State
+	cert sources.State
 	d    *desired.Desired
 	// requeue is the soonest any phase wants to look again (0: on events).
 	requeue time.Duration
@@ -428,7 +428,7 @@ func (r *reconciler) phaseObjects(ctx context.Context, p *pass) (time.Duration, 
 }
 
 // phaseWebhook writes the webhook configuration with the caBundle the
-// certificate calls for (certsource.Publish), or leaves it as it is while
+// certificate calls for (sources.Publish), or leaves it as it is while
 // there is no usable certificate.
 func (r *reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, bool, error) {
 	wh := p.d.Webhook
@@ -445,7 +445,7 @@ func (r *reconciler) phaseWebhook(ctx context.Context, p *pass) (time.Duration, 
 		p.armed = live != nil
 	}
 	r.applyFailurePolicy(p, wh)
-	published, overlapEnds := certsource.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
+	published, overlapEnds := sources.Publish(wh, live, p.cert, p.now, r.Settings.Certificates.Grace())
 	p.published = published && !p.cert.BundleOnly
 	if !published {
 		r.setCondition(p.op, v1alpha1.ConditionWebhookConfigured, false, reasonNoCertificate,

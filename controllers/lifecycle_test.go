@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -32,7 +32,7 @@ import (
 // controller-runtime's fake client (no control plane): fast checks of the
 // phases of Reconcile. withCertManager registers cert-manager's kinds, as
 // if its CRDs were installed.
-func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*reconciler, *certsource.CAReconciler, client.Client) {
+func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*reconciler, *sources.CAReconciler, client.Client) {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -61,14 +61,14 @@ func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*
 		Settings: testSettings, kind: sidecarKind{}, shared: &shared{},
 		Now: func() time.Time { return t0 },
 	}
-	r.Settings.Certificates.Clock = certs.FixedClock(t0)
+	r.Settings.Certificates.Clock = pki.FixedClock(t0)
 	r.applier = newApplier(r)
-	r.sources = certsource.New(r.certEnv())
-	ca := &certsource.CAReconciler{Env: r.certEnv()}
+	r.sources = sources.New(r.certEnv())
+	ca := &sources.CAReconciler{Env: r.certEnv()}
 	return r, ca, c
 }
 
-func reconcileAll(t *testing.T, r *reconciler, ca *certsource.CAReconciler, name string) {
+func reconcileAll(t *testing.T, r *reconciler, ca *sources.CAReconciler, name string) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := ca.Reconcile(ctx, reconcile.Request{}); err != nil {
@@ -104,12 +104,12 @@ func exists(t *testing.T, c client.Client, obj client.Object) bool {
 // userSecret is a valid serving Secret for si in mode Secret, signed by a CA of its own.
 func userSecret(t *testing.T, si *v1alpha1.SidecarInjector, name string) *corev1.Secret {
 	t.Helper()
-	ca, err := certs.NewCA(certs.CAOptions{CommonName: "user-ca", Clock: certs.FixedClock(t0)})
+	ca, err := pki.NewCA(pki.CAOptions{CommonName: "user-ca", Clock: pki.FixedClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := desired.SidecarKind.BaseName(si.Name)
-	kp, err := certs.NewServingCert(ca, certs.ServingOptions{DNSNames: certs.ServingDNSNames(base, testSettings.Namespace, ""), Clock: certs.FixedClock(t0)})
+	kp, err := pki.NewServingCert(ca, pki.ServingOptions{DNSNames: pki.ServingDNSNames(base, testSettings.Namespace, ""), Clock: pki.FixedClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func TestReconcilePhases(t *testing.T) {
 	}{
 		{name: "SelfSigned before the CA exists: no configuration", noCA: true, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False", v1alpha1.ConditionReady: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonCAUnusable, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate, v1alpha1.ConditionReady: reasonNotReady},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonCAUnusable, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate, v1alpha1.ConditionReady: reasonNotReady},
 			deploy:  true,
 		}},
 		{name: "SelfSigned, server not yet available", want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "True", v1alpha1.ConditionWebhookConfigured: "True", v1alpha1.ConditionServerAvailable: "False", v1alpha1.ConditionReady: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonIssued, v1alpha1.ConditionServerAvailable: reasonUnavailable, v1alpha1.ConditionReady: reasonNotReady},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonIssued, v1alpha1.ConditionServerAvailable: reasonUnavailable, v1alpha1.ConditionReady: reasonNotReady},
 			webhook: true, bundle: true, deploy: true,
 		}},
 		{name: "SelfSigned, server available: Ready", available: true, want: want{
@@ -157,7 +157,7 @@ func TestReconcilePhases(t *testing.T) {
 			si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: "my-tls"}
 		}, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonSecretMissing, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonSecretMissing, v1alpha1.ConditionWebhookConfigured: reasonNoCertificate},
 			deploy:  true,
 		}},
 		{name: "Secret mode, valid Secret: its ca.crt published", mutate: func(si *v1alpha1.SidecarInjector) {
@@ -166,21 +166,21 @@ func TestReconcilePhases(t *testing.T) {
 			return []client.Object{userSecret(t, si, "my-tls")}
 		}, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "True", v1alpha1.ConditionWebhookConfigured: "True"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonValid},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonValid},
 			webhook: true, bundle: true, deploy: true,
 		}},
 		{name: "CertManager mode without cert-manager", mutate: func(si *v1alpha1.SidecarInjector) {
 			si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager}
 		}, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonCertManagerNotInstalled},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonCertManagerNotInstalled},
 			deploy:  true,
 		}},
 		{name: "CertManager mode, Certificate not issued yet", certMgr: true, mutate: func(si *v1alpha1.SidecarInjector) {
 			si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager}
 		}, want: want{
 			status:  map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: "False", v1alpha1.ConditionWebhookConfigured: "False"},
-			reasons: map[string]string{v1alpha1.ConditionCertificateReady: certsource.ReasonCertificatePending},
+			reasons: map[string]string{v1alpha1.ConditionCertificateReady: sources.ReasonCertificatePending},
 			deploy:  true,
 		}},
 		{name: "paused: nothing written", mutate: func(si *v1alpha1.SidecarInjector) {
@@ -278,7 +278,7 @@ func TestReconcilePrunes(t *testing.T) {
 	if !exists(t, c, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: base, Namespace: testSettings.Namespace}}) {
 		t.Error("Deployment deleted")
 	}
-	if cond := conditionsOf(t, c, si.Name)[v1alpha1.ConditionCertificateReady]; cond.Status != metav1.ConditionTrue || cond.Reason != certsource.ReasonValid {
+	if cond := conditionsOf(t, c, si.Name)[v1alpha1.ConditionCertificateReady]; cond.Status != metav1.ConditionTrue || cond.Reason != sources.ReasonValid {
 		t.Errorf("after the switch to mode Secret, CertificateReady %s (%s: %s)", cond.Status, cond.Reason, cond.Message)
 	}
 }

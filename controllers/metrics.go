@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 )
 
 // Operator metrics, served with controller-runtime's on the manager's
@@ -62,13 +62,13 @@ func init() {
 }
 
 // recordCertificate publishes the certificate figures of one CR.
-func recordCertificate(kind, name, namespace, secret string, cs certsource.State) {
+func recordCertificate(kind, name, namespace, secret string, cs sources.State) {
 	servingNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	bundleNotAfter.DeletePartialMatch(prometheus.Labels{"kind": kind, "name": name})
 	if !cs.NotAfter.IsZero() {
 		servingNotAfter.WithLabelValues(kind, name, namespace, secret).Set(float64(cs.NotAfter.Unix()))
 	}
-	if cas, err := certs.ParseCertsPEM(cs.CABundle); err == nil {
+	if cas, err := pki.ParseCertsPEM(cs.CABundle); err == nil {
 		for _, ca := range cas {
 			bundleNotAfter.WithLabelValues(kind, name, ca.Subject.CommonName).Set(float64(ca.NotAfter.Unix()))
 		}

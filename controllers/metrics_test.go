@@ -5,20 +5,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 )
 
 func TestCertificateMetrics(t *testing.T) {
-	ca, err := certs.NewCA(certs.CAOptions{CommonName: "hookwright-ca", Clock: certs.FixedClock(t0)})
+	ca, err := pki.NewCA(pki.CAOptions{CommonName: "hookwright-ca", Clock: pki.FixedClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := certs.NewServingCert(ca, certs.ServingOptions{DNSNames: []string{"hookwright-sidecar-mesh.hookwright-system.svc"}, Clock: certs.FixedClock(t0)})
+	leaf, err := pki.NewServingCert(ca, pki.ServingOptions{DNSNames: []string{"hookwright-sidecar-mesh.hookwright-system.svc"}, Clock: pki.FixedClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := certsource.State{CABundle: ca.CertPEM, NotAfter: leaf.Cert.NotAfter, Ready: true}
+	st := sources.State{CABundle: ca.CertPEM, NotAfter: leaf.Cert.NotAfter, Ready: true}
 	recordCertificate("SidecarInjector", "mesh", "hookwright-system", "hookwright-sidecar-mesh-tls", st)
 	if got := testutil.ToFloat64(servingNotAfter.WithLabelValues("SidecarInjector", "mesh", "hookwright-system", "hookwright-sidecar-mesh-tls")); got != float64(st.NotAfter.Unix()) {
 		t.Fatalf("serving notAfter %v, want %d", got, st.NotAfter.Unix())

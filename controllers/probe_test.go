@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestProbeFingerprint(t *testing.T) {
 	mk := func(edit func(*v1alpha1.SidecarInjector, *pass, *admissionregistrationv1.MutatingWebhookConfiguration)) string {
 		si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "mesh", Generation: 3}}
-		p := &pass{op: desired.NewCR(desired.SidecarKind, si), cert: certsource.State{NotAfter: time.Unix(1000, 0)}}
+		p := &pass{op: desired.NewCR(desired.SidecarKind, si), cert: sources.State{NotAfter: time.Unix(1000, 0)}}
 		wh := &admissionregistrationv1.MutatingWebhookConfiguration{Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name: "w", ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: []byte("ca1")},
 		}}}

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/webhookprobe"
 )
@@ -19,7 +19,7 @@ type Settings struct {
 	Repairs apply.Budget
 	// Certificates tunes SelfSigned mode (CA and serving lifetimes,
 	// rotation, clock, drain grace).
-	Certificates certsource.Settings
+	Certificates sources.Settings
 	// CADir, if set, is a directory of CA files (*.crt, *.pem; in-cluster
 	// the CA Secret mounted as a volume) whose CAs are published in every
 	// SelfSigned caBundle together with the operator's own CAs.
@@ -29,7 +29,7 @@ type Settings struct {
 	Webhook WebhookSettings
 	// CSR configures mode CSR (Trust nil: detected at setup; Clientset
 	// nil: made from the manager's config).
-	CSR certsource.CSRSettings
+	CSR sources.CSRSettings
 	// FleetWriteInterval is the least time between two fleet status
 	// writes of one SidecarInjector; zero means DefaultFleetWriteInterval.
 	FleetWriteInterval time.Duration

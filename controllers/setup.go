@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/oversellnodes"
 	"github.com/hookwright/hookwright/internal/webhookprobe"
@@ -99,8 +99,8 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 			return err
 		}
 	}
-	ca := &certsource.CAReconciler{
-		Env: certsource.Env{
+	ca := &sources.CAReconciler{
+		Env: sources.Env{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("hookwright-ca"),
 			Settings: s.Settings, Certificates: s.Certificates,
 			Extra: func() []byte { return sh.caDir.Bundle() },

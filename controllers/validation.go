@@ -22,13 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 )
 
 // The manager serves a validating webhook for its own CRs (package
-// webhooks/validation) and manages its configuration and serving
+// cmd/app/validation) and manages its configuration and serving
 // certificate with the SelfSigned machinery: the installation CA Secret
 // signs it, the configuration's caBundle is the CA Secret's ca.crt (which
 // carries a staged CA from the moment it is staged, before it signs) plus
@@ -53,7 +53,7 @@ type WebhookSettings struct {
 	// Service is the Service in the operator namespace, port 443, in front
 	// of the manager's webhook server; empty disables the webhook.
 	Service string
-	// Path the webhook is served on (webhooks/validation.Path).
+	// Path the webhook is served on (cmd/app/validation.Path).
 	Path string
 	// Certs, when set, is given the manager's client so every replica (not
 	// only the leader) serves the certificate from desired.ManagerCertSecretName.
@@ -158,20 +158,20 @@ func (v *validationReconciler) setup(mgr ctrl.Manager) error {
 
 // Reconcile (re)issues the serving certificate when ServingRenewalReason
 // says so against the active CA, and applies the configuration when it
-// differs. The CA Secret is the CA controller's (certsource.CAReconciler):
+// differs. The CA Secret is the CA controller's (sources.CAReconciler):
 // until it exists, Reconcile waits.
 func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
 	now := v.now()
 	ns := v.Settings.Namespace
 	policy := v.Settings.Certificates.Policy
-	owners, err := certsource.InstallationOwners(ctx, v.APIReader)
+	owners, err := sources.InstallationOwners(ctx, v.APIReader)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(owners) == 0 {
 		// The CRDs are being deleted (an uninstall): the configuration,
 		// deleted with them, must not come back.
-		log.FromContext(ctx).Info("CRDs absent or being deleted; the validating webhook is not set up", "crds", certsource.InstallationCRDs)
+		log.FromContext(ctx).Info("CRDs absent or being deleted; the validating webhook is not set up", "crds", sources.InstallationCRDs)
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	caSec := &corev1.Secret{}
@@ -182,7 +182,7 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		return ctrl.Result{}, err
 	}
 	caData := caSec.Data
-	set := certs.ParseCASecret(caData, now)
+	set := pki.ParseCASecret(caData, now)
 	if set.Active == nil {
 		// The CA controller repairs the CA Secret.
 		log.FromContext(ctx).Info("no usable signing CA yet; waiting", "problems", set.Problems)
@@ -195,9 +195,9 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 	// certificate from it is served. The first configuration is written
 	// only once the first certificate is in the cache it is served from.
 	want := desired.ValidatingWebhookConfiguration(ns, v.Settings.Webhook.Service, v.Settings.Webhook.Path)
-	certsource.PublishValidating(want, caData, v.shared.caDir.Bundle())
+	sources.PublishValidating(want, caData, v.shared.caDir.Bundle())
 	want.OwnerReferences = owners
-	names := certs.ServingDNSNames(v.Settings.Webhook.Service, ns, "")
+	names := pki.ServingDNSNames(v.Settings.Webhook.Service, ns, "")
 	cur := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: ns, Name: desired.ManagerCertSecretName}
 	switch err := v.APIReader.Get(ctx, key, cur); {
@@ -210,11 +210,11 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		if err := v.ensure(ctx, want); err != nil {
 			return ctrl.Result{}, err
 		}
-		if err := certsource.AddOwners(ctx, v.Client, cur, owners); err != nil {
+		if err := sources.AddOwners(ctx, v.Client, cur, owners); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	check := certs.ServingCheck{DNSNames: names, Signer: set.Active.Cert, RenewFraction: policy.ServingRenewFraction, KeyPEM: []byte{}}
+	check := pki.ServingCheck{DNSNames: names, Signer: set.Active.Cert, RenewFraction: policy.ServingRenewFraction, KeyPEM: []byte{}}
 	if cur != nil {
 		check.CertPEM, check.KeyPEM = cur.Data[corev1.TLSCertKey], cur.Data[corev1.TLSPrivateKeyKey]
 		if check.KeyPEM == nil {
@@ -222,8 +222,8 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		}
 	}
 	certPEM := check.CertPEM
-	if reason, msg := certs.ServingRenewalReason(check, now); reason != "" {
-		kp, err := certs.NewServingCert(set.Active, certs.ServingOptions{DNSNames: names, Validity: policy.ServingValidity, Clock: certs.FixedClock(now)})
+	if reason, msg := pki.ServingRenewalReason(check, now); reason != "" {
+		kp, err := pki.NewServingCert(set.Active, pki.ServingOptions{DNSNames: names, Validity: policy.ServingValidity, Clock: pki.FixedClock(now)})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -244,8 +244,8 @@ func (v *validationReconciler) Reconcile(ctx context.Context, _ reconcile.Reques
 		}
 	}
 	var result ctrl.Result
-	if c, err := certs.ParseCertPEM(certPEM); err == nil {
-		result.RequeueAfter = max(certs.RenewalTime(c, policy.ServingRenewFraction).Sub(now), time.Second)
+	if c, err := pki.ParseCertPEM(certPEM); err == nil {
+		result.RequeueAfter = max(pki.RenewalTime(c, policy.ServingRenewFraction).Sub(now), time.Second)
 	}
 	return result, nil
 }

@@ -78,7 +78,7 @@ up() {
 	fi
 	# Only the tools the demo runs (hack/tools.sh demo: not the linters or
 	# generators), then the real node's Debian packages; the images are
-	# built by localcluster itself (internal/ociimage).
+	# built by localcluster itself (hack/ociimage).
 	hack/tools.sh demo
 	make --no-print-directory node-prereqs
 	rm -rf "$DIR"

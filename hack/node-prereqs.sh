@@ -2,7 +2,7 @@
 # Installs the Debian packages the real test node needs (test/cluster
 # RealNode, test/node) when they are missing: runc, the packet filter
 # kube-proxy and CNI's portmap drive, iproute2 and nsenter, and a static
-# busybox for the OLM pod images (internal/ociimage, test/olm). It needs root
+# busybox for the OLM pod images (hack/ociimage, test/olm). It needs root
 # and apt-get; without them it says what is missing and the node tests
 # fail naming it (there is no fallback).
 set -euo pipefail

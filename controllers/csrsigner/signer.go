@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 )
 
 // Signing a CSR is a status update plus sign on the signer
@@ -48,7 +48,7 @@ const waitPoll = time.Second
 type Options struct {
 	// SignerName signed and published for; empty means v1alpha1.DefaultCSRSignerName.
 	SignerName string
-	// CASecret is the installation CA Secret (certs.SecretKey* data).
+	// CASecret is the installation CA Secret (pki.SecretKey* data).
 	CASecret types.NamespacedName
 	// Namespaces are the allowed server namespaces: only their Services' names are signed.
 	Namespaces []string
@@ -57,7 +57,7 @@ type Options struct {
 	// MaxValidity of signed certificates; 0 means csrsign.DefaultMaxValidity.
 	MaxValidity time.Duration
 	// Clock of signing decisions; nil is the system clock.
-	Clock certs.Clock
+	Clock pki.Clock
 }
 
 // signer signs approved CSRs for its signerName.
@@ -79,7 +79,7 @@ func Setup(mgr ctrl.Manager, o Options) (*TrustBundles, error) {
 		return nil, errors.New("csrsigner: CA Secret is required")
 	}
 	if o.Clock == nil {
-		o.Clock = certs.RealClock
+		o.Clock = pki.RealClock
 	}
 	rec := mgr.GetEventRecorder("hookwright-signer")
 	t := &TrustBundles{client: mgr.GetClient(), recorder: rec, signerName: o.SignerName, caKey: o.CASecret, clock: o.Clock}
@@ -181,12 +181,12 @@ func (s *signer) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 
 // activeCA is the installation's signing CA, read from the API server (a
 // just-promoted CA must not be missed because of a stale cache).
-func (s *signer) activeCA(ctx context.Context, now time.Time) (*certs.KeyPair, error) {
+func (s *signer) activeCA(ctx context.Context, now time.Time) (*pki.KeyPair, error) {
 	sec := &corev1.Secret{}
 	if err := s.api.Get(ctx, s.o.CASecret, sec); err != nil {
 		return nil, err
 	}
-	set := certs.ParseCASecret(sec.Data, now)
+	set := pki.ParseCASecret(sec.Data, now)
 	if set.Active == nil {
 		return nil, fmt.Errorf("CA Secret %s has no usable active CA", s.o.CASecret)
 	}

@@ -2,7 +2,7 @@
 // (KEP-1513) for one signerName, default hookwright.io/webhook-serving: it
 // signs approved CertificateSigningRequests for that signer with the
 // installation CA (the one the operator rotates, Secret hookwright-ca) when
-// internal/csrsign's policy allows them, and publishes that CA as a
+// internal/certificates/csrsign's policy allows them, and publishes that CA as a
 // ClusterTrustBundle for the signer (KEP-3257; certificates.k8s.io/v1 and on
 // by default from Kubernetes v1.37, feature gate ClusterTrustBundle in
 // pkg/features/kube_features.go).
@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 )
 
 // The ClusterTrustBundle of the signer: created, repaired and read, never
@@ -76,7 +76,7 @@ type TrustBundles struct {
 	recorder   events.EventRecorder
 	signerName string
 	caKey      types.NamespacedName
-	clock      certs.Clock
+	clock      pki.Clock
 
 	reported atomic.Bool // the unavailable API was reported as an event
 
@@ -100,7 +100,7 @@ func (t *TrustBundles) Available() (bool, string) {
 func (t *TrustBundles) publishes(ca *x509.Certificate) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.available || certs.BundleContains(t.published, ca)
+	return !t.available || pki.BundleContains(t.published, ca)
 }
 
 func (t *TrustBundles) observe(b []byte) {
@@ -139,7 +139,7 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	now := t.clock.Now()
-	want := certs.TrustAnchors(sec.Data, now)
+	want := pki.TrustAnchors(sec.Data, now)
 	if len(want) == 0 {
 		return reconcile.Result{}, nil
 	}
@@ -159,9 +159,9 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 		t.recorder.Eventf(sec, nil, corev1.EventTypeNormal, eventTrustBundlePublished, "Publish", "ClusterTrustBundle %s created with %d CAs", name, count(want))
 	case err != nil:
 		return reconcile.Result{}, err
-	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue || len(certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))) > 0:
+	case live.Spec.TrustBundle != string(want) || live.Labels[labelManagedBy] != managedByValue || len(sources.MissingOwners(live.OwnerReferences, crdOwners(sec))) > 0:
 		live.Spec.TrustBundle = string(want)
-		live.OwnerReferences = append(live.OwnerReferences, certsource.MissingOwners(live.OwnerReferences, crdOwners(sec))...)
+		live.OwnerReferences = append(live.OwnerReferences, sources.MissingOwners(live.OwnerReferences, crdOwners(sec))...)
 		if live.Labels == nil {
 			live.Labels = map[string]string{}
 		}
@@ -179,12 +179,12 @@ func (t *TrustBundles) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 }
 
 func count(b []byte) int {
-	cs, _ := certs.ParseCertsPEM(b)
+	cs, _ := pki.ParseCertsPEM(b)
 	return len(cs)
 }
 
 func nextExpiry(b []byte, now time.Time) time.Duration {
-	cs, _ := certs.ParseCertsPEM(b)
+	cs, _ := pki.ParseCertsPEM(b)
 	var d time.Duration
 	for _, c := range cs {
 		if left := c.NotAfter.Sub(now) + time.Second; left > 0 && (d == 0 || left < d) {
@@ -214,7 +214,7 @@ func (t *TrustBundles) setup(mgr ctrl.Manager) error {
 }
 
 // crdOwners are the CA Secret's owner references to the installation's
-// CRDs (internal/certsource/owners.go): the ClusterTrustBundle is
+// CRDs (internal/certificates/sources/owners.go): the ClusterTrustBundle is
 // installation state too, so deleting the CRDs (make undeploy, operator-sdk
 // cleanup) deletes it. A cluster-scoped object cannot be owned by the
 // namespaced Secret itself.

@@ -1,5 +1,5 @@
 // Command imagectl builds this repository's images without a Docker engine
-// (internal/ociimage) and serves them from a local registry:
+// (hack/ociimage) and serves them from a local registry:
 //
 //	imagectl build [flags] [SET...]     build the sets (operator, pause,
 //	                                    standins; all by default), write an
@@ -12,7 +12,7 @@
 // `make image` and `make images` run the first; make demo can run the second.
 //
 // It must not import the operator's packages (controllers, webhooks): it
-// only drives internal/ociimage.
+// only drives hack/ociimage.
 package main
 
 import (
@@ -27,7 +27,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/ociimage"
 )
 
 func main() {

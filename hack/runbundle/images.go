@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
-	"github.com/hookwright/hookwright/internal/olmbundle"
+	"github.com/hookwright/hookwright/hack/ociimage"
+	"github.com/hookwright/hookwright/hack/olmbundle"
 )
 
 // image is make bundle-image: the operator image and the olm set (the

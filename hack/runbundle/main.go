@@ -19,13 +19,13 @@
 // Each command it runs is printed first, exactly (with the variables it
 // took from the demo's env file in front). What the environment does not
 // set (KUBECONFIG, SSL_CERT_FILE, IMAGE_REGISTRY) comes from the demo's
-// env file (--demo-dir/env, internal/demoenv), so against a running
+// env file (--demo-dir/env, hack/demoenv), so against a running
 // `make demo` no variable is needed. Before acting it checks the cluster
 // answers, serves OLM, holds no other install of hookwright and that the
 // registry serves the images, and says what to run when not.
 //
 // It must not import the operator's packages (controllers, webhooks): it
-// drives operator-sdk, kubectl and internal/ociimage.
+// drives operator-sdk, kubectl and hack/ociimage.
 package main
 
 import (

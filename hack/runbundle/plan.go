@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
-	"github.com/hookwright/hookwright/internal/demoenv"
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/demoenv"
+	"github.com/hookwright/hookwright/hack/ociimage"
 )
 
 // Package is the OLM package of bundle/ (metadata/annotations.yaml).

@@ -4,7 +4,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 
-	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 )
 
 // certManagerSecretName is the Secret cert-manager writes for op's
@@ -44,7 +44,7 @@ func CertManagerCertificate(op CR, s Settings) *cmapi.Certificate {
 		ObjectMeta: meta(op, base, ns),
 		Spec: cmapi.CertificateSpec{
 			SecretName: certManagerSecretName(op),
-			DNSNames:   certs.ServingDNSNames(base, ns, ""),
+			DNSNames:   pki.ServingDNSNames(base, ns, ""),
 			IssuerRef:  ref,
 			Usages:     []cmapi.KeyUsage{cmapi.UsageDigitalSignature, cmapi.UsageKeyEncipherment, cmapi.UsageServerAuth},
 			PrivateKey: &cmapi.CertificatePrivateKey{

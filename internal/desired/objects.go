@@ -61,7 +61,7 @@ func defaultResources() corev1.ResourceRequirements {
 }
 
 // BuildSidecarInjector returns the objects a SidecarInjector owns. The
-// webhook configuration has no caBundle: internal/certsource.Publish
+// webhook configuration has no caBundle: internal/certificates/sources.Publish
 // writes it.
 func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	op := SidecarCR(si)

@@ -66,7 +66,7 @@ func testOversell() *v1alpha1.NodeOversell {
 	}
 }
 
-// withCA sets the caBundle of d's webhooks as internal/certsource.Publish
+// withCA sets the caBundle of d's webhooks as internal/certificates/sources.Publish
 // does, so the golden files show where it goes.
 func withCA(d *Desired, ca string) *Desired {
 	for i := range d.Webhook.Webhooks {

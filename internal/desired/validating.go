@@ -32,7 +32,7 @@ const (
 // ValidatingWebhookConfiguration builds the manager's configuration: one
 // webhook calling service ns/svc at path for CREATE and UPDATE of
 // SidecarInjector and NodeOversell, not matching objects being deleted; no
-// caBundle (internal/certsource.PublishValidating writes it).
+// caBundle (internal/certificates/sources.PublishValidating writes it).
 func ValidatingWebhookConfiguration(ns, svc, path string) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	scope := admissionregistrationv1.ClusterScope
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{

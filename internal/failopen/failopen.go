@@ -3,7 +3,7 @@
 // whether the operator is gone (OperatorGone) and which webhooks of a
 // configuration to switch to failurePolicy Ignore, as a JSON patch
 // (MutatingPatch, ValidatingPatch). Two shells act on it: the manager as
-// it exits (internal/manager/uninstall.go) and each injector server on a
+// it exits (cmd/app/uninstall.go) and each injector server on a
 // period (cmd/failopen.go), which is the path that works when the
 // install's RBAC goes with the operator (Helm, OLM and `kubectl delete -k`
 // delete the operator's ServiceAccount and bindings with its Deployment).

@@ -9,14 +9,16 @@
 // The rules (rules_test.go, one entry per package, each quoting its doc):
 // the pure packages (api/v1alpha1, the engines webhooks/sidecar and
 // webhooks/oversell, webhooks/serving, webhooks/jsonscan, and internal/
-// desired, health, certs, csrsign, csrmode, requeue, serverpolicy,
-// webhookprobe, cawatch, version, failopen) never depend on a Kubernetes client
+// desired, health, certificates/pki, certificates/csrsign,
+// certificates/csrplan, certificates/cadir, requeue, serverpolicy,
+// webhookprobe, version, failopen) never depend on a Kubernetes client
 // (client-go's kubernetes, rest, informers, dynamic and tools/cache;
 // controller-runtime's client, cache and manager), the operator
-// (controllers, internal/manager), image tooling (internal/ociimage,
-// go-containerregistry) or the test harness; an engine never depends on
+// (controllers, cmd/app), image or dev tooling (hack/, such as
+// hack/ociimage; go-containerregistry) or the test harness; an engine never depends on
 // the other engine nor on internal/; the internal/ pure packages on no
-// webhook server. An I/O shell with a rule (internal/rollout) may use a
+// webhook server. An I/O shell with a rule (internal/rollout,
+// cmd/app/validation) may use a
 // client, and the rest holds: no operator, image tooling or harness. A failure names the chain of imports that breaks the
 // rule.
 //

@@ -31,8 +31,8 @@ var (
 		"sigs.k8s.io/controller-runtime/pkg/client", "sigs.k8s.io/controller-runtime/pkg/cache",
 		"sigs.k8s.io/controller-runtime/pkg/manager",
 	}}
-	operator = forbidden{"the operator", []string{mod + "/controllers", mod + "/internal/manager"}}
-	images   = forbidden{"image tooling", []string{mod + "/internal/ociimage", "github.com/google/go-containerregistry"}}
+	operator = forbidden{"the operator", []string{mod + "/controllers", mod + "/cmd"}}
+	images   = forbidden{"image or dev tooling", []string{mod + "/hack", "github.com/google/go-containerregistry"}}
 	harness  = forbidden{"the test harness", []string{mod + "/test"}}
 	sidecar  = forbidden{"the sidecar engine", []string{mod + "/webhooks/sidecar"}}
 	oversell = forbidden{"the oversell engine", []string{mod + "/webhooks/oversell"}}
@@ -70,14 +70,15 @@ var pure = []rule{
 	{pkg: "webhooks/jsonscan", doc: "The package imports only the standard library", stdOnly: true},
 	{pkg: "internal/desired", doc: "It must not import a Kubernetes client (controller-runtime's client, client-go's clientsets) nor anything that does", deny: []forbidden{servers}},
 	{pkg: "internal/health", doc: "this package must not import a client, controllers or the webhook servers", deny: []forbidden{servers}},
-	{pkg: "internal/certs", doc: "It must not import any other hookwright package, nor a Kubernetes client", deny: []forbidden{ours}},
-	{pkg: "internal/csrsign", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
-	{pkg: "internal/csrmode", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
+	{pkg: "internal/certificates/pki", doc: "It must not import any other hookwright package, nor a Kubernetes client", deny: []forbidden{ours}},
+	{pkg: "internal/certificates/csrsign", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
+	{pkg: "internal/certificates/csrplan", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
 	{pkg: "internal/requeue", doc: "It is pure and imports only the standard library", stdOnly: true},
 	{pkg: "internal/serverpolicy", doc: "It must not import any hookwright package but api/v1alpha1, nor a Kubernetes client: it is a pure decision",
 		deny: []forbidden{ours}, allow: []string{mod + "/api/v1alpha1"}},
 	{pkg: "internal/webhookprobe", doc: "It must not import a Kubernetes client: every function is a function of its inputs", deny: []forbidden{servers}},
-	{pkg: "internal/cawatch", doc: "It must not import any other hookwright package, nor a Kubernetes client", deny: []forbidden{ours}},
+	{pkg: "internal/certificates/cadir", doc: "It must not import any other hookwright package, nor a Kubernetes client", deny: []forbidden{ours}},
+	{pkg: "internal/certificates", doc: "It imports nothing", stdOnly: true},
 	{pkg: "internal/version", doc: "It imports nothing", stdOnly: true},
 	{pkg: "internal/failopen", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{ours}},
 	{pkg: "internal/healthcheck", doc: "It must not import a Kubernetes client, the operator or the webhook servers",
@@ -88,6 +89,7 @@ var pure = []rule{
 	{pkg: "hack/doclinks", doc: "It has no code of its own and imports only the standard library", stdOnly: true},
 	{pkg: "internal/rollout", doc: "It must not import the operator, the oversell engine, image tooling or the test harness", shell: true,
 		deny: []forbidden{oversell, servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan"}},
+	{pkg: "cmd/app/validation", doc: "It must not import controllers: it compiles CRs with the servers' own code", shell: true},
 	{pkg: "internal/podindex", doc: "It is pure: no Kubernetes client, no operator, no webhook server but the sidecar engine (through internal/fleet) and the oversell engine's units (through internal/usageratio)",
 		deny: []forbidden{servers}, allow: []string{mod + "/webhooks/sidecar", mod + "/webhooks/serving", mod + "/webhooks/jsonscan", mod + "/webhooks/oversell"}},
 }

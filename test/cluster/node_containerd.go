@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/ociimage"
 )
 
 func (n *RealNode) startContainerd(ctx context.Context, root string) error {
@@ -41,7 +41,7 @@ func (n *RealNode) startContainerd(ctx context.Context, root string) error {
 	return n.importNodeImages(ctx, root)
 }
 
-// importNodeImages builds internal/ociimage's pause image (the sandbox)
+// importNodeImages builds hack/ociimage's pause image (the sandbox)
 // and StandinName (test/node's workload) and imports them, so the node
 // needs no registry to start.
 func (n *RealNode) importNodeImages(ctx context.Context, root string) error {

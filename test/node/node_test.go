@@ -13,7 +13,7 @@
 // (zerodrop_test.go, counted from the API server's audit log).
 //
 // The operator runs in this process, wired as `hookwright manager` wires
-// it (internal/manager; controllers only for its scheme, settings and
+// it (cmd/app; controllers only for its scheme, settings and
 // condition names: operator_test.go, reamplify_test.go). The webhook
 // servers never do: they run only as pods of the operator image on the
 // node, as a cluster runs them, so the package imports no webhooks/
@@ -46,7 +46,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -114,7 +114,7 @@ func TestMain(m *testing.M) {
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
 		Name: nodeName, Labels: map[string]string{"pool": "real"},
 		// registryHost for images a test pushes; the public registries for
-		// internal/ociimage's images under their own names (the sample's
+		// hack/ociimage's images under their own names (the sample's
 		// proxy, nginx), as the demo's registry serves them.
 		Registry: registryAddr, Mirrors: append([]string{registryHost}, ociimage.MirroredRegistries...),
 		Kubelet: kubeletOptions,

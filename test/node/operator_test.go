@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
-	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -70,9 +70,9 @@ func runOperator() error {
 		cancel()
 		return err
 	}
-	// The production manager (internal/manager), without the validating
+	// The production manager (cmd/app), without the validating
 	// webhook (no webhook Service).
-	mgr, err := manager.New(env.Config, manager.Options{
+	mgr, err := app.New(env.Config, app.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
 		Servers: servers,
 		Settings: controllers.Settings{Settings: desired.Settings{

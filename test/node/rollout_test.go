@@ -28,8 +28,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/internal/fleet"
-	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -55,7 +55,7 @@ var (
 	standinsErr  error
 )
 
-// pushStandins builds internal/ociimage's standins set (nginx, the proxy
+// pushStandins builds hack/ociimage's standins set (nginx, the proxy
 // in both versions, proxy-init, ...) and pushes it to the test's
 // registry, once for the package: what the demo's registry serves.
 func pushStandins(ctx context.Context, t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -32,7 +32,7 @@ var (
 // containerd pulls from like any registry (imagePullPolicy IfNotPresent).
 const serverImage = registryHost + "/hookwright:v0.1.0"
 
-// pushOperatorImage builds the operator image (internal/ociimage, as
+// pushOperatorImage builds the operator image (hack/ociimage, as
 // `make image`) and pushes it to the registry as serverImage, once for
 // the package.
 func pushOperatorImage(ctx context.Context, t *testing.T) {

@@ -31,7 +31,7 @@
 //	err = in.Upgrade(ctx, next)
 //
 // The image path, as users run it (`make run-bundle`, hack/runbundle:
-// bin/operator-sdk with images from internal/ociimage and pods on a real
+// bin/operator-sdk with images from hack/ociimage and pods on a real
 // node), is tested against the demo's stack by test/e2e, which runs the
 // block of docs/install.md; Snapshot and NewObjects (snapshot.go) find what an
 // uninstall left of any kind.

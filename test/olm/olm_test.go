@@ -21,7 +21,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/olmbundle"
+	"github.com/hookwright/hookwright/hack/olmbundle"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )

@@ -2,7 +2,7 @@ package operator
 
 // This file sorts before the others so its CRs create the installation CA:
 // testCAPolicy makes that CA due for rotation 4 min later, which the test
-// reaches by moving the operator's clock ahead by less than certs.Backdate.
+// reaches by moving the operator's clock ahead by less than pki.Backdate.
 
 import (
 	"bytes"
@@ -25,8 +25,8 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -123,10 +123,10 @@ func TestCADirAndCARotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	contains := func(ca *cluster.TestCA) func([]byte) bool {
-		return func(b []byte) bool { return certs.BundleContains(b, ca.Cert) }
+		return func(b []byte) bool { return pki.BundleContains(b, ca.Cert) }
 	}
 	// The swap is seen by fsnotify (about 2 s at most on an idle machine),
-	// not by cawatch's 30 s poll: the limit is ten times that bound and
+	// not by the CA-directory watcher's 30 s poll: the limit is ten times that bound and
 	// still under the poll interval; the time itself is a figure.
 	const caDirLimit = 20 * time.Second
 	kubeletSwap(t, caDir, map[string][]byte{"ca.crt": ca1.CertPEM})
@@ -236,13 +236,13 @@ func TestCADirAndCARotation(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
 		t.Fatal(err)
 	}
-	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+	oldCA, err := pki.ParseCertPEM(caSec.Data[pki.SecretKeyActiveCert])
 	if err != nil {
 		t.Fatal(err)
 	}
-	shift := time.Until(certs.CARotationTime(oldCA, testCAPolicy)) + 2*time.Second
-	if shift >= certs.Backdate-30*time.Second {
-		t.Fatalf("CA %q is due at %s, %s away: too far to force by moving the clock", oldCA.Subject.CommonName, certs.CARotationTime(oldCA, testCAPolicy), shift)
+	shift := time.Until(pki.CARotationTime(oldCA, testCAPolicy)) + 2*time.Second
+	if shift >= pki.Backdate-30*time.Second {
+		t.Fatalf("CA %q is due at %s, %s away: too far to force by moving the clock", oldCA.Subject.CommonName, pki.CARotationTime(oldCA, testCAPolicy), shift)
 	}
 	// Back to real time afterwards: nothing then rotates for ~4 more min
 	// (what was generated in the shifted time is backdated enough to stay valid).
@@ -269,7 +269,7 @@ func TestCADirAndCARotation(t *testing.T) {
 			t.Logf("+%s %s", at[step].Round(time.Millisecond), step)
 		}
 	}
-	var newCA *certs.KeyPair
+	var newCA *pki.KeyPair
 	var statusSteps []string // CertificateReady messages naming a step
 	err = cluster.WaitFor(ctx, 90*time.Second, "old CA dropped from every configuration", func(ctx context.Context) (bool, error) {
 		cur := &v1alpha1.SidecarInjector{}
@@ -284,16 +284,16 @@ func TestCADirAndCARotation(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(caSec), caSec); err != nil {
 			return false, err
 		}
-		if len(caSec.Data[certs.SecretKeyNextCert]) > 0 {
+		if len(caSec.Data[pki.SecretKeyNextCert]) > 0 {
 			mark("CreateNextCA: next CA staged in the CA Secret")
 		}
-		active, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+		active, err := pki.ParseCertPEM(caSec.Data[pki.SecretKeyActiveCert])
 		if err != nil {
 			return false, err
 		}
 		if !active.Equal(oldCA) {
 			mark("PromoteNextCA: the new CA signs")
-			newCA = &certs.KeyPair{Cert: active}
+			newCA = &pki.KeyPair{Cert: active}
 		}
 		both, neither := true, true
 		for _, n := range configs {
@@ -301,11 +301,11 @@ func TestCADirAndCARotation(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			has := certs.BundleContains(b, oldCA)
-			fresh := newCA != nil && certs.BundleContains(b, newCA.Cert)
-			if newCA == nil && len(caSec.Data[certs.SecretKeyNextCert]) > 0 {
-				next, _ := certs.ParseCertPEM(caSec.Data[certs.SecretKeyNextCert])
-				fresh = next != nil && certs.BundleContains(b, next)
+			has := pki.BundleContains(b, oldCA)
+			fresh := newCA != nil && pki.BundleContains(b, newCA.Cert)
+			if newCA == nil && len(caSec.Data[pki.SecretKeyNextCert]) > 0 {
+				next, _ := pki.ParseCertPEM(caSec.Data[pki.SecretKeyNextCert])
+				fresh = next != nil && pki.BundleContains(b, next)
 			}
 			both = both && has && fresh
 			neither = neither && !has
@@ -318,11 +318,11 @@ func TestCADirAndCARotation(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), sec); err != nil {
 				return false, err
 			}
-			if leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey]); err == nil && certs.SignedBy(leaf, newCA.Cert) {
+			if leaf, err := pki.ParseCertPEM(sec.Data[corev1.TLSCertKey]); err == nil && pki.SignedBy(leaf, newCA.Cert) {
 				mark("IssueServing: serving certificate from the new CA")
 			}
 		}
-		if neither && newCA != nil && len(caSec.Data[certs.SecretKeyRetiredCerts]) == 0 {
+		if neither && newCA != nil && len(caSec.Data[pki.SecretKeyRetiredCerts]) == 0 {
 			mark("DropRetiredCA: old CA gone from every configuration")
 			return true, nil
 		}
@@ -349,7 +349,7 @@ func TestCADirAndCARotation(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(caSec), sec); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
+		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
 		if err != nil || active.Equal(lost) {
 			waiting = "the CA Secret's active CA is still the lost one"
 			return false, nil
@@ -362,15 +362,15 @@ func TestCADirAndCARotation(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), serving); err != nil {
 			return false, err
 		}
-		leaf, err := certs.ParseCertPEM(serving.Data[corev1.TLSCertKey])
-		if err != nil || !certs.SignedBy(leaf, active) {
+		leaf, err := pki.ParseCertPEM(serving.Data[corev1.TLSCertKey])
+		if err != nil || !pki.SignedBy(leaf, active) {
 			waiting = "the serving certificate is not yet signed by the new CA"
 			return false, nil
 		}
 		for _, n := range configs {
 			b, err := mwcBundle(ctx, n)
-			if err != nil || certs.BundleContains(b, lost) || !certs.BundleContains(b, active) {
-				waiting = fmt.Sprintf("configuration %s: caBundle has the lost CA %t, the new CA %t (%v)", n, certs.BundleContains(b, lost), certs.BundleContains(b, active), err)
+			if err != nil || pki.BundleContains(b, lost) || !pki.BundleContains(b, active) {
+				waiting = fmt.Sprintf("configuration %s: caBundle has the lost CA %t, the new CA %t (%v)", n, pki.BundleContains(b, lost), pki.BundleContains(b, active), err)
 				return false, err
 			}
 		}
@@ -430,13 +430,13 @@ func TestCADirAndCARotation(t *testing.T) {
 	}
 	// Events are recorded asynchronously: polled, not read once.
 	var reasons, idleReasons map[string]int
-	err = cluster.WaitFor(ctx, time.Minute, certsource.EventCARotation+" events", func(ctx context.Context) (bool, error) {
+	err = cluster.WaitFor(ctx, time.Minute, sources.EventCARotation+" events", func(ctx context.Context) (bool, error) {
 		var err error
 		if reasons, err = eventReasons(ctx, "SidecarInjector", si.Name); err != nil {
 			return false, err
 		}
 		idleReasons, err = eventReasons(ctx, "SidecarInjector", idle.Name)
-		return reasons[certsource.EventCARotation]+idleReasons[certsource.EventCARotation] > 0, err
+		return reasons[sources.EventCARotation]+idleReasons[sources.EventCARotation] > 0, err
 	})
 	if err != nil {
 		t.Fatalf("%v: %v / %v", err, reasons, idleReasons)
@@ -462,7 +462,7 @@ func caRotationActions(ctx context.Context, since time.Time) (map[string]int, er
 	}
 	out := map[string]int{}
 	for _, e := range list.Items {
-		if e.Reason != certsource.EventCARotation || e.Regarding.Kind != "Secret" || e.Regarding.Name != desired.CASecretName {
+		if e.Reason != sources.EventCARotation || e.Regarding.Kind != "Secret" || e.Regarding.Name != desired.CASecretName {
 			continue
 		}
 		at := e.EventTime.Time

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -79,12 +79,12 @@ func TestCertManagerMode(t *testing.T) {
 	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
 	}, 60*time.Second)
-	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != certsource.ReasonCertManagerNotInstalled || !strings.Contains(c.Message, "install cert-manager") {
+	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != sources.ReasonCertManagerNotInstalled || !strings.Contains(c.Message, "install cert-manager") {
 		t.Fatalf("CertificateReady %+v", c)
 	}
 	err := cluster.WaitFor(ctx, 30*time.Second, "CertManagerNotInstalled event", func(ctx context.Context) (bool, error) {
 		r, err := eventReasons(ctx, "SidecarInjector", name)
-		return r[certsource.EventCertManagerNotInstalled] > 0, err
+		return r[sources.EventCertManagerNotInstalled] > 0, err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestCertManagerMode(t *testing.T) {
 			return false, err
 		}
 		c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == certsource.ReasonCertificatePending, nil
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == sources.ReasonCertificatePending, nil
 	})
 	if err != nil {
 		t.Fatalf("%v; conditions: %s", err, fmtConds(si.Status.Conditions))
@@ -162,7 +162,7 @@ func TestCertManagerMode(t *testing.T) {
 	if err := env.Client.Create(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := certs.ParseCertPEM(certPEM)
+	leaf, err := pki.ParseCertPEM(certPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
-	"github.com/hookwright/hookwright/internal/csrmode"
-	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/csrplan"
+	"github.com/hookwright/hookwright/internal/certificates/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -61,7 +61,7 @@ func logOnFailure(t *testing.T, name string) {
 // csrsOf lists the CSRs mode CSR made for the CR with uid.
 func csrsOf(ctx context.Context, owner client.Object) ([]certificatesv1.CertificateSigningRequest, error) {
 	var l certificatesv1.CertificateSigningRequestList
-	err := env.Client.List(ctx, &l, client.MatchingLabels{certsource.LabelCSROwner: string(owner.GetUID())})
+	err := env.Client.List(ctx, &l, client.MatchingLabels{sources.LabelCSROwner: string(owner.GetUID())})
 	return l.Items, err
 }
 
@@ -98,14 +98,14 @@ func servedCert(t *testing.T, ctx context.Context, base string) *corev1.Secret {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := certs.ParseCertPEM(o.Secret.Data[corev1.TLSCertKey])
+	leaf, err := pki.ParseCertPEM(o.Secret.Data[corev1.TLSCertKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := certs.VerifyServing(leaf, o.MWC.Webhooks[0].ClientConfig.CABundle, base+"."+operatorNS+".svc", time.Now()); err != nil {
+	if err := pki.VerifyServing(leaf, o.MWC.Webhooks[0].ClientConfig.CABundle, base+"."+operatorNS+".svc", time.Now()); err != nil {
 		t.Fatalf("served certificate does not verify against the caBundle: %v", err)
 	}
-	if _, err := certs.ParseKeyPair(o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+	if _, err := pki.ParseKeyPair(o.Secret.Data[corev1.TLSCertKey], o.Secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
 		t.Fatal(err)
 	}
 	return o.Secret
@@ -149,16 +149,16 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 	}, 30*time.Second)
-	if c := certReady(si); c.Reason != csrmode.ReasonIssued {
+	if c := certReady(si); c.Reason != csrplan.ReasonIssued {
 		t.Fatalf("CertificateReady %+v", c)
 	}
 	sec := servedCert(t, ctx, base)
 	trust := signerTrust(t, ctx)
-	leaf, _ := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey])
-	if err := certs.VerifyServing(leaf, []byte(trust), base+"."+operatorNS+".svc", time.Now()); err != nil {
+	leaf, _ := pki.ParseCertPEM(sec.Data[corev1.TLSCertKey])
+	if err := pki.VerifyServing(leaf, []byte(trust), base+"."+operatorNS+".svc", time.Now()); err != nil {
 		t.Fatalf("not issued by the installation CA of the signer's trust bundle: %v", err)
 	}
-	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > time.Hour+certs.Backdate {
+	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > time.Hour+pki.Backdate {
 		t.Fatalf("lifetime %s, expirationSeconds 3600", life)
 	}
 	l, err := csrsOf(ctx, si)
@@ -166,11 +166,11 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 		t.Fatalf("CSRs %d: %v", len(l), err)
 	}
 	first := l[0]
-	if !metav1.IsControlledBy(&first, si) || first.Spec.SignerName != v1alpha1.DefaultCSRSignerName || !slices.Equal(first.Spec.Usages, csrmode.ServingUsages) {
+	if !metav1.IsControlledBy(&first, si) || first.Spec.SignerName != v1alpha1.DefaultCSRSignerName || !slices.Equal(first.Spec.Usages, csrplan.ServingUsages) {
 		t.Fatalf("CSR %s: owner %v signer %s usages %v", first.Name, first.OwnerReferences, first.Spec.SignerName, first.Spec.Usages)
 	}
 	if !slices.ContainsFunc(first.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
-		return c.Type == certificatesv1.CertificateApproved && c.Reason == certsource.CSRApprovalReason
+		return c.Type == certificatesv1.CertificateApproved && c.Reason == sources.CSRApprovalReason
 	}) {
 		t.Fatalf("CSR %s not approved by the operator: %+v", first.Name, first.Status.Conditions)
 	}
@@ -231,7 +231,7 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
 	base := desired.SidecarKind.BaseName(si.Name)
-	c := waitReason(t, ctx, si, csrmode.ReasonWaitingForApproval, 60*time.Second)
+	c := waitReason(t, ctx, si, csrplan.ReasonWaitingForApproval, 60*time.Second)
 	l, err := csrsOf(ctx, si)
 	if err != nil || len(l) != 1 {
 		t.Fatalf("CSRs %d: %v", len(l), err)
@@ -280,13 +280,13 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 		t.Fatal(err)
 	}
 	setApproval(t, ctx, renewal, certificatesv1.CertificateDenied)
-	c = waitReason(t, ctx, si, csrmode.ReasonDenied, 30*time.Second)
+	c = waitReason(t, ctx, si, csrplan.ReasonDenied, 30*time.Second)
 	if c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, renewal) || !strings.Contains(c.Message, "TestDecision") {
 		t.Fatalf("denied: %+v", c)
 	}
 	err = cluster.WaitFor(ctx, 30*time.Second, "Warning event", func(ctx context.Context) (bool, error) {
 		r, err := eventReasons(ctx, "SidecarInjector", si.Name)
-		return r[certsource.EventCSR] > 0, err
+		return r[sources.EventCSR] > 0, err
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -309,16 +309,16 @@ func TestCSRModeExternalSigner(t *testing.T) {
 	if !trustBundlesServed() {
 		// Another signer's trust is only its ClusterTrustBundles: without
 		// the API the CR says so instead of trusting anything else.
-		c := waitReason(t, ctx, si, "ClusterTrustBundleUnavailable", 60*time.Second) // certsource's CertificateReady reason
+		c := waitReason(t, ctx, si, "ClusterTrustBundleUnavailable", 60*time.Second) // internal/certificates/sources' CertificateReady reason
 		t.Logf("Kubernetes 1.%d, no ClusterTrustBundle API: %s", env.KubeMinor(), c.Message)
 		return
 	}
-	c := waitReason(t, ctx, si, csrmode.ReasonSignerSilent, 60*time.Second)
+	c := waitReason(t, ctx, si, csrplan.ReasonSignerSilent, 60*time.Second)
 	t.Logf("silent signer: %s", c.Message)
 
 	// The external signer: its CA published as a ClusterTrustBundle, then
 	// the approved request signed.
-	ca, err := certs.NewCA(certs.CAOptions{CommonName: "external-signer"})
+	ca, err := pki.NewCA(pki.CAOptions{CommonName: "external-signer"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/csrsign"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -129,14 +129,14 @@ func publishedTrustBundle(t *testing.T, ctx context.Context) *certificatesv1.Clu
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
 			return false, err
 		}
-		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
+		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
 		if err != nil {
 			return false, nil
 		}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: csrsigner.TrustBundleName(v1alpha1.DefaultCSRSignerName)}, ctb); err != nil {
 			return false, err
 		}
-		return certs.BundleContains([]byte(ctb.Spec.TrustBundle), active), nil
+		return pki.BundleContains([]byte(ctb.Spec.TrustBundle), active), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func signerTrust(t *testing.T, ctx context.Context) string {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
 			return false, err
 		}
-		active, err := certs.ParseCertPEM(sec.Data[certs.SecretKeyActiveCert])
+		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
 		if err != nil {
 			return false, nil
 		}
@@ -168,8 +168,8 @@ func signerTrust(t *testing.T, ctx context.Context) string {
 		if err != nil {
 			return false, err
 		}
-		bundle = sec.Data[certs.SecretKeyBundle]
-		return r[csrsigner.EventTrustBundleUnavailable] > 0 && certs.BundleContains(bundle, active), nil
+		bundle = sec.Data[pki.SecretKeyBundle]
+		return r[csrsigner.EventTrustBundleUnavailable] > 0 && pki.BundleContains(bundle, active), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -254,14 +254,14 @@ func TestCSRSignerRefusesWhatItMustNotSign(t *testing.T) {
 			t.Logf("%s: refused, %s", c.name, csr.Status.Conditions[len(csr.Status.Conditions)-1].Message)
 			continue
 		}
-		leaf, err := certs.ParseCertPEM(csr.Status.Certificate)
+		leaf, err := pki.ParseCertPEM(csr.Status.Certificate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := certs.VerifyServing(leaf, []byte(trust), name, time.Now()); err != nil {
+		if err := pki.VerifyServing(leaf, []byte(trust), name, time.Now()); err != nil {
 			t.Errorf("signed certificate does not verify against the signer's trust bundle: %v", err)
 		}
-		if got := leaf.NotAfter.Sub(leaf.NotBefore); got > time.Hour+certs.Backdate {
+		if got := leaf.NotAfter.Sub(leaf.NotBefore); got > time.Hour+pki.Backdate {
 			t.Errorf("lifetime %s for expirationSeconds 3600", got)
 		}
 		if len(leaf.IPAddresses) != 1 || !leaf.IPAddresses[0].Equal(ip) || slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
@@ -434,7 +434,7 @@ func TestClusterTrustBundleRepaired(t *testing.T) {
 	})
 	t.Logf("deleted ClusterTrustBundle recreated in %s", d.Round(time.Millisecond))
 
-	other, err := certs.NewCA(certs.CAOptions{CommonName: "intruder"})
+	other, err := pki.NewCA(pki.CAOptions{CommonName: "intruder"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,13 +470,13 @@ func TestClusterTrustBundleAPIAbsent(t *testing.T) {
 	if _, err := c.CreateNamespace(ctx, operatorNS, nil); err != nil {
 		t.Fatal(err)
 	}
-	ca, err := certs.NewCA(certs.CAOptions{})
+	ca, err := pki.NewCA(pki.CAOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	caSecret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: desired.CASecretName},
-		Data:       map[string][]byte{certs.SecretKeyActiveCert: ca.CertPEM, certs.SecretKeyActiveKey: ca.KeyPEM, certs.SecretKeyBundle: ca.CertPEM},
+		Data:       map[string][]byte{pki.SecretKeyActiveCert: ca.CertPEM, pki.SecretKeyActiveKey: ca.KeyPEM, pki.SecretKeyBundle: ca.CertPEM},
 	}
 	if err := c.Client.Create(ctx, caSecret); err != nil {
 		t.Fatal(err)
@@ -550,11 +550,11 @@ func TestClusterTrustBundleAPIAbsent(t *testing.T) {
 		if len(got.Status.Certificate) == 0 {
 			return false, nil
 		}
-		leaf, err := certs.ParseCertPEM(got.Status.Certificate)
+		leaf, err := pki.ParseCertPEM(got.Status.Certificate)
 		if err != nil {
 			return false, cluster.Permanent(err)
 		}
-		return true, certs.VerifyServing(leaf, ca.CertPEM, "no-ctb."+operatorNS+".svc", time.Now())
+		return true, pki.VerifyServing(leaf, ca.CertPEM, "no-ctb."+operatorNS+".svc", time.Now())
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,13 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/controllers/csrsigner"
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/internal/webhookprobe"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -90,11 +90,11 @@ const (
 
 // testCAPolicy makes a CA due for rotation 4 min after it is created (half
 // of its 18 min life: NotBefore is backdated 5 min, NotAfter 13 min on), so
-// a test can reach it by moving clock ahead by less than certs.Backdate:
+// a test can reach it by moving clock ahead by less than pki.Backdate:
 // certificates generated at the shifted time must still be valid to the
 // API server, which uses the real time. Nothing rotates on its own during
 // the run. Promotion waits 2 s after publishing, as in production 10 s.
-var testCAPolicy = certs.Policy{CAValidity: 13 * time.Minute, CARenewFraction: 0.5, CALookahead: time.Nanosecond, PromoteDelay: 2 * time.Second}
+var testCAPolicy = pki.Policy{CAValidity: 13 * time.Minute, CARenewFraction: 0.5, CALookahead: time.Nanosecond, PromoteDelay: 2 * time.Second}
 
 // testDrainGrace: local servers reload a re-issued certificate within
 // about 100 ms (the test copies the Secret, certwatcher sees the files);
@@ -279,7 +279,7 @@ var operator struct {
 	deployment string
 }
 
-// runOperator builds the production manager (manager.New, as `hookwright
+// runOperator builds the production manager (app.New, as `hookwright
 // manager` builds it) acting with base (through the write counter) and
 // the server namespaces, on local ports, and starts it.
 func runOperator(base *rest.Config, serverNamespaces []string) error {
@@ -300,7 +300,7 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 	}
 	// webhookBypass stands for a CR admitted before the webhook existed or
 	// while it was down: the reconciler must refuse it on its own.
-	mgr, err := manager.New(cfg, manager.Options{
+	mgr, err := app.New(cfg, app.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: operator.webhookPort, WebhookService: desired.DefaultWebhookService,
 		Servers: servers,
@@ -312,8 +312,8 @@ func runOperator(base *rest.Config, serverNamespaces []string) error {
 				OperatorDeployment: operator.deployment,
 			},
 			Repairs: testRepairBudget, CADir: caDir,
-			Certificates: certsource.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
-			CSR:          certsource.CSRSettings{SignerWait: testSignerWait},
+			Certificates: sources.Settings{Policy: testCAPolicy, Clock: clock, DrainGrace: testDrainGrace},
+			CSR:          sources.CSRSettings{SignerWait: testSignerWait},
 			// Rollout steps and counts reach status sooner than the 5 s
 			// default; TestFleetStatus still sees a quiet fleet write nothing.
 			FleetWriteInterval: testFleetWriteInterval,

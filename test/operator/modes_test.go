@@ -19,8 +19,8 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/controllers"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -56,7 +56,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
 	}, 30*time.Second)
-	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != certsource.ReasonSecretMissing {
+	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); c.Reason != sources.ReasonSecretMissing {
 		t.Fatalf("CertificateReady %+v", c)
 	}
 	base := desired.SidecarKind.BaseName("byo")
@@ -167,11 +167,11 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
 		t.Fatal(err)
 	}
-	ca, err := certs.ParseKeyPair(caSec.Data[certs.SecretKeyActiveCert], caSec.Data[certs.SecretKeyActiveKey])
+	ca, err := pki.ParseKeyPair(caSec.Data[pki.SecretKeyActiveCert], caSec.Data[pki.SecretKeyActiveKey])
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := certs.NewServingCert(ca, certs.ServingOptions{Service: base, Namespace: operatorNS, Clock: certs.FixedClock(time.Now().Add(-80 * 24 * time.Hour))})
+	old, err := pki.NewServingCert(ca, pki.ServingOptions{Service: base, Namespace: operatorNS, Clock: pki.FixedClock(time.Now().Add(-80 * 24 * time.Hour))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(o.Secret), s); err != nil {
 			return false, err
 		}
-		leaf, err := certs.ParseCertPEM(s.Data[corev1.TLSCertKey])
+		leaf, err := pki.ParseCertPEM(s.Data[corev1.TLSCertKey])
 		return err == nil && time.Since(leaf.NotBefore) < time.Hour, nil
 	})
 	t.Logf("serving certificate due for renewal replaced in %s", d.Round(time.Millisecond))
@@ -220,7 +220,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := certs.ParseCertPEM(moved.Secret.Data[corev1.TLSCertKey])
+	leaf, err := pki.ParseCertPEM(moved.Secret.Data[corev1.TLSCertKey])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -143,8 +143,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"patch", "", "nodes", "", "kwok-node-0"},
 		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", "someone-elses.example.com"},
 		{"list", "apiextensions.k8s.io", "customresourcedefinitions", "", ""},
-		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
-		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
+		{"update", "apiextensions.k8s.io", "customresourcedefinitions", "", sources.InstallationCRDs[0]},
+		{"delete", "apiextensions.k8s.io", "customresourcedefinitions", "", sources.InstallationCRDs[1]},
 		{"sign", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
 		{"approve", "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client"},
 		{"attest", "certificates.k8s.io", "signers", "", "example.com/other"},
@@ -163,8 +163,8 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		{"create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", ""},
 		{"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", desired.ValidatingConfigName},
 		{"patch", "", "nodes/status", "", "kwok-node-0"},
-		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[0]},
-		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", certsource.InstallationCRDs[1]},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", sources.InstallationCRDs[0]},
+		{"get", "apiextensions.k8s.io", "customresourcedefinitions", "", sources.InstallationCRDs[1]},
 		{"sign", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"attest", "certificates.k8s.io", "signers", "", "hookwright.io/webhook-serving"},
 		{"update", "certificates.k8s.io", "certificatesigningrequests/status", "", ""},

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -69,7 +69,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	if err := env.Client.Get(ctx, caKey, caSec); err != nil {
 		t.Fatal(err)
 	}
-	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+	oldCA, err := pki.ParseCertPEM(caSec.Data[pki.SecretKeyActiveCert])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +203,9 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 					continue
 				}
 				samples.Add(1)
-				leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey])
+				leaf, err := pki.ParseCertPEM(sec.Data[corev1.TLSCertKey])
 				if err == nil {
-					err = certs.VerifyServing(leaf, mwc.Webhooks[0].ClientConfig.CABundle, base+"."+operatorNS+".svc", time.Now())
+					err = pki.VerifyServing(leaf, mwc.Webhooks[0].ClientConfig.CABundle, base+"."+operatorNS+".svc", time.Now())
 				}
 				if err != nil {
 					broken.Add(1)
@@ -235,12 +235,12 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 			*d = time.Since(start)
 		}
 	}
-	var newCA *certs.KeyPair
+	var newCA *pki.KeyPair
 	err = cluster.WaitFor(ctx, 4*time.Minute, "rotation finished for both CRs", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
-		set := certs.ParseCASecret(caSec.Data, time.Now())
+		set := pki.ParseCASecret(caSec.Data, time.Now())
 		mark(&staged, set.Next != nil || (set.Active != nil && !set.Active.Cert.Equal(oldCA)))
 		if set.Active != nil && !set.Active.Cert.Equal(oldCA) {
 			newCA = set.Active
@@ -254,12 +254,12 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 			if env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: base + "-tls"}, sec) != nil {
 				return false
 			}
-			leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey])
-			return err == nil && certs.SignedBy(leaf, newCA.Cert)
+			leaf, err := pki.ParseCertPEM(sec.Data[corev1.TLSCertKey])
+			return err == nil && pki.SignedBy(leaf, newCA.Cert)
 		}
 		mark(&selfDone, issuedByNew(bases[0]))
 		mark(&csrDone, issuedByNew(bases[1]))
-		mark(&dropped, !certs.BundleContains([]byte(signerTrust(t, ctx)), oldCA))
+		mark(&dropped, !pki.BundleContains([]byte(signerTrust(t, ctx)), oldCA))
 		return selfDone > 0 && csrDone > 0 && dropped > 0, nil
 	})
 	if err == nil {
@@ -296,7 +296,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	if notReachable.Load() > 0 {
 		t.Fatalf("WebhookReachable not True in %d samples: %v", notReachable.Load(), firstUnreachable)
 	}
-	if caSec.Annotations[certsource.AnnotationRotateCAHandled] != caSec.Annotations[v1alpha1.AnnotationRotateCA] {
+	if caSec.Annotations[sources.AnnotationRotateCAHandled] != caSec.Annotations[v1alpha1.AnnotationRotateCA] {
 		t.Fatalf("rotate-now token not marked handled: %v", caSec.Annotations)
 	}
 	// Handled once: no second rotation, once every reconcile the rotation
@@ -306,7 +306,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		if err := env.Client.Get(ctx, caKey, caSec); err != nil {
 			return err
 		}
-		if set := certs.ParseCASecret(caSec.Data, time.Now()); set.Next != nil || !set.Active.Cert.Equal(newCA.Cert) {
+		if set := pki.ParseCASecret(caSec.Data, time.Now()); set.Next != nil || !set.Active.Cert.Equal(newCA.Cert) {
 			return fmt.Errorf("a second rotation started")
 		}
 		return nil

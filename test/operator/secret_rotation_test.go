@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -157,15 +157,15 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	if err := update(ctx, sec, func() { sec.Data = data2 }); err != nil {
 		t.Fatal(err)
 	}
-	ca1Cert, _ := certs.ParseCertPEM(ca1.CertPEM)
-	ca2Cert, _ := certs.ParseCertPEM(ca2.CertPEM)
+	ca1Cert, _ := pki.ParseCertPEM(ca1.CertPEM)
+	ca2Cert, _ := pki.ParseCertPEM(ca2.CertPEM)
 	var both time.Duration
 	err := cluster.WaitFor(ctx, bound(60*time.Second), "caBundle with the new CA only", func(ctx context.Context) (bool, error) {
 		b, err := mwcBundle(ctx, base)
 		if err != nil {
 			return false, err
 		}
-		if both == 0 && certs.BundleContains(b, ca1Cert) && certs.BundleContains(b, ca2Cert) {
+		if both == 0 && pki.BundleContains(b, ca1Cert) && pki.BundleContains(b, ca2Cert) {
 			both = time.Since(replaced)
 		}
 		return bytes.Equal(b, ca2.CertPEM), nil

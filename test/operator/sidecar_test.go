@@ -15,8 +15,8 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/apply"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -66,11 +66,11 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, ca); err != nil {
 		t.Fatal(err)
 	}
-	caBundle := ca.Data[certs.SecretKeyBundle]
+	caBundle := ca.Data[pki.SecretKeyBundle]
 	if o.Secret.Type != corev1.SecretTypeTLS || !bytes.Equal(o.Secret.Data["ca.crt"], caBundle) {
 		t.Fatalf("serving Secret type %s, ca.crt equal to the CA bundle: %v", o.Secret.Type, bytes.Equal(o.Secret.Data["ca.crt"], caBundle))
 	}
-	leaf, err := certs.ParseCertPEM(o.Secret.Data[corev1.TLSCertKey])
+	leaf, err := pki.ParseCertPEM(o.Secret.Data[corev1.TLSCertKey])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	if !slices.Equal(leaf.DNSNames, wantSANs) {
 		t.Fatalf("SANs %v, want %v", leaf.DNSNames, wantSANs)
 	}
-	if err := certs.VerifyServing(leaf, caBundle, wantSANs[0], time.Now()); err != nil {
+	if err := pki.VerifyServing(leaf, caBundle, wantSANs[0], time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if c := metaCond(si.Status.Conditions, v1alpha1.ConditionCertificateReady); !strings.Contains(c, leaf.NotAfter.UTC().Format(time.RFC3339)) {
@@ -228,7 +228,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	err = cluster.WaitFor(ctx, 60*time.Second, "Created, DriftRepaired and CertificateIssued events", func(ctx context.Context) (bool, error) {
 		reasons, err = eventReasons(ctx, "SidecarInjector", si.Name)
 		// 8 objects created, the MWC once more; the MWC repaired 3 times (one series).
-		return reasons[apply.EventCreated] >= 8 && reasons[apply.EventDriftRepaired] >= 1 && reasons[certsource.EventCertificateIssued] >= 1, err
+		return reasons[apply.EventCreated] >= 8 && reasons[apply.EventDriftRepaired] >= 1 && reasons[sources.EventCertificateIssued] >= 1, err
 	})
 	if err != nil {
 		t.Fatalf("%v: %v", err, reasons)

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
-	"github.com/hookwright/hookwright/internal/certsource"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
+	"github.com/hookwright/hookwright/internal/certificates/sources"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -48,7 +48,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	// Owned by both CRDs, as are the manager's serving Secret and the CA
 	// Secret: an uninstall that deletes the CRDs deletes them (see
 	// controllers/installowners.go; test/olm's cleanup test shows it).
-	owners, err := certsource.InstallationOwners(ctx, c)
+	owners, err := sources.InstallationOwners(ctx, c)
 	if err != nil || len(owners) != 2 {
 		t.Fatalf("installation owners %v, %v", owners, err)
 	}
@@ -60,7 +60,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 		if err := c.Get(ctx, k, obj); err != nil {
 			t.Fatal(err)
 		}
-		if missing := certsource.MissingOwners(obj.GetOwnerReferences(), owners); len(missing) > 0 {
+		if missing := sources.MissingOwners(obj.GetOwnerReferences(), owners); len(missing) > 0 {
 			t.Errorf("%s lacks owner references %v (has %v)", k, missing, obj.GetOwnerReferences())
 		}
 	}
@@ -136,7 +136,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	if err := c.Get(ctx, key, got); err != nil {
 		t.Fatal(err)
 	}
-	if err := certs.VerifyServing(srv, got.Webhooks[0].ClientConfig.CABundle, desired.DefaultWebhookService+"."+operatorNS+".svc", time.Now()); err != nil {
+	if err := pki.VerifyServing(srv, got.Webhooks[0].ClientConfig.CABundle, desired.DefaultWebhookService+"."+operatorNS+".svc", time.Now()); err != nil {
 		t.Fatalf("manager serving certificate vs caBundle: %v", err)
 	}
 }
@@ -146,5 +146,5 @@ func certsFromSecret(ctx context.Context) (*x509.Certificate, error) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.ManagerCertSecretName}, s); err != nil {
 		return nil, err
 	}
-	return certs.ParseCertPEM(s.Data["tls.crt"])
+	return pki.ParseCertPEM(s.Data["tls.crt"])
 }

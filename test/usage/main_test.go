@@ -37,9 +37,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/cmd/app"
 	"github.com/hookwright/hookwright/controllers"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/manager"
 	"github.com/hookwright/hookwright/internal/serverpolicy"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -134,7 +134,7 @@ func startOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := manager.New(env.Config, manager.Options{
+	mgr, err := app.New(env.Config, app.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookService: desired.DefaultWebhookService,
 		Servers: servers,

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/hookwright/hookwright/internal/ociimage"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -129,7 +129,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	if err := c.Get(ctx, caKey, caSec); err != nil {
 		return err
 	}
-	oldCA, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+	oldCA, err := pki.ParseCertPEM(caSec.Data[pki.SecretKeyActiveCert])
 	if err != nil {
 		return fmt.Errorf("CA Secret %s: %w", caKey, err)
 	}
@@ -226,7 +226,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
-		next, err = certs.ParseCertPEM(caSec.Data[certs.SecretKeyNextCert])
+		next, err = pki.ParseCertPEM(caSec.Data[pki.SecretKeyNextCert])
 		return err == nil, nil
 	})
 	if err != nil {
@@ -240,7 +240,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		}
 		for _, m := range configs {
 			for _, w := range m.Webhooks {
-				if !certs.BundleContains(w.ClientConfig.CABundle, next) {
+				if !pki.BundleContains(w.ClientConfig.CABundle, next) {
 					return false, nil
 				}
 			}
@@ -254,7 +254,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		if err := c.Get(ctx, caKey, caSec); err != nil {
 			return false, err
 		}
-		active, err := certs.ParseCertPEM(caSec.Data[certs.SecretKeyActiveCert])
+		active, err := pki.ParseCertPEM(caSec.Data[pki.SecretKeyActiveCert])
 		return err == nil && active.Equal(next), nil
 	}); err != nil {
 		return err
@@ -266,8 +266,8 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		if err := c.Get(ctx, servingKey, sec); err != nil {
 			return false, err
 		}
-		leaf, err := certs.ParseCertPEM(sec.Data[corev1.TLSCertKey])
-		return err == nil && certs.SignedBy(leaf, next), nil
+		leaf, err := pki.ParseCertPEM(sec.Data[corev1.TLSCertKey])
+		return err == nil && pki.SignedBy(leaf, next), nil
 	}); err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func trustBundleHas(ctx context.Context, c client.Client, signer string, ca *x50
 		return false, err
 	}
 	for _, b := range l.Items {
-		if b.Spec.SignerName == signer && certs.BundleContains([]byte(b.Spec.TrustBundle), ca) {
+		if b.Spec.SignerName == signer && pki.BundleContains([]byte(b.Spec.TrustBundle), ca) {
 			return true, nil
 		}
 	}
@@ -387,7 +387,7 @@ func podsServe(ctx context.Context, c client.Client, base string, ca *x509.Certi
 		}
 		chain := conn.(*tls.Conn).ConnectionState().PeerCertificates
 		_ = conn.Close()
-		if len(chain) == 0 || !certs.SignedBy(chain[0], ca) {
+		if len(chain) == 0 || !pki.SignedBy(chain[0], ca) {
 			return false, nil
 		}
 	}

@@ -6,7 +6,7 @@
 //
 // Start brings up the local control plane (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kwok for the oversold pool),
-// builds the images without Docker (internal/ociimage) into a registry on
+// builds the images without Docker (hack/ociimage) into a registry on
 // 127.0.0.1, starts SystemNode as a real node (kubelet, containerd, runc,
 // CNI, kube-proxy), deploys the operator as `make deploy` does
 // (config/default, its image pulled from that registry) and applies
@@ -42,9 +42,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
-	"github.com/hookwright/hookwright/internal/demoenv"
+	"github.com/hookwright/hookwright/hack/demoenv"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/internal/desired"
-	"github.com/hookwright/hookwright/internal/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 	"github.com/hookwright/hookwright/test/olm"
 )
@@ -109,7 +109,7 @@ type Env struct {
 	Registry *ociimage.Registry
 	// RegistryFiles are the HTTPS listener's CA and trust store.
 	RegistryFiles ociimage.TLSFiles
-	// EnvFile is Dir/env (internal/demoenv): `. EnvFile` sets up a shell.
+	// EnvFile is Dir/env (hack/demoenv): `. EnvFile` sets up a shell.
 	EnvFile string
 	// Kubectl is bin/k8s/kubectl.
 	Kubectl string

@@ -19,7 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/hookwright/hookwright/internal/certs"
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/webhooks/listener"
 )
 
@@ -56,11 +56,11 @@ func Start(tb testing.TB, o listener.Options, register func(*listener.Server)) *
 	tb.Helper()
 	// The server and certwatcher log through controller-runtime's root.
 	ctrllog.SetLogger(logr.Discard())
-	ca, err := certs.NewCA(certs.CAOptions{})
+	ca, err := pki.NewCA(pki.CAOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	leaf, err := certs.NewServingCert(ca, certs.ServingOptions{DNSNames: []string{"localhost"}})
+	leaf, err := pki.NewServingCert(ca, pki.ServingOptions{DNSNames: []string{"localhost"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
