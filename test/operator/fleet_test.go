@@ -220,8 +220,19 @@ func pinFirstRevision(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInj
 		t.Fatal(err)
 	}
 	fleetIs("pinned to the first revision, the injected pods current again", v1alpha1.FleetCounts{MatchedPods: 5, InjectedPods: 2, CurrentPods: 2, MissingPods: 3})
-	if si.Status.Revision != rev || si.Status.Pinned == nil || si.Status.Pinned.Revision != rev {
-		t.Fatalf("status.revision %q, pinned %+v; want %s", si.Status.Revision, si.Status.Pinned, rev)
+	// The fleet's counts and status.revision are written by two
+	// controllers, so the counts may come first: wait for both.
+	if err := cluster.WaitFor(ctx, 30*time.Second, "status.revision and status.pinned at the first revision", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(si), si); err != nil {
+			return false, err
+		}
+		return si.Status.Revision == rev && si.Status.Pinned != nil && si.Status.Pinned.Revision == rev, nil
+	}); err != nil {
+		var pinned string
+		if si.Status.Pinned != nil {
+			pinned = si.Status.Pinned.Revision
+		}
+		t.Fatalf("%v: status.revision %q, pinned revision %q; want %s", err, si.Status.Revision, pinned, rev)
 	}
 	var p *corev1.Pod
 	if err := cluster.WaitFor(ctx, 30*time.Second, "the server injecting the pinned revision", func(ctx context.Context) (bool, error) {

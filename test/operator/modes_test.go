@@ -239,7 +239,9 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 // then a Warning Event and a condition naming it, and the repair resumes
 // when the window allows; no endless fight.
 func TestConflictingWriterBackoff(t *testing.T) {
-	t.Parallel()
+	// Serial: beside the parallel tests on a machine with a CPU-bound job,
+	// an overwrite went neither repaired nor refused for 3 min (2026-12-05,
+	// run L12); not yet explained, so it keeps the operator to itself.
 	ctx := ctxT(t, 3*time.Minute)
 	c := env.Client
 	// Its webhook selects no namespace: the tests running beside it
