@@ -213,14 +213,17 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	}
 	pod := func() *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "rbac-probe", Namespace: opNS},
+			// A generated name: a pod a first real create made may still be
+			// terminating when the dry run below is sent.
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "rbac-probe-", Namespace: opNS},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
 		}
 	}
 	err = cluster.WaitFor(ctx, 30*time.Second, "the probe policy refusing a real pod create", func(ctx context.Context) (bool, error) {
-		err := as.Create(ctx, pod())
+		p := pod()
+		err := as.Create(ctx, p)
 		if err == nil {
-			_ = env.Client.Delete(ctx, pod())
+			_ = env.Client.Delete(ctx, p, client.GracePeriodSeconds(0))
 			return false, nil
 		}
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "only as server-side dry runs"), nil
