@@ -123,8 +123,7 @@ func Build(ctx context.Context, o Options, sets ...string) ([]Named, error) {
 		switch s {
 		case SetOperator:
 			bin := filepath.Join(o.BinDir, "hookwright-linux-"+o.Arch)
-			if err := run(ctx, o.Root, []string{"GOOS=linux", "GOARCH=" + o.Arch},
-				filepath.Join(o.Root, "hack", "build.sh"), bin, o.Version, o.GitCommit); err != nil {
+			if err := OperatorBinary(ctx, o.Root, o.Arch, o.Version, o.GitCommit, bin); err != nil {
 				return nil, err
 			}
 			img, err := operator(o.Arch, bin, o.CACertificates)

@@ -1,16 +1,19 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/hookwright/hookwright/hack/ociimage"
 )
 
 // RepoRoot walks up from the working directory to the hookwright go.mod.
@@ -55,9 +58,11 @@ var (
 	buildErr  error
 )
 
-// HookwrightBinary builds ./cmd once per process (go build's cache makes
-// later builds cheap) and returns the binary's path. RemoveHookwrightBinary
-// deletes it; call it from TestMain after the tests.
+// HookwrightBinary builds ./cmd once per process as hack/build.sh does
+// (static, version v0.0.0-dev) and returns the binary's path. The link
+// comes from ociimage.OperatorBinary's cache when another package or an
+// image build already made it. RemoveHookwrightBinary deletes it; call it
+// from TestMain after the tests.
 func HookwrightBinary() (string, error) {
 	buildOnce.Do(func() {
 		root, err := RepoRoot()
@@ -71,11 +76,7 @@ func HookwrightBinary() (string, error) {
 			return
 		}
 		binPath = filepath.Join(dir, "hookwright")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd: %v\n%s", err, out)
-		}
+		buildErr = ociimage.OperatorBinary(context.Background(), root, runtime.GOARCH, "v0.0.0-dev", "unknown", binPath)
 	})
 	return binPath, buildErr
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/hack/ociimage"
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
@@ -205,10 +207,8 @@ func (e *Env) explainNode(ctx context.Context, node string) (string, error) {
 	}
 	bin := filepath.Join(e.Cluster.Dir, "hookwright")
 	if _, err := os.Stat(bin); err != nil {
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("go build ./cmd: %w\n%s", err, out)
+		if err := ociimage.OperatorBinary(ctx, root, runtime.GOARCH, "v0.0.0-dev", "unknown", bin); err != nil {
+			return "", err
 		}
 	}
 	cmd := exec.CommandContext(ctx, bin, "explain-node", node)
