@@ -88,10 +88,16 @@ func TestMain(m *testing.M) {
 	}
 	code := 1
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
-		Name:    realNode,
-		Labels:  map[string]string{"pool": "real", v1alpha1.CPUManagerPolicyLabel: "static"},
-		Taints:  taint,
-		Kubelet: cluster.KubeletOptions{CPUManagerPolicy: "static", KubeReservedCPU: "500m"},
+		Name:   realNode,
+		Labels: map[string]string{"pool": "real", v1alpha1.CPUManagerPolicyLabel: "static"},
+		Taints: taint,
+		// Status and Lease periods of 4 s rather than 10 (as test/node):
+		// CutHeldAcrossKubeletRestart waits for the restarted kubelet's
+		// heartbeat and two Lease renewals.
+		Kubelet: cluster.KubeletOptions{
+			CPUManagerPolicy: "static", KubeReservedCPU: "500m",
+			NodeStatusUpdateFrequency: 4 * time.Second, NodeLeaseDurationSeconds: 16,
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)
