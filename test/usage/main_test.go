@@ -70,6 +70,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The host servers' binary, built while the cluster starts (the
+	// first NodeOversell of each test waits for it otherwise); an error
+	// shows where a test asks for it.
+	go func() { _, _ = cluster.HookwrightBinary() }()
 	taint := []corev1.Taint{{Key: testTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
