@@ -475,8 +475,9 @@ func nodeReady(ctx context.Context) (*corev1.NodeCondition, error) {
 	return nil, fmt.Errorf("node %s has no Ready condition", nodeName)
 }
 
-// One NodeOversell server replica frozen (SIGSTOP) for 60 s, then
-// resumed (SIGCONT), on the real node with its kubelet reporting: while
+// One NodeOversell server replica frozen (SIGSTOP) for four of the
+// kubelet's status patches and a Lease renewal (60 s under
+// HOOKWRIGHT_SCALE=full), then resumed (SIGCONT), on the real node with its kubelet reporting: while
 // the node is amplified the kubelet's computed allocatable differs from
 // the stored one, so it patches nodes/status every status period
 // (nodeStatusUpdateFrequency, 4 s in this package). No patch fails, each reaches exactly one
