@@ -142,6 +142,16 @@ test-compat: tools node-prereqs ## Run test/operator, test/integration and test/
 scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes, fleet status at 10,000 pods and the pod sweep (SWEEP_PODS) into _scale/ (not part of make test).
 	HOOKWRIGHT_SCALE=full HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale|TestPodSweep)$$' -v ./test/scale/
 
+# The real-node load tests at the size they were written at: more dry-run
+# pod creates a second through the injector's restarts and container
+# kills, and a 60 s freeze of an oversell replica. make test runs them
+# smaller, with the same checks (docs/development.md).
+SOAK_TESTS := TestInjectorZeroDropThroughServerRestarts|TestKillServerContainerUnderLoad|TestOversellServerFrozen
+
+.PHONY: soak
+soak: tools node-prereqs ## Run test/node's load tests at full size (HOOKWRIGHT_SCALE=full, root; not part of make test).
+	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 1h -run '^($(SOAK_TESTS))$$' -v ./test/node/
+
 # SWEEP_PODS is the pod sweep's number of running pods (plus 1/12 finished,
 # 1/15 namespaces, 50 SidecarInjectors): 10000, 50000 or 150000.
 SWEEP_PODS ?= 10000

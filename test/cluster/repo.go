@@ -83,6 +83,9 @@ func HookwrightBinary() (string, error) {
 
 // RemoveHookwrightBinary deletes what HookwrightBinary built, if anything.
 func RemoveHookwrightBinary() {
+	// Waits for a build under way (one started in the background), or
+	// stops any from starting.
+	buildOnce.Do(func() {})
 	if binPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binPath))
 	}

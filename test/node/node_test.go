@@ -56,6 +56,10 @@ var (
 	// registryAddr is the host:port (on 127.0.0.1) of the test's registry,
 	// where the node's containerd resolves images named registryHost/...
 	registryAddr string
+	// full is HOOKWRIGHT_SCALE=full (make soak): the load tests run at the
+	// size they were written at (more load, a longer freeze); make test
+	// runs them smaller, with the same checks.
+	full = os.Getenv("HOOKWRIGHT_SCALE") == "full"
 )
 
 const (

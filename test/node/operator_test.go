@@ -75,10 +75,16 @@ func runOperator() error {
 	mgr, err := app.New(env.Config, app.Options{
 		Metrics: metricsserver.Options{BindAddress: "0"}, ProbeAddr: "0",
 		Servers: servers,
-		Settings: controllers.Settings{Settings: desired.Settings{
-			Namespace: operatorNS, Image: serverImage,
-			AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
-		}},
+		Settings: controllers.Settings{
+			Settings: desired.Settings{
+				Namespace: operatorNS, Image: serverImage,
+				AllowedNamespaces: servers.Namespaces, AllowedImages: servers.Images,
+			},
+			// The rollout test waits for fleet counts after each step:
+			// 1 s between two fleet status writes rather than 5 s, as
+			// test/operator runs it.
+			FleetWriteInterval: time.Second,
+		},
 	})
 	if err != nil {
 		cancel()

@@ -289,6 +289,11 @@ func complete(si *v1alpha1.SidecarInjector, pods []corev1.Pod) (bool, string) {
 //     first pod with the kubelet's reason, the other pod untouched, and
 //     resumes when the CR changes.
 func TestRolloutOnTheRealNode(t *testing.T) {
+	// Beside TestInjectorZeroDropThroughServerRestarts and
+	// TestOversellServerFrozen: its SidecarInjector selects only its own
+	// namespace, it restarts no kubelet and adds no webhook on the node,
+	// and it mostly waits for pods.
+	t.Parallel()
 	ctx := ctxT(t, 25*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)

@@ -192,8 +192,14 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 	report := fmt.Appendf(nil, `{"status":{"allocatable":{"cpu":%q}}}`, rawQ)
 	// The requests of each load counted before the kills and after the
 	// recovery: about 3 s of them on an idle machine (status patches come
-	// every 250 ms); a loaded machine takes longer for as many.
-	const loadPods, loadBeats = 60, 12
+	// every 250 ms); a loaded machine takes longer for as many. Two pod
+	// create loops, each pausing 20 ms after an answer, keep a create in
+	// flight at every moment; HOOKWRIGHT_SCALE=full (make soak) runs three.
+	const loadPods, loadBeats = 40, 12
+	podWorkers := 2
+	if full {
+		podWorkers = 3
+	}
 
 	for _, tc := range []struct {
 		fp       v1alpha1.FailurePolicy
@@ -208,7 +214,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 			var wg sync.WaitGroup
 			defer func() { stop(); wg.Wait() }()
 			var seq atomic.Int64
-			for w := 0; w < 3; w++ {
+			for range podWorkers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

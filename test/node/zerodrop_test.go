@@ -237,12 +237,18 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 	setFailurePolicy(ctx, t, si, v1alpha1.FailurePolicyFail)
 	depKey := client.ObjectKey{Namespace: operatorNS, Name: desired.SidecarKind.BaseName(si.Name)}
 
-	// Four loops, each pausing 20 ms after an answer: about 60 to 120
-	// creates a second, as the machine allows (a figure, below).
-	load := startCreateLoad(ctx, t, ns, 4, 20*time.Millisecond)
+	// Two loops, each pausing 20 ms after an answer: about 30 to 60
+	// creates a second, as the machine allows (a figure, below), so a
+	// create is in flight at every moment of each disruption. Under
+	// HOOKWRIGHT_SCALE=full (make soak) four loops, about 60 to 120 a
+	// second, the rate issue 25 asks for.
+	workers, settle := 2, 100
+	if full {
+		workers, settle = 4, 200
+	}
+	load := startCreateLoad(ctx, t, ns, workers, 20*time.Millisecond)
 	// Counted answers, not seconds, before the first disruption: the API
 	// server holds connections to both replicas by then.
-	const settle = 200
 	load.waitMore(ctx, t, "before the disruptions", settle)
 
 	// generation bumps the Deployment with patch and returns the new
@@ -334,7 +340,7 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 	if counts[loadUninjected] != 0 {
 		t.Errorf("%d pod creates admitted without their sidecar", counts[loadUninjected])
 	}
-	if rate := float64(total) / ran.Seconds(); rate < 50 {
+	if rate := float64(total) / ran.Seconds(); full && rate < 50 {
 		// Not a failure: a loaded machine answers slower. The issue asks
 		// for at least 50 a second; say so when it was not reached.
 		t.Logf("note: %.0f creates/s is below the 50/s the issue asks for (a loaded machine)", rate)
@@ -469,8 +475,9 @@ func nodeReady(ctx context.Context) (*corev1.NodeCondition, error) {
 	return nil, fmt.Errorf("node %s has no Ready condition", nodeName)
 }
 
-// One NodeOversell server replica frozen (SIGSTOP) for 60 s, then
-// resumed (SIGCONT), on the real node with its kubelet reporting: while
+// One NodeOversell server replica frozen (SIGSTOP) for four of the
+// kubelet's status patches and a Lease renewal (60 s under
+// HOOKWRIGHT_SCALE=full), then resumed (SIGCONT), on the real node with its kubelet reporting: while
 // the node is amplified the kubelet's computed allocatable differs from
 // the stored one, so it patches nodes/status every status period
 // (nodeStatusUpdateFrequency, 4 s in this package). No patch fails, each reaches exactly one
@@ -525,7 +532,6 @@ func TestOversellServerFrozen(t *testing.T) {
 	stopPatches()
 	<-patching
 	pid := taskPID(ctx, t, strings.TrimPrefix(victim.Status.ContainerStatuses[0].ContainerID, "containerd://"))
-	const freezeFor = 60 * time.Second
 	frozen := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP %d: %v", pid, err)
@@ -542,7 +548,7 @@ func TestOversellServerFrozen(t *testing.T) {
 	t.Cleanup(thaw)
 	// The freeze is the failure injected; the node is checked throughout.
 	var beats []string
-	readyErr := cluster.During(ctx, freezeFor, time.Second, func(ctx context.Context) error {
+	ready := func(ctx context.Context) error {
 		c, err := nodeReady(ctx)
 		if err != nil {
 			return err
@@ -554,7 +560,36 @@ func TestOversellServerFrozen(t *testing.T) {
 			beats = append(beats, b)
 		}
 		return nil
-	})
+	}
+	// The freeze lasts freezePatches of the kubelet's status patches
+	// answered (the audit log's count, about 4 s apart here) and a renewal
+	// of its Lease: each patch either missed the frozen replica or waited
+	// for it and was ignored. HOOKWRIGHT_SCALE=full (make soak) freezes
+	// for 60 s whatever the count.
+	const freezePatches = 4
+	var readyErr error
+	if full {
+		readyErr = cluster.During(ctx, time.Minute, time.Second, ready)
+	} else {
+		_, readyErr = cluster.Poll(ctx, time.Second, 3*time.Minute, fmt.Sprintf("%d kubelet status patches answered and a Lease renewal during the freeze", freezePatches),
+			func(ctx context.Context) (bool, error) {
+				if err := ready(ctx); err != nil {
+					return false, cluster.Permanent(err)
+				}
+				answered := 0
+				for _, p := range kubeletPatches(t, frozen, time.Now()) {
+					if p.code >= 200 && p.code < 300 {
+						answered++
+					}
+				}
+				lease, err := env.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				return answered >= freezePatches && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(frozen), nil
+			})
+	}
+	freezeFor := time.Since(frozen)
 	t.Logf("Ready heartbeats seen during the freeze (began %s): %v", frozen.UTC().Format("15:04:05"), beats)
 	thaw()
 	end := time.Now()
@@ -602,7 +637,7 @@ func TestOversellServerFrozen(t *testing.T) {
 		}
 	}
 	t.Logf("figure: one of 2 NodeOversell replicas frozen %s: %d kubelet status patches (audit log), %d failed, %d called the frozen replica and were ignored after the 2 s timeout, slowest %s, longest time between two answered patches %s",
-		freezeFor, len(patches), failed, failedOpen, slowest.Round(time.Millisecond), gap.Round(time.Millisecond))
+		freezeFor.Round(100*time.Millisecond), len(patches), failed, failedOpen, slowest.Round(time.Millisecond), gap.Round(time.Millisecond))
 	if len(patches) == 0 {
 		t.Errorf("the audit log shows no kubelet status patch during the %s freeze", freezeFor)
 	}

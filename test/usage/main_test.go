@@ -70,6 +70,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The host servers' binary, built while the cluster starts (the
+	// first NodeOversell of each test waits for it otherwise); an error
+	// shows where a test asks for it.
+	go func() { _, _ = cluster.HookwrightBinary() }()
 	taint := []corev1.Taint{{Key: testTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	start := time.Now()
 	env, err = cluster.New(ctx, cluster.Options{
@@ -88,10 +92,16 @@ func TestMain(m *testing.M) {
 	}
 	code := 1
 	node, err = env.StartRealNode(ctx, cluster.RealNodeSpec{
-		Name:    realNode,
-		Labels:  map[string]string{"pool": "real", v1alpha1.CPUManagerPolicyLabel: "static"},
-		Taints:  taint,
-		Kubelet: cluster.KubeletOptions{CPUManagerPolicy: "static", KubeReservedCPU: "500m"},
+		Name:   realNode,
+		Labels: map[string]string{"pool": "real", v1alpha1.CPUManagerPolicyLabel: "static"},
+		Taints: taint,
+		// Status and Lease periods of 4 s rather than 10 (as test/node):
+		// CutHeldAcrossKubeletRestart waits for the restarted kubelet's
+		// heartbeat and two Lease renewals.
+		Kubelet: cluster.KubeletOptions{
+			CPUManagerPolicy: "static", KubeReservedCPU: "500m",
+			NodeStatusUpdateFrequency: 4 * time.Second, NodeLeaseDurationSeconds: 16,
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start real node:", err)

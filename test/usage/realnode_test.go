@@ -110,7 +110,7 @@ func cutAcrossRestart(t *testing.T, ctx context.Context, no *v1alpha1.NodeOverse
 	})
 	t.Logf("figure: kubelet restarted -> Ready again in %s", time.Since(start).Round(100*time.Millisecond))
 	// The restarted kubelet re-admits its pods as it starts; two renewals
-	// of its node Lease after Ready (10 s apart, slower only if the
+	// of its node Lease after Ready (4 s apart here, slower only if the
 	// kubelet itself is) give a rejection every chance to show.
 	if err := whileLeaseRenewed(ctx, realNode, 2, func(ctx context.Context) error {
 		for _, p := range pods {
