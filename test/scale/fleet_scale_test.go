@@ -62,7 +62,7 @@ type fleetFigures struct {
 
 func TestFleetScale(t *testing.T) {
 	full := os.Getenv("HOOKWRIGHT_SCALE") == "full"
-	f := fleetFigures{pods: 500, namespaces: 10, quiet: 2*5*time.Second + time.Second}
+	f := fleetFigures{pods: 1000, namespaces: 10, quiet: 2*5*time.Second + time.Second}
 	if full {
 		f = fleetFigures{pods: 10000, namespaces: 100, quiet: 60 * time.Second}
 	}

@@ -25,7 +25,7 @@
 // again every 5 s (controllers/configloaded.go).
 //
 // TestFleetScale (fleet_scale_test.go) is issue 18's scale test of a
-// SidecarInjector's fleet status: 500 pods in 10 namespaces by default,
+// SidecarInjector's fleet status: 1,000 pods in 10 namespaces by default,
 // 10,000 in 100 with HOOKWRIGHT_SCALE=full, with the operator its own
 // process; it asserts that the counts converge, that a template change
 // makes every injected pod outdated and that a quiet fleet writes the CR
