@@ -188,21 +188,18 @@ func Helm(ctx context.Context, e *Env, r *Result) error {
 // included, but for the Namespace (the release's).
 func (e *Env) undeployKustomize(ctx context.Context) error {
 	c := e.Cluster.Client
-	// Each step's deletes go out at once, as kubectl delete sends them,
-	// and are awaited together: one by one, every foreground deletion
-	// waited for the garbage collector and each server's 5 s drain in turn.
-	crs := []client.Object{&v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: SampleOversellName}}}
+	if err := deleteAndAwait(ctx, c, &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: SampleOversellName}}); err != nil {
+		return err
+	}
 	var sis v1alpha1.SidecarInjectorList
 	if err := c.List(ctx, &sis); err != nil {
 		return err
 	}
 	for i := range sis.Items {
-		crs = append(crs, &sis.Items[i])
+		if err := deleteAndAwait(ctx, c, &sis.Items[i]); err != nil {
+			return err
+		}
 	}
-	if err := deleteAllAndAwait(ctx, c, crs); err != nil {
-		return err
-	}
-	var objs []client.Object
 	for _, u := range e.deployed {
 		if u.GetKind() == "Namespace" {
 			continue
@@ -211,10 +208,9 @@ func (e *Env) undeployKustomize(ctx context.Context) error {
 		obj.SetGroupVersionKind(u.GroupVersionKind())
 		obj.SetNamespace(u.GetNamespace())
 		obj.SetName(u.GetName())
-		objs = append(objs, obj)
-	}
-	if err := deleteAllAndAwait(ctx, c, objs); err != nil {
-		return err
+		if err := deleteAndAwait(ctx, c, obj); err != nil {
+			return err
+		}
 	}
 	e.deployed = nil
 	return cluster.WaitFor(ctx, 2*time.Minute, "config/default's operator pods gone", func(ctx context.Context) (bool, error) {
@@ -254,34 +250,19 @@ func (e *Env) operatorPodsReady(ctx context.Context, n int32) ([]string, error) 
 
 // deleteAndAwait deletes obj (foreground) and waits until it is gone.
 func deleteAndAwait(ctx context.Context, c client.Client, obj client.Object) error {
-	return deleteAllAndAwait(ctx, c, []client.Object{obj})
-}
-
-// deleteAllAndAwait deletes every object of objs (foreground), then waits
-// until all are gone.
-func deleteAllAndAwait(ctx context.Context, c client.Client, objs []client.Object) error {
-	var pending []client.Object
-	for _, obj := range objs {
-		if err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
+	if err := c.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
-		pending = append(pending, obj)
+		return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
 	}
-	for _, obj := range pending {
-		if err := cluster.WaitFor(ctx, 3*time.Minute, fmt.Sprintf("%T %s gone", obj, obj.GetName()), func(ctx context.Context) (bool, error) {
-			err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			if apierrors.IsNotFound(err) {
-				return true, nil
-			}
-			return false, err
-		}); err != nil {
-			return err
+	return cluster.WaitFor(ctx, 3*time.Minute, fmt.Sprintf("%T %s gone", obj, obj.GetName()), func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return true, nil
 		}
-	}
-	return nil
+		return false, err
+	})
 }
 
 // cleanHelm removes what the Helm scenario made, whatever step it
