@@ -78,6 +78,11 @@ type KubeletOptions struct {
 	// shorter than its 10 s (pkg/kubelet/kubelet.go, newCrashLoopBackOff).
 	// 0: the kubelet's 5 min.
 	MaxContainerRestartPeriod time.Duration
+	// SyncFrequency is syncFrequency: the period of the kubelet's pod sync
+	// loop, which also re-reads mounted Secret and ConfigMap volumes
+	// (pkg/kubelet/kubelet.go syncLoop; a pod's resync is jittered up to
+	// +50 %, pkg/kubelet/pod_workers.go). 0: the kubelet's 1 min.
+	SyncFrequency time.Duration
 }
 
 // StatusUpdateEvery is the kubelet's node status period under k.

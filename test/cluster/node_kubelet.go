@@ -96,6 +96,9 @@ func (n *RealNode) kubeletConfig(tlsCert, tlsKey string) string {
 	if k := n.spec.Kubelet; k.MaxContainerRestartPeriod > 0 {
 		extra += fmt.Sprintf("crashLoopBackOff:\n  maxContainerRestartPeriod: %s\n", k.MaxContainerRestartPeriod)
 	}
+	if k := n.spec.Kubelet; k.SyncFrequency > 0 {
+		extra += fmt.Sprintf("syncFrequency: %s\n", k.SyncFrequency)
+	}
 	if k := n.spec.Kubelet; k.NodeLeaseDurationSeconds > 0 {
 		extra += fmt.Sprintf("nodeLeaseDurationSeconds: %d\n", k.NodeLeaseDurationSeconds)
 	}

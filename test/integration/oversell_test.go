@@ -306,9 +306,11 @@ func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
 
 // TestOversellHeartbeatsNoDrift runs kubelet-faithful heartbeaters and kwok
 // nodes under a NodeOversell until each inflated node was patched 5 times
-// (about 60 s) and samples the stored allocatable every second: it must stay exactly raw × ratio. It also measures the cost
-// the design doc warns about: an inflated node is patched every
-// nodeStatusUpdateFrequency, a plain one only every report period.
+// and kwok heartbeated once (about 10 s) and samples the stored
+// allocatable every second: it must stay exactly raw × ratio. It also
+// measures the cost the design doc warns about: an inflated node is
+// patched every nodeStatusUpdateFrequency, a plain one only every report
+// period.
 func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t, 5*time.Minute)
@@ -323,6 +325,9 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A 2 s nodeStatusUpdateFrequency: 5 patches take 10 s, not 50 s, and
+	// are still far from the plain node's 5 min report period.
+	hb.Period = 2 * time.Second
 	createNodeOversell(t, ctx, "drift", sel, "2", "1.5")
 	// kwok nodes (pool=test) are written by kwok's own user, not a kubelet:
 	// the webhook adopts their first allocatable as raw.
@@ -366,8 +371,8 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	start := time.Now()
 	samples := 0
 	// The window is counted in reports, not slept: it ends once each
-	// inflated node was patched 5 times (about every 10 s, so about 50 s
-	// on an idle machine) and kwok heartbeated at least once. The limit,
+	// inflated node was patched 5 times (every 2 s, so about 10 s on an
+	// idle machine) and kwok heartbeated at least once. The limit,
 	// 150 s, is well under the plain node's 5 min report period, so a node
 	// patched only then could not reach 5 patches in it.
 	const inflatedPatches = 5
@@ -395,7 +400,7 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	})
 	window := time.Since(start)
 	if err != nil {
-		t.Errorf("an inflated node should be patched about every 10 s, and kwok keep heartbeating: %v%s", err, missing)
+		t.Errorf("an inflated node should be patched about every 2 s, and kwok keep heartbeating: %v%s", err, missing)
 	}
 	for _, n := range []string{"hb-1", "hb-2", "hb-plain"} {
 		p, e, last := hb.Stats(n)

@@ -74,12 +74,14 @@ func Helm(ctx context.Context, e *Env, r *Result) error {
 	}
 	defer e.cleanHelm(context.Background(), helm)
 
+	start := time.Now()
 	if err := e.undeployKustomize(ctx); err != nil {
 		return err
 	}
+	r.timing("samples and config/default deleted, operator pods gone", time.Since(start), 0)
 	r.check("samples deleted, then config/default deleted as make undeploy does (CRDs included)")
 
-	start := time.Now()
+	start = time.Now()
 	if _, err := helm("install", helmRelease, chart, "--namespace", OperatorNamespace, "--wait", "--timeout", "5m"); err != nil {
 		return err
 	}

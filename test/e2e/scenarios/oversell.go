@@ -28,7 +28,7 @@ const (
 	// HeartbeatsWanted is how many heartbeats of each pool node scenario 2
 	// watches for drift (kwok writes one every 10 s, like a kubelet). The
 	// writes are counted, not timed: a loaded machine only stretches it.
-	HeartbeatsWanted = 3
+	HeartbeatsWanted = 2
 	rawAnnotation    = "oversell.hookwright.io/raw-allocatable"
 	workload         = "cpu-hog"
 	replicas         = 24

@@ -29,8 +29,10 @@ const (
 	usageWorkload  = "busy"
 	// usageBinding binds config/node-taints to the operator.
 	usageBinding = "hookwright-node-taints-demo"
-	// usageMinChange is the demo NodeOversell's minChangeInterval.
-	usageMinChange = 10 * time.Second
+	// usageMinChange is the demo NodeOversell's minChangeInterval: short,
+	// as each of the four steps waits it out; the check against the
+	// operator's stamps is the same at any value.
+	usageMinChange = 5 * time.Second
 )
 
 // UsageAware is scenario 9: on the operator install that runs (whichever
