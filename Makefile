@@ -151,6 +151,7 @@ SOAK_TESTS := TestInjectorZeroDropThroughServerRestarts|TestKillServerContainerU
 .PHONY: soak
 soak: tools node-prereqs ## Run test/node's load tests and the injector's slow-client soak at full size (HOOKWRIGHT_SCALE=full, root; not part of make test).
 	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 1h -run '^TestSoakSlowClients$$' -v ./webhooks/sidecar/
+	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 1h -run '^TestInjectorProcessUnderSlowClients$$' -v ./test/integration/
 	HOOKWRIGHT_SCALE=full go test -count=1 -timeout 1h -run '^($(SOAK_TESTS))$$' -v ./test/node/
 
 # SWEEP_PODS is the pod sweep's number of running pods (plus 1/12 finished,
