@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
@@ -112,11 +113,7 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 			Data:     runtime.RawExtension{Raw: data},
 			Revision: plan.Create,
 		}
-		// AlreadyExists: the cache has not seen our last create yet.
-		if err := k.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create ControllerRevision %s: %w", obj.Name, err)
-		}
-		if gone, err := k.ownerGone(ctx, si); err != nil || gone {
+		if gone, err := k.create(ctx, si, obj); err != nil || gone {
 			return nil, err
 		}
 		byHash[rev] = obj
@@ -140,6 +137,33 @@ func (k *revisionKeeper) keep(ctx context.Context, si *v1alpha1.SidecarInjector,
 	return byHash, nil
 }
 
+// createCheckTimeout bounds a revision's create and the owner check after
+// it, which run on even when the manager is stopping (see create).
+const createCheckTimeout = 10 * time.Second
+
+// create creates obj, si's revision, and then checks that si still
+// exists (ownerGone). The two run under a context the manager's shutdown
+// does not cancel: uninstalling (operator-sdk cleanup) deletes the CRDs
+// and the operator's Deployment within a second, and a reconcile stopped
+// between the create and the check, or during a create the API server
+// had already stored, left a revision no one removes (seen in
+// test/e2e's README block, 2026-12-05). The pod's termination grace and
+// the manager's graceful shutdown both outlast createCheckTimeout.
+func (k *revisionKeeper) create(ctx context.Context, si *v1alpha1.SidecarInjector, obj *appsv1.ControllerRevision) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCheckTimeout)
+	defer cancel()
+	// AlreadyExists: the cache has not seen our last create yet.
+	err := k.Client.Create(ctx, obj)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		// It may have been stored all the same (a timeout): check.
+		if gone, gerr := k.ownerGone(ctx, si); gerr == nil && gone {
+			return true, nil
+		}
+		return false, fmt.Errorf("create ControllerRevision %s: %w", obj.Name, err)
+	}
+	return k.ownerGone(ctx, si)
+}
+
 // ownerGone reads si live after a ControllerRevision was created for it.
 // A reconcile that read si from the cache just before its deletion
 // creates the revision after the garbage collector last looked at si's
@@ -154,7 +178,8 @@ func (k *revisionKeeper) ownerGone(ctx context.Context, si *v1alpha1.SidecarInje
 	}
 	live := &v1alpha1.SidecarInjector{}
 	err := k.Reader.Get(ctx, client.ObjectKeyFromObject(si), live)
-	if err != nil && !apierrors.IsNotFound(err) {
+	// NoKindMatch: the CRD is gone, and with it every SidecarInjector.
+	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 		return false, fmt.Errorf("read SidecarInjector %s after creating its revision: %w", si.Name, err)
 	}
 	if err == nil && live.UID == si.UID && live.DeletionTimestamp.IsZero() {

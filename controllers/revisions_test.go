@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/sidecar"
@@ -50,6 +52,70 @@ func TestRevisionOfGoneOwnerRemoved(t *testing.T) {
 			}
 			if got := len(list.Items) == 1; got != tc.kept {
 				t.Fatalf("%d ControllerRevisions left, want kept=%t", len(list.Items), tc.kept)
+			}
+		})
+	}
+}
+
+// TestRevisionOfGoneOwnerRemovedWhileStopping: the manager stopping
+// (its context cancelled during the create, as at an uninstall that
+// deletes the CRDs and the operator at once) or the CRD already gone
+// (NoKindMatch) still ends with the revision of a deleted
+// SidecarInjector removed.
+func TestRevisionOfGoneOwnerRemovedWhileStopping(t *testing.T) {
+	s := testScheme(t)
+	honourCancel := interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}
+	for _, tc := range []struct {
+		name   string
+		reader func(c client.WithWatch) client.Reader
+	}{
+		{name: "context cancelled during the create", reader: func(c client.WithWatch) client.Reader {
+			return interceptor.NewClient(c, honourCancel)
+		}},
+		{name: "CRD gone", reader: func(c client.WithWatch) client.Reader {
+			return interceptor.NewClient(c, interceptor.Funcs{
+				Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+					return &meta.NoKindMatchError{GroupKind: v1alpha1.GroupVersion.WithKind("SidecarInjector").GroupKind()}
+				},
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			si := testInjector()
+			base := fake.NewClientBuilder().WithScheme(s).Build()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := interceptor.NewClient(base, interceptor.Funcs{
+				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					err := c.Create(ctx, obj, opts...)
+					cancel() // SIGTERM: the manager cancels every reconcile
+					return err
+				},
+			})
+			k := &revisionKeeper{Client: w, Reader: tc.reader(base), Namespace: "hookwright-system"}
+			rev, data := sidecar.Revision(si)
+			if _, err := k.keep(ctx, si, rev, data); err != nil {
+				t.Fatal(err)
+			}
+			list := &appsv1.ControllerRevisionList{}
+			if err := base.List(context.Background(), list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 0 {
+				t.Fatalf("%d ControllerRevisions of a deleted SidecarInjector left", len(list.Items))
 			}
 		})
 	}
