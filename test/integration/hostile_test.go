@@ -38,12 +38,7 @@ func TestInjectorProcessUnderSlowClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a soak of 20 s (a minute with HOOKWRIGHT_SCALE=full); runs without -short")
 	}
-	// 20 s cut every trickled body several times over (each within about
-	// 4 s: webhooks/serving's BodyGrace and minimum rate).
-	soak := 20 * time.Second
-	if os.Getenv("HOOKWRIGHT_SCALE") == "full" {
-		soak = time.Minute
-	}
+	soak := servingtest.SoakDuration()
 	ctx := ctxT(t, 3*time.Minute)
 	if _, err := env.CreateNamespace(ctx, hostileNS, nil); err != nil {
 		t.Fatal(err)

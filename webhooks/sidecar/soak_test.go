@@ -15,16 +15,10 @@ import (
 
 // Soak parameters of issue 11 §2: slow clients each declaring a 3 MiB body
 // and trickling it, and valid reviews at a steady rate, against one server
-// with the production envelope, for soakDuration.
+// with the production envelope, for servingtest.SoakDuration.
 const (
 	soakSlowClients = 200
 	soakValidPerSec = 100
-	// soakShort is make test's soak: every trickled body is cut within
-	// about BodyGrace × (1 + maxStallRetries) plus 3 MiB at the minimum
-	// rate, so 20 s see each slow client cut several times over.
-	// HOOKWRIGHT_SCALE=full (make soak) runs issue 11's full minute.
-	soakShort = 20 * time.Second
-	soakFull  = 60 * time.Second
 	// soakClientTimeout is how long a valid review's client waits: a
 	// minute, not the SidecarInjector's 10 s timeoutSeconds, since a
 	// machine starved by other work stretches every answer (p99 10.3 s at
@@ -67,10 +61,7 @@ func TestSoakSlowClients(t *testing.T) {
 	slow := servingtest.StartSlowClients(srv.Addr, srv.ClientTLS, "/inject", soakSlowClients)
 	client := srv.Client(soakClientTimeout)
 	review := reviewFor(t, []byte(nginxPod), "shop", false)
-	soakDuration := soakShort
-	if os.Getenv("HOOKWRIGHT_SCALE") == "full" {
-		soakDuration = soakFull
-	}
+	soakDuration := servingtest.SoakDuration()
 	load := servingtest.RunLoad(soakValidPerSec, soakDuration, func() error {
 		return servingtest.PostInjectingReview(client, srv.URL("/inject"), review)
 	})

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -156,6 +157,17 @@ type LoadReport struct {
 func (r LoadReport) String() string {
 	return fmt.Sprintf("%d ok, %d failed; latency p50 %v p99 %v max %v", r.OK, len(r.Failures),
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond))
+}
+
+// SoakDuration is how long the slow-client soaks offer their load: 20 s
+// in make test, in which every trickled body is cut several times over
+// (each within about 4 s: serving's BodyGrace and minimum rate), and issue
+// 11's full minute with HOOKWRIGHT_SCALE=full (make soak).
+func SoakDuration() time.Duration {
+	if os.Getenv("HOOKWRIGHT_SCALE") == "full" {
+		return time.Minute
+	}
+	return 20 * time.Second
 }
 
 // RunLoad calls do perSec times a second for d, open loop (each tick sends
