@@ -3,12 +3,10 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,33 +21,6 @@ import (
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/failopen"
 )
-
-// failOpen sets every webhook of a configuration to Ignore and reports
-// whether one changed.
-func failOpen(policies []*admissionregistrationv1.FailurePolicyType) bool {
-	changed := false
-	for i, p := range policies {
-		if p == nil || *p != admissionregistrationv1.Ignore {
-			ignore := admissionregistrationv1.Ignore
-			policies[i] = &ignore
-			changed = true
-		}
-	}
-	return changed
-}
-
-// ignorePatch is a JSON patch setting failurePolicy Ignore on n webhooks
-// (the operator's RBAC grants patch, not update, on configurations).
-func ignorePatch(n int) []byte {
-	b := []byte("[")
-	for i := range n {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = fmt.Appendf(b, `{"op":"add","path":"/webhooks/%d/failurePolicy","value":"Ignore"}`, i)
-	}
-	return append(b, ']')
-}
 
 // failOpenIfGone runs as the manager exits: when OperatorGone, every
 // webhook configuration the operator manages is switched to Ignore
@@ -99,7 +70,11 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 // Ignore rather than delete: while the servers still run, pods keep
 // getting their sidecars, and an operator installed again re-arms Fail
 // after its probe (health.DecideFailurePolicy). Configurations already
-// Ignore are not written. It returns whether every switch succeeded.
+// Ignore are not written. The patches are internal/failopen's, each switch
+// guarded by a test of the webhook's name: a configuration rewritten
+// meanwhile refuses the patch (422) and the caller tries again, rather
+// than another webhook being switched. It returns whether every switch
+// succeeded.
 func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
 	log := ctrl.Log.WithName("uninstall")
 	ok := true
@@ -111,18 +86,15 @@ func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
 	} else {
 		for i := range mwcs.Items {
 			m := &mwcs.Items[i]
-			var ps []*admissionregistrationv1.FailurePolicyType
-			for _, w := range m.Webhooks {
-				ps = append(ps, w.FailurePolicy)
-			}
-			if !failOpen(ps) {
+			patch, names := failopen.MutatingPatch(m)
+			if patch == nil {
 				continue
 			}
-			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
+			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 				log.Error(err, "switch to Ignore", "configuration", m.Name)
 				ok = false
 			} else {
-				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", m.Name)
+				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", m.Name, "webhooks", names)
 			}
 		}
 	}
@@ -134,18 +106,15 @@ func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
 		}
 		return ok
 	}
-	var ps []*admissionregistrationv1.FailurePolicyType
-	for _, w := range v.Webhooks {
-		ps = append(ps, w.FailurePolicy)
-	}
-	if !failOpen(ps) {
+	patch, names := failopen.ValidatingPatch(v)
+	if patch == nil {
 		return ok
 	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, ignorePatch(len(ps)), metav1.PatchOptions{}); err != nil {
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		log.Error(err, "switch to Ignore", "configuration", v.Name)
 		return false
 	}
-	log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name)
+	log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name, "webhooks", names)
 	return ok
 }
 
