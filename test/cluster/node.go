@@ -85,6 +85,16 @@ type KubeletOptions struct {
 	SyncFrequency time.Duration
 }
 
+// The real-node suites' heartbeat periods (test/node, test/usage): node
+// status every 4 s and the node Lease renewed every 4 s (16 s duration),
+// rather than the kubelet's 10 s each. They count the kubelet's reports and
+// renewals, and waiting for them was most of their time. The 5 min report
+// period, which the oversell server's heartbeat handling rests on, stays.
+const (
+	TestNodeStatusUpdateFrequency       = 4 * time.Second
+	TestNodeLeaseDurationSeconds  int32 = 16
+)
+
 // StatusUpdateEvery is the kubelet's node status period under k.
 func (k KubeletOptions) StatusUpdateEvery() time.Duration {
 	if k.NodeStatusUpdateFrequency > 0 {

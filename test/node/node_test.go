@@ -67,16 +67,13 @@ const (
 	registryHost = "registry.hookwright.local"
 )
 
-// kubeletOptions shortens the real node's status and Lease periods (10 s each by
-// default) to 4 s: the tests count the kubelet's reports and renewals, and
-// waiting for them was most of this package's time. The 5 min report
-// period, which the oversell server's heartbeat handling rests on, stays.
-// A killed server container is restarted after at most 5 s rather than
+// kubeletOptions shortens the real node's status and Lease periods to the
+// suites' 4 s (cluster.TestNodeStatusUpdateFrequency). A killed server container is restarted after at most 5 s rather than
 // 10, 20, 40 s on its later kills; a crash loop still shows
 // CrashLoopBackOff for those 5 s.
 var kubeletOptions = cluster.KubeletOptions{
-	NodeStatusUpdateFrequency: 4 * time.Second,
-	NodeLeaseDurationSeconds:  16,
+	NodeStatusUpdateFrequency: cluster.TestNodeStatusUpdateFrequency,
+	NodeLeaseDurationSeconds:  cluster.TestNodeLeaseDurationSeconds,
 	MaxContainerRestartPeriod: 5 * time.Second,
 }
 

@@ -95,12 +95,13 @@ func TestMain(m *testing.M) {
 		Name:   realNode,
 		Labels: map[string]string{"pool": "real", v1alpha1.CPUManagerPolicyLabel: "static"},
 		Taints: taint,
-		// Status and Lease periods of 4 s rather than 10 (as test/node):
+		// The suites' 4 s status and Lease periods (as test/node):
 		// CutHeldAcrossKubeletRestart waits for the restarted kubelet's
 		// heartbeat and two Lease renewals.
 		Kubelet: cluster.KubeletOptions{
 			CPUManagerPolicy: "static", KubeReservedCPU: "500m",
-			NodeStatusUpdateFrequency: 4 * time.Second, NodeLeaseDurationSeconds: 16,
+			NodeStatusUpdateFrequency: cluster.TestNodeStatusUpdateFrequency,
+			NodeLeaseDurationSeconds:  cluster.TestNodeLeaseDurationSeconds,
 		},
 	})
 	if err != nil {
