@@ -60,7 +60,7 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 	if !failopen.OperatorGone(dep, dep != nil) {
 		return
 	}
-	failOpenAll(ctx, cs)
+	_ = failOpenAll(ctx, cs) // each failure is logged; nothing is left to try
 }
 
 // failOpenAll switches every webhook configuration the operator manages
@@ -73,16 +73,19 @@ func failOpenIfGone(cfg *rest.Config, namespace, deployment string) {
 // Ignore are not written. The patches are internal/failopen's, each switch
 // guarded by a test of the webhook's name: a configuration rewritten
 // meanwhile refuses the patch (422) and the caller tries again, rather
-// than another webhook being switched. It returns whether every switch
-// succeeded.
-func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
+// than another webhook being switched. It returns nil when every switch
+// succeeded, else the errors (each also logged), joined.
+func failOpenAll(ctx context.Context, cs kubernetes.Interface) error {
 	log := ctrl.Log.WithName("uninstall")
-	ok := true
+	var errs []error
+	fail := func(err error, msg string, kv ...any) {
+		log.Error(err, msg, kv...)
+		errs = append(errs, err)
+	}
 	sel := metav1.ListOptions{LabelSelector: desired.LabelManagedBy + "=" + desired.ManagedByValue}
 	mwcs, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
 	if err != nil {
-		log.Error(err, "list mutating webhook configurations")
-		ok = false
+		fail(err, "list mutating webhook configurations")
 	} else {
 		for i := range mwcs.Items {
 			m := &mwcs.Items[i]
@@ -91,31 +94,43 @@ func failOpenAll(ctx context.Context, cs kubernetes.Interface) bool {
 				continue
 			}
 			if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-				log.Error(err, "switch to Ignore", "configuration", m.Name)
-				ok = false
+				fail(err, "switch to Ignore", "configuration", m.Name)
 			} else {
 				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", m.Name, "webhooks", names)
 			}
 		}
 	}
 	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, desired.ValidatingConfigName, metav1.GetOptions{})
-	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			log.Error(err, "get the validating webhook configuration")
-			return false
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		fail(err, "get the validating webhook configuration")
+	default:
+		if patch, names := failopen.ValidatingPatch(v); patch != nil {
+			if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+				fail(err, "switch to Ignore", "configuration", v.Name)
+			} else {
+				log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name, "webhooks", names)
+			}
 		}
-		return ok
 	}
-	patch, names := failopen.ValidatingPatch(v)
-	if patch == nil {
-		return ok
+	return errors.Join(errs...)
+}
+
+// allForbidden reports whether err holds only Forbidden answers: the
+// operator's RBAC is gone, as Helm, OLM and `kubectl delete -k` remove it
+// with the Deployment, and trying again cannot help.
+func allForbidden(err error) bool {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			if !apierrors.IsForbidden(e) {
+				return false
+			}
+		}
+		return len(joined.Unwrap()) > 0
 	}
-	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		log.Error(err, "switch to Ignore", "configuration", v.Name)
-		return false
-	}
-	log.Info("operator uninstalled: switched to failurePolicy Ignore", "configuration", v.Name, "webhooks", names)
-	return ok
+	return apierrors.IsForbidden(err)
 }
 
 // uninstallWatch watches the operator's own Deployment while the manager
@@ -175,10 +190,16 @@ func (w *uninstallWatch) Start(ctx context.Context) error {
 		end := time.Now().Add(switchFor)
 		for {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			ok := failOpenAll(sctx, w.cs)
+			err := failOpenAll(sctx, w.cs)
 			cancel()
-			if ok {
+			if err == nil {
 				w.done.Store(true)
+				return
+			}
+			// Retrying held the manager's exit for its whole grace period
+			// (test/olm, 2026-12-05): the servers' own step acts instead.
+			if allForbidden(err) {
+				ctrl.Log.WithName("uninstall").Info("refused: the operator's RBAC went with it; each injector server switches its own configurations (--operator-deployment)")
 				return
 			}
 			if time.Now().Add(switchRetry).After(end) {

@@ -2,10 +2,13 @@ package app
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/hookwright/hookwright/internal/desired"
@@ -33,8 +36,8 @@ func TestFailOpenAllSwitchesOnlyOurs(t *testing.T) {
 		vwc,
 	)
 	ctx := context.Background()
-	if !failOpenAll(ctx, cs) {
-		t.Fatal("failOpenAll reported a failed switch")
+	if err := failOpenAll(ctx, cs); err != nil {
+		t.Fatalf("failOpenAll: %v", err)
 	}
 	for _, name := range []string{"mixed", "open"} {
 		m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -69,5 +72,28 @@ func TestFailOpenAllSwitchesOnlyOurs(t *testing.T) {
 	}
 	if len(patched) != 2 || patched[0] != "mixed" || patched[1] != desired.ValidatingConfigName {
 		t.Errorf("patched %q, want only mixed and %s (already Ignore and foreign ones are not written)", patched, desired.ValidatingConfigName)
+	}
+}
+
+// TestAllForbidden: only answers that are all Forbidden stop the retries
+// (the operator's RBAC is gone); any other failure is tried again.
+func TestAllForbidden(t *testing.T) {
+	gr := schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}
+	forbidden := apierrors.NewForbidden(gr, "x", errors.New("no RBAC"))
+	conflict := apierrors.NewConflict(gr, "x", errors.New("changed"))
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"forbidden", forbidden, true},
+		{"all forbidden", errors.Join(forbidden, forbidden), true},
+		{"forbidden and a conflict", errors.Join(forbidden, conflict), false},
+		{"a timeout", context.DeadlineExceeded, false},
+	} {
+		if got := allForbidden(tc.err); got != tc.want {
+			t.Errorf("%s: allForbidden = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -129,6 +129,9 @@ func TestInstallAndUpgradeThroughOLM(t *testing.T) {
 			t.Errorf("%T %s recreated by the upgrade (uid %s, was %s)", cr, cr.GetName(), got.GetUID(), cr.GetUID())
 		}
 	}
+
+	// Uninstall with the CRs kept: nothing is left that can refuse an admission.
+	checkUninstallKeepsCRs(ctx, t, o, in, si, no)
 }
 
 // checkInstalled asserts what OLM made from the installed CSV: the owned
