@@ -161,7 +161,7 @@ test-compat: tools node-prereqs ## Run test/operator, test/integration and test/
 
 .PHONY: scale
 scale: tools ## Measure NodeOversell at 10, 100 and 1,000 nodes, fleet status at 10,000 pods and the pod sweep (SWEEP_PODS) into _scale/ (not part of make test).
-	HOOKWRIGHT_SCALE=full HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale|TestPodSweep)$$' -v ./test/scale/
+	HOOKWRIGHT_SCALE=full HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) go test -count=1 -timeout 3h -run '^(TestScale|TestFleetScale|TestPodSweep)$$' -v ./test/scale/
 
 # The real-node load tests at the size they were written at: more dry-run
 # pod creates a second through the injector's restarts and container
@@ -178,10 +178,13 @@ soak: tools node-prereqs ## Run test/node's load tests and the injector's slow-c
 # SWEEP_PODS is the pod sweep's number of running pods (plus 1/12 finished,
 # 1/15 namespaces, 50 SidecarInjectors): 10000, 50000 or 150000.
 SWEEP_PODS ?= 10000
+# SWEEP_MEMORY_LIMIT is the sweep's memory limit (a quantity, e.g. 448Mi),
+# from which each replica sets its Go soft limit; empty: the shipped one.
+SWEEP_MEMORY_LIMIT ?=
 
 .PHONY: scale-pods
-scale-pods: tools ## Only the pod sweep at SWEEP_PODS running pods into _scale/report-podsweep-N.md (not part of make test).
-	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) go test -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
+scale-pods: tools ## Only the pod sweep at SWEEP_PODS running pods (SWEEP_MEMORY_LIMIT: the replicas' memory limit, default the shipped one) into _scale/report-podsweep-N.md (not part of make test).
+	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) go test -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -80,8 +81,10 @@ func TestPodSweep(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opNS}})
 	})
-	// The shipped limit (config/manager): 256 MiB unless measured otherwise.
-	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.Itoa(shippedMemoryLimit)}
+	// The shipped limit (config/manager), or make scale-pods'
+	// SWEEP_MEMORY_LIMIT: the manager sets its Go soft limit from it.
+	memLimit := sweepMemoryLimit(t)
+	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.FormatInt(memLimit, 10)}
 	// Two replicas as shipped: the first leads, the second stands by
 	// (it holds no pod index until it takes over).
 	replicas.reset()
@@ -403,7 +406,7 @@ func TestPodSweep(t *testing.T) {
 			"%s\n"+
 			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
 			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n",
-			sweepPodsEnv, sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, shippedMemoryLimit>>20,
+			sweepPodsEnv, sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, memLimit>>20,
 			created.Round(time.Second), converge.Round(time.Millisecond), sz.quiet, quietWrites, templ.Round(time.Millisecond),
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
 			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
@@ -503,6 +506,26 @@ func resourceVersions(t *testing.T, ctx context.Context) map[string]string {
 
 // shippedMemoryLimit is config/manager's memory limit, in bytes.
 const shippedMemoryLimit = 256 << 20
+
+// sweepMemoryLimitEnv sets the sweep's memory limit instead of the
+// shipped one (make scale-pods SWEEP_MEMORY_LIMIT=448Mi): a row of
+// docs/scale.md's sizing table is measured with the limit it proposes.
+const sweepMemoryLimitEnv = "HOOKWRIGHT_SWEEP_MEMORY_LIMIT"
+
+// sweepMemoryLimit is the memory limit the sweep's replicas take their Go
+// soft limit from, in bytes: sweepMemoryLimitEnv as a quantity, or
+// shippedMemoryLimit when it is unset.
+func sweepMemoryLimit(t *testing.T) int64 {
+	v := os.Getenv(sweepMemoryLimitEnv)
+	if v == "" {
+		return shippedMemoryLimit
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Value() < 64<<20 {
+		t.Fatalf("%s=%q: want a memory quantity of at least 64Mi (%v)", sweepMemoryLimitEnv, v, err)
+	}
+	return q.Value()
+}
 
 // sweepConverges polls every injector's status.fleet (one list every
 // 250 ms) until each is want[i] and returns how long that took.
