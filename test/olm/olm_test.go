@@ -31,7 +31,11 @@ const installNamespace = "hookwright-system"
 func TestMain(m *testing.M) {
 	// The clients log through controller-runtime; this test reports through t.Logf.
 	ctrllog.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	code := m.Run()
+	// The host binary the uninstall check runs as the manager and the
+	// injector (cluster.MustHookwrightBinary).
+	cluster.RemoveHookwrightBinary()
+	os.Exit(code)
 }
 
 // TestInstallAndUpgradeThroughOLM installs the committed bundle/ through a
