@@ -25,37 +25,6 @@ import (
 	"github.com/hookwright/hookwright/test/olm"
 )
 
-// failClosed names the webhooks of every hookwright webhook configuration
-// (the CRs' mutating ones and the manager's validating one) whose
-// failurePolicy is not Ignore.
-func failClosed(ctx context.Context, c client.Client) ([]string, error) {
-	var out []string
-	mwcs := &admissionregistrationv1.MutatingWebhookConfigurationList{}
-	if err := c.List(ctx, mwcs, client.MatchingLabels{desired.LabelManagedBy: desired.ManagedByValue}); err != nil {
-		return nil, err
-	}
-	for _, m := range mwcs.Items {
-		for _, w := range m.Webhooks {
-			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
-				out = append(out, m.Name+"/"+w.Name)
-			}
-		}
-	}
-	v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	switch err := c.Get(ctx, client.ObjectKey{Name: desired.ValidatingConfigName}, v); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, err
-	default:
-		for _, w := range v.Webhooks {
-			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
-				out = append(out, v.Name+"/"+w.Name)
-			}
-		}
-	}
-	return out, nil
-}
-
 // saKubeconfig writes a kubeconfig that acts as ServiceAccount ns/name,
 // with the groups the token authenticator gives it, so a local process
 // has exactly the RBAC OLM granted that account.
@@ -224,7 +193,7 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 			return false, client.IgnoreNotFound(err)
 		}
 		var err error
-		if closed, err = failClosed(ctx, c); err != nil {
+		if closed, err = cluster.FailClosed(ctx, c); err != nil {
 			return false, err
 		}
 		for _, w := range closed {
@@ -265,7 +234,7 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 	var left []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "every hookwright webhook configuration Ignore or gone", func(ctx context.Context) (bool, error) {
 		var err error
-		if left, err = failClosed(ctx, c); err != nil {
+		if left, err = cluster.FailClosed(ctx, c); err != nil {
 			return false, err
 		}
 		return len(left) == 0, nil

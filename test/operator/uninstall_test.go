@@ -23,38 +23,6 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-// failClosed names the webhooks of every hookwright-managed webhook
-// configuration (mutating and the manager's validating one) whose
-// failurePolicy is not Ignore; none means an uninstall left nothing that
-// can refuse an admission.
-func failClosed(ctx context.Context, c client.Client) ([]string, error) {
-	var out []string
-	mwcs := &admissionregistrationv1.MutatingWebhookConfigurationList{}
-	if err := c.List(ctx, mwcs, client.MatchingLabels{desired.LabelManagedBy: desired.ManagedByValue}); err != nil {
-		return nil, err
-	}
-	for _, m := range mwcs.Items {
-		for _, w := range m.Webhooks {
-			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
-				out = append(out, m.Name+"/"+w.Name)
-			}
-		}
-	}
-	v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	switch err := c.Get(ctx, client.ObjectKey{Name: desired.ValidatingConfigName}, v); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, err
-	default:
-		for _, w := range v.Webhooks {
-			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
-				out = append(out, v.Name+"/"+w.Name)
-			}
-		}
-	}
-	return out, nil
-}
-
 // The kustomize uninstall with CRs kept: the manager's Deployment (the one
 // OPERATOR_DEPLOYMENT names) is deleted, the kubelet stops its pod, and
 // the exiting manager switches every webhook configuration it manages to
@@ -108,7 +76,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := failClosed(ctx, c)
+	closed, err := cluster.FailClosed(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +173,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	// kubelet stops the pod.
 	var left []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "every hookwright webhook configuration Ignore or gone", func(ctx context.Context) (bool, error) {
-		if left, err = failClosed(ctx, c); err != nil {
+		if left, err = cluster.FailClosed(ctx, c); err != nil {
 			return false, err
 		}
 		return len(left) == 0, nil
@@ -217,7 +185,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	if err := p.Stop(45 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if left, err = failClosed(ctx, c); err != nil || len(left) > 0 {
+	if left, err = cluster.FailClosed(ctx, c); err != nil || len(left) > 0 {
 		t.Fatalf("after the manager exited: still Fail %v (%v)", left, err)
 	}
 	t.Logf("figure: every configuration Ignore %s after the Deployment delete, before SIGTERM; the manager exited %s after the delete",
