@@ -32,19 +32,19 @@ const binCacheMaxAge = 48 * time.Hour
 // bytes. So the binary is kept in a cache keyed by what decides its bytes:
 // the build ID of every package it links (go list -export, which compiles
 // with build.sh's flags and so hits go build's cache), build.sh itself,
-// version, commit and arch. Concurrent callers with the same key wait on a
-// file lock, so one of them links. Any error of the cache falls back to
+// version, commit and arch. Concurrent callers compute the key one at a
+// time and, with the same key, wait on a file lock, so one of them links. Any error of the cache falls back to
 // running build.sh into out.
 func OperatorBinary(ctx context.Context, root, arch, version, commit, out string) error {
 	dir, ok := binCacheDir()
 	if !ok {
 		return buildOperator(ctx, root, arch, version, commit, out)
 	}
-	key, err := operatorKey(ctx, root, arch, version, commit)
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return buildOperator(ctx, root, arch, version, commit, out)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	key, err := lockedOperatorKey(ctx, dir, root, arch, version, commit)
+	if err != nil {
 		return buildOperator(ctx, root, arch, version, commit, out)
 	}
 	unlock, err := lockFile(filepath.Join(dir, key+".lock"))
@@ -93,6 +93,23 @@ func binCacheDir() (string, bool) {
 	default:
 		return v, true
 	}
+}
+
+// lockedOperatorKey is operatorKey under a file lock shared by every
+// caller of dir. With go build's cache cold (a fresh machine's first make
+// test), go list -export compiles the whole tree below ./cmd; the test
+// packages start at once and each called it, so eight of them compiled
+// the same packages side by side, in step, none reaching go build's cache
+// before the others (on a fresh 2-core machine, eight of them ran 26 to
+// 29 minutes each). One at a time, the first compiles and the others find
+// every package cached.
+func lockedOperatorKey(ctx context.Context, dir, root, arch, version, commit string) (string, error) {
+	unlock, err := lockFile(filepath.Join(dir, "go-list.lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	return operatorKey(ctx, root, arch, version, commit)
 }
 
 // operatorKey hashes the build IDs of every package ./cmd links, as
