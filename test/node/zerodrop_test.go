@@ -246,6 +246,12 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 	if full {
 		workers, settle = 4, 200
 	}
+	// The API server's own timing of each webhook call, the figure the
+	// default timeoutSeconds rests on (docs/failsafe.md).
+	calls0, err := env.WebhookLatency(ctx, desired.SidecarKind.WebhookName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	load := startCreateLoad(ctx, t, ns, workers, 20*time.Millisecond)
 	// Counted answers, not seconds, before the first disruption: the API
 	// server holds connections to both replicas by then.
@@ -324,6 +330,12 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 	}
 	load.end()
 	ran := time.Since(load.start)
+	if calls1, err := env.WebhookLatency(ctx, desired.SidecarKind.WebhookName); err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("figure: the API server's calls of %s through the 3 disruptions (apiserver_admission_webhook_admission_duration_seconds): %s",
+			desired.SidecarKind.WebhookName, calls1.Minus(calls0))
+	}
 	counts, samples := load.counts.get()
 	total := counts[loadFailed] + counts[loadUninjected] + counts[loadInjected]
 	load.mu.Lock()
