@@ -41,8 +41,10 @@ const (
 // config/default's install: the samples are removed and config/default is
 // deleted as `make undeploy` does; `helm install` runs the operator pods
 // on SystemNode; the samples applied again become Ready (their servers
-// answer the API server) and inject a pod; `helm upgrade --set
-// replicas=1` rolls the operator to one replica with the samples still
+// answer the API server) and inject a pod; `kubectl rollout restart` of
+// the operator refuses none of the SidecarInjector spec changes sent
+// meanwhile (managerRolloutUnderLoad); `helm upgrade --set replicas=1`
+// rolls the operator to one replica with the samples still
 // Ready; `helm uninstall` with the SidecarInjector kept makes every
 // hookwright webhook configuration fail open (the injector's server
 // switches them: the release's RBAC goes before the operator could,
@@ -111,6 +113,10 @@ func Helm(ctx context.Context, e *Env, r *Result) error {
 		return err
 	}
 	r.check("samples Ready under the Helm install; a dry-run pod in %s injected", helmNamespace)
+
+	if err := e.managerRolloutUnderLoad(ctx, r, 2); err != nil {
+		return err
+	}
 
 	start = time.Now()
 	if _, err := helm("upgrade", helmRelease, chart, "--namespace", OperatorNamespace, "--reuse-values", "--set", "replicas=1", "--wait", "--timeout", "5m"); err != nil {

@@ -47,7 +47,9 @@ const (
 	rotationInflight = 16
 )
 
-// admissionLoad counts dry-run pod creates against one namespace.
+// admissionLoad counts the answers of one loop of dry-run writes:
+// scenario 6's pod creates in namespace ns, or other writes (ns then
+// names the loop).
 type admissionLoad struct {
 	ns                            string
 	attempted, failed, uninjected atomic.Int64
@@ -56,17 +58,22 @@ type admissionLoad struct {
 }
 
 func (l *admissionLoad) record(p *corev1.Pod, err error) {
+	l.recordErr(err)
+	if err == nil && injectedOnce(p) != nil {
+		l.uninjected.Add(1)
+	}
+}
+
+// recordErr counts one answer, failed when err is not nil.
+func (l *admissionLoad) recordErr(err error) {
 	l.attempted.Add(1)
-	switch {
-	case err != nil:
+	if err != nil {
 		l.failed.Add(1)
 		l.mu.Lock()
 		if len(l.firstErrs) < 3 {
 			l.firstErrs = append(l.firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
 		}
 		l.mu.Unlock()
-	case injectedOnce(p) != nil:
-		l.uninjected.Add(1)
 	}
 }
 
