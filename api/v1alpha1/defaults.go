@@ -18,8 +18,9 @@ import (
 const (
 	// DefaultReplicas is spec.server.replicas when unset.
 	DefaultReplicas int32 = 2
-	// DefaultSidecarTimeoutSeconds is a SidecarInjector's spec.timeoutSeconds.
-	DefaultSidecarTimeoutSeconds int32 = 10
+	// DefaultSidecarTimeoutSeconds is a SidecarInjector's spec.timeoutSeconds
+	// (the reason is on the field).
+	DefaultSidecarTimeoutSeconds int32 = 5
 	// DefaultOversellTimeoutSeconds is a NodeOversell's spec.timeoutSeconds:
 	// small, since the kubelet's heartbeat client gives up after 10 s.
 	DefaultOversellTimeoutSeconds int32 = 2

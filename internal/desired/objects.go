@@ -89,7 +89,7 @@ func BuildSidecarInjector(si *v1alpha1.SidecarInjector, s Settings) *Desired {
 	})
 	fp := admissionregistrationv1.FailurePolicyType(or(string(si.Spec.FailurePolicy), string(v1alpha1.FailurePolicyFail)))
 	rp := admissionregistrationv1.ReinvocationPolicyType(or(string(si.Spec.ReinvocationPolicy), string(admissionregistrationv1.IfNeededReinvocationPolicy)))
-	wh := webhook(op, s, fp, or32(si.Spec.TimeoutSeconds, 10), admissionregistrationv1.RuleWithOperations{
+	wh := webhook(op, s, fp, or32(si.Spec.TimeoutSeconds, v1alpha1.DefaultSidecarTimeoutSeconds), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 	})

@@ -193,7 +193,7 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
 	d := BuildSidecarInjector(si, testSettings)
 	wh := d.Webhook.Webhooks[0]
-	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 10 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector == nil ||
+	if *wh.FailurePolicy != "Fail" || *wh.TimeoutSeconds != 5 || *wh.ReinvocationPolicy != "IfNeeded" || wh.ObjectSelector == nil ||
 		len(wh.ObjectSelector.MatchLabels) != 0 || len(wh.ObjectSelector.MatchExpressions) != 1 {
 		t.Fatalf("injector defaults: %+v", wh)
 	}

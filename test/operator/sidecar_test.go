@@ -100,7 +100,7 @@ func TestSidecarInjectorLifecycle(t *testing.T) {
 	// Available and answers the probe (none runs here).
 	if *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
 		*wh.MatchPolicy != admissionregistrationv1.Equivalent || *wh.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy ||
-		*wh.TimeoutSeconds != 10 || !slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) {
+		*wh.TimeoutSeconds != v1alpha1.DefaultSidecarTimeoutSeconds || !slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) {
 		t.Fatalf("webhook settings %+v", wh)
 	}
 	if r := wh.Rules; len(r) != 1 || !slices.Equal(r[0].Resources, []string{"pods"}) || !slices.Equal(r[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {

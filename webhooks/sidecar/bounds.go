@@ -51,8 +51,9 @@ const (
 	// maxRenderWall is the outer wall-clock bound of one execution, for
 	// what the CPU clock cannot see: a thread without a readable CPU clock
 	// and a render starved of CPU for longer than any caller waits. It is
-	// the default webhook timeoutSeconds (10 s): by then the API server
-	// has given up on the call unless the CR raised its timeout, which the
+	// the API server's default webhook timeoutSeconds (10 s, twice the
+	// SidecarInjector's default): by then the API server has given up on
+	// the call unless the CR raised its timeout further, which the
 	// request's own deadline (read with the clocks) bounds anyway.
 	// kube-inject, check-inject and the validating webhook's trial renders
 	// get the same bounds.
