@@ -57,7 +57,7 @@ func (e *Env) managerRolloutUnderLoad(ctx context.Context, r *Result, replicas i
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for n := 0; loadCtx.Err() == nil; n++ {
-				// 9 or 11, never the stored 10: a spec change each time.
+				// 9 or 11, never the sample's 5: a spec change each time.
 				patch := fmt.Appendf(nil, `{"spec":{"timeoutSeconds":%d}}`, 9+2*(n%2))
 				si := &v1alpha1.SidecarInjector{}
 				si.Name = SampleInjectorName
