@@ -95,21 +95,81 @@ func binCacheDir() (string, bool) {
 	}
 }
 
-// lockedOperatorKey is operatorKey under a file lock shared by every
-// caller of dir. With go build's cache cold (a fresh machine's first make
-// test), go list -export compiles the whole tree below ./cmd; the test
-// packages start at once and each called it, so eight of them compiled
-// the same packages side by side, in step, none reaching go build's cache
-// before the others (on a fresh 2-core machine, eight of them ran 26 to
-// 29 minutes each). One at a time, the first compiles and the others find
-// every package cached.
+// lockedOperatorKey is operatorKey, one caller at a time while go
+// build's cache may be cold. With the cache cold (a fresh machine's first
+// make test), go list -export compiles the whole tree below ./cmd (with
+// cgo off, which nothing else in make test compiles); the test packages
+// start at once and each called it, so eight of them compiled the same
+// packages side by side, in step, none reaching go build's cache before
+// the others (on a fresh 2-core machine, eight of them ran 26 to 29
+// minutes each). Under go-list.lock the first compiles and the others find
+// every package cached. A marker (go-list.warm: the Go version, GOCACHE
+// and go.sum it was warmed for, touched by each caller) lets the callers
+// of a warm cache run at once, as they did before, for a day.
 func lockedOperatorKey(ctx context.Context, dir, root, arch, version, commit string) (string, error) {
+	marker := filepath.Join(dir, "go-list.warm")
+	want, err := warmID(ctx, root)
+	if err != nil {
+		return "", err
+	}
+	list := func() (string, error) {
+		key, err := operatorKey(ctx, root, arch, version, commit)
+		if err == nil {
+			markWarm(marker, want)
+		}
+		return key, err
+	}
+	if isWarm(marker, want) {
+		return list()
+	}
 	unlock, err := lockFile(filepath.Join(dir, "go-list.lock"))
 	if err != nil {
 		return "", err
 	}
+	if isWarm(marker, want) {
+		// Warmed while this caller waited: the rest may run at once.
+		unlock()
+		return list()
+	}
 	defer unlock()
-	return operatorKey(ctx, root, arch, version, commit)
+	return list()
+}
+
+// warmMaxAge is how long a go-list.warm marker vouches for go build's
+// cache; go build trims entries unused for 5 days.
+const warmMaxAge = 24 * time.Hour
+
+// warmID names the cache a marker vouches for: the Go version, GOCACHE
+// and this module's go.sum.
+func warmID(ctx context.Context, root string) ([]byte, error) {
+	env, err := exec.CommandContext(ctx, "go", "env", "GOVERSION", "GOCACHE").Output()
+	if err != nil {
+		return nil, err
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.Sum256(append(env, sum...))
+	return []byte(hex.EncodeToString(h[:])), nil
+}
+
+func isWarm(marker string, want []byte) bool {
+	info, err := os.Stat(marker)
+	if err != nil || time.Since(info.ModTime()) > warmMaxAge {
+		return false
+	}
+	got, err := os.ReadFile(marker)
+	return err == nil && string(got) == string(want)
+}
+
+// markWarm writes the marker (through a temporary file, so a reader never
+// sees half of it) after a successful go list.
+func markWarm(marker string, want []byte) {
+	tmp := fmt.Sprintf("%s.tmp-%d", marker, os.Getpid())
+	if os.WriteFile(tmp, want, 0o644) == nil {
+		_ = os.Rename(tmp, marker)
+	}
 }
 
 // operatorKey hashes the build IDs of every package ./cmd links, as

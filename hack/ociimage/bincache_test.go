@@ -79,3 +79,26 @@ func TestOperatorBinaryCache(t *testing.T) {
 		t.Errorf("with the cache off, %d links in all, want 3", n)
 	}
 }
+
+// The go-list.warm marker vouches only for the cache it names, for a day.
+func TestWarmMarker(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "go-list.warm")
+	want := []byte("id-1")
+	if isWarm(marker, want) {
+		t.Fatal("no marker yet, but warm")
+	}
+	markWarm(marker, want)
+	if !isWarm(marker, want) {
+		t.Fatal("marked, but not warm")
+	}
+	if isWarm(marker, []byte("id-2")) {
+		t.Fatal("warm for another Go version, GOCACHE or go.sum")
+	}
+	old := time.Now().Add(-warmMaxAge - time.Minute)
+	if err := os.Chtimes(marker, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if isWarm(marker, want) {
+		t.Fatal("a marker older than warmMaxAge still warm")
+	}
+}
