@@ -72,3 +72,21 @@ func TestWatchFailsOnAnErrorEvent(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A short interval stretches to a twentieth of the time waited, up to
+// MaxPollGap; a long one is left alone.
+func TestPollGap(t *testing.T) {
+	for _, c := range []struct{ interval, waited, want time.Duration }{
+		{5 * time.Millisecond, 0, 5 * time.Millisecond},
+		{5 * time.Millisecond, 50 * time.Millisecond, 5 * time.Millisecond},
+		{5 * time.Millisecond, time.Second, 50 * time.Millisecond},
+		{5 * time.Millisecond, 2 * time.Second, MaxPollGap},
+		{5 * time.Millisecond, 3 * time.Minute, MaxPollGap},
+		{100 * time.Millisecond, time.Minute, 100 * time.Millisecond},
+		{time.Second, time.Minute, time.Second},
+	} {
+		if got := pollGap(c.interval, c.waited); got != c.want {
+			t.Errorf("pollGap(%s, %s) = %s, want %s", c.interval, c.waited, got, c.want)
+		}
+	}
+}
