@@ -5,7 +5,6 @@ package operator
 // reaches by moving the operator's clock ahead by less than pki.Backdate.
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -175,21 +174,7 @@ func TestCADirAndCARotation(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		last := o.Secret.Data[corev1.TLSCertKey]
-		for loopCtx.Err() == nil {
-			sec := &corev1.Secret{}
-			if err := c.Get(loopCtx, client.ObjectKeyFromObject(o.Secret), sec); err == nil && !bytes.Equal(sec.Data[corev1.TLSCertKey], last) {
-				for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
-					tmp := filepath.Join(srv.certDir, "."+f+".tmp")
-					if err := os.WriteFile(tmp, sec.Data[f], 0o600); err == nil {
-						_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
-					}
-				}
-				last = sec.Data[corev1.TLSCertKey]
-				reloads.Add(1)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		followSecret(loopCtx, o.Secret, srv, 0, func() { reloads.Add(1) })
 	}()
 	// Admissions every 20 ms: a server-side dry-run pod through the injector.
 	var attempted, failed, notInjected atomic.Int64

@@ -97,7 +97,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		}
 		t.Cleanup(func() { env.UnrouteService(o.Svc) })
 		wg.Add(1)
-		go func() { defer wg.Done(); followSecret(loopCtx, o.Secret, srv) }()
+		go func() { defer wg.Done(); followSecret(loopCtx, o.Secret, srv, 0, nil) }()
 		if _, err := env.CreateNamespace(ctx, appNS[i], map[string]string{"rotate-now-test": []string{"self", "csr"}[i]}); err != nil {
 			t.Fatal(err)
 		}

@@ -3,8 +3,6 @@ package operator
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,23 +99,10 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 	var reloaded atomic.Int64 // unix nanos of the copy
 	wg.Add(2)
+	followed := sec.DeepCopy() // the test changes sec below
 	go func() {
 		defer wg.Done()
-		last := data1[corev1.TLSCertKey]
-		cluster.Every(loopCtx, 50*time.Millisecond, func(loopCtx context.Context) {
-			s := &corev1.Secret{}
-			if err := c.Get(loopCtx, client.ObjectKeyFromObject(sec), s); err == nil && !bytes.Equal(s.Data[corev1.TLSCertKey], last) {
-				time.Sleep(kubeletDelay)
-				for _, f := range []string{corev1.TLSPrivateKeyKey, corev1.TLSCertKey} {
-					tmp := filepath.Join(srv.certDir, "."+f+".tmp")
-					if err := os.WriteFile(tmp, s.Data[f], 0o600); err == nil {
-						_ = os.Rename(tmp, filepath.Join(srv.certDir, f))
-					}
-				}
-				last = s.Data[corev1.TLSCertKey]
-				reloaded.Store(time.Now().UnixNano())
-			}
-		})
+		followSecret(loopCtx, followed, srv, kubeletDelay, func() { reloaded.Store(time.Now().UnixNano()) })
 	}()
 	var attempted, failed atomic.Int64
 	var errMu sync.Mutex
