@@ -160,6 +160,20 @@ func burner(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
 	b := pod("burner", realNode, cpuMem("100m", "32Mi"), cpuMem("1", "64Mi"), nil, "burn", "--off")
 	createPods(t, ctx, b)
 	url := "http://" + b.Status.PodIP + ":8080"
+	// Running means the container started, not that it listens yet: on a
+	// loaded machine the first GET was refused (2026-12-06).
+	waitFor(t, ctx, time.Minute, "burner serving "+url, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+		if err != nil {
+			return false, cluster.Permanent(err)
+		}
+		res, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	})
 	if err := update(ctx, wc, no, func() {
 		no.Spec.Usage = &v1alpha1.OversellUsage{
 			TargetUtilization: &v1alpha1.TargetUtilization{CPU: ptrTo[int32](50)},
