@@ -98,7 +98,8 @@ func binCacheDir() (string, bool) {
 // lockedOperatorKey is operatorKey, one caller at a time while go
 // build's cache may be cold. With the cache cold (a fresh machine's first
 // make test), go list -export compiles the whole tree below ./cmd (with
-// cgo off, which nothing else in make test compiles); the test packages
+// cgo off, as make test's go vet and go test do since 04a8bb4; before,
+// nothing else compiled that configuration); the test packages
 // start at once and each called it, so eight of them compiled the same
 // packages side by side, in step, none reaching go build's cache before
 // the others (on a fresh 2-core machine, eight of them ran 26 to 29
