@@ -341,28 +341,48 @@ func (e *Env) deployOperator(ctx context.Context, root string) error {
 		return d.Status.ObservedGeneration == d.Generation && d.Status.ReadyReplicas == ptr.Deref(d.Spec.Replicas, 1), nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w (%s); operator pods:\n%s", err, last, e.OperatorLogTail(ctx))
+		return fmt.Errorf("%w (%s); pods in %s:\n%s", err, last, OperatorNamespace, e.PodsLogTail(ctx))
 	}
 	return nil
 }
 
-// OperatorLogTail is the end of every operator pod's log, read through the
-// API server (pods/log) as `kubectl logs` does.
-func (e *Env) OperatorLogTail(ctx context.Context) string {
+// PodsLogTail is, for every pod in OperatorNamespace (the operator's and
+// the webhook servers'), a status line (phase, Ready, each container's
+// restarts and last termination) and the end of its log, with the end of
+// the previous container's log when one restarted, read through the API
+// server (pods/log) as `kubectl logs [--previous]` does.
+func (e *Env) PodsLogTail(ctx context.Context) string {
 	var pods corev1.PodList
-	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace),
-		client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(OperatorNamespace)); err != nil {
 		return err.Error()
 	}
 	var b strings.Builder
 	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "--- %s (%s, %+v)\n", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
-		out, err := e.Cluster.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](40)}).DoRaw(ctx)
-		if err != nil {
-			fmt.Fprintf(&b, "(logs: %v)\n", err)
-			continue
+		fmt.Fprintf(&b, "--- %s on %s: %s, Ready=%v, deleting=%v\n", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), p.DeletionTimestamp != nil)
+		restarted := false
+		for _, cs := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "    container %s: ready=%v restarts=%d", cs.Name, cs.Ready, cs.RestartCount)
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				restarted = true
+				fmt.Fprintf(&b, ", last terminated %s (exit %d, signal %d) at %s: %s", t.Reason, t.ExitCode, t.Signal, t.FinishedAt.UTC().Format(time.RFC3339), t.Message)
+			}
+			b.WriteString("\n")
 		}
-		b.Write(out)
+		logs := []bool{false}
+		if restarted {
+			logs = append(logs, true)
+		}
+		for _, previous := range logs {
+			out, err := e.Cluster.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](40), Previous: previous}).DoRaw(ctx)
+			if previous {
+				b.WriteString("    previous container's log:\n")
+			}
+			if err != nil {
+				fmt.Fprintf(&b, "(logs: %v)\n", err)
+				continue
+			}
+			b.Write(out)
+		}
 	}
 	return b.String()
 }

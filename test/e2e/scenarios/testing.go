@@ -35,7 +35,7 @@ func TestMain(m *testing.M, env **Env) int {
 	} else {
 		code = m.Run()
 		if code != 0 {
-			fmt.Fprintln(os.Stderr, "operator log tail:\n"+e.OperatorLogTail(ctx))
+			fmt.Fprintf(os.Stderr, "pods in %s:\n%s", OperatorNamespace, e.PodsLogTail(ctx))
 		}
 	}
 	if e != nil && e.Cluster != nil {
