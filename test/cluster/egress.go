@@ -30,6 +30,8 @@ type EgressProxy struct {
 	mu     sync.RWMutex
 	routes map[string]string // "10.0.0.12:443" -> "127.0.0.1:39011"
 	hits   map[string]int
+	// cut are the last maxCut relays the target ended abnormally.
+	cut []string
 
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -173,12 +175,46 @@ func (p *EgressProxy) handle(c net.Conn) {
 	}
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
+	go func() {
+		n, err := io.Copy(c, up)
+		if err != nil || n == 0 {
+			p.noteCut(target, n, err)
+		}
+		closeWrite(c)
+		done <- struct{}{}
+	}()
 	select {
 	case <-done:
 		<-done
 	case <-p.closed:
 	}
+}
+
+// maxCut bounds what Cut keeps.
+const maxCut = 20
+
+// noteCut records a relay whose target reset it (err) or closed it
+// without sending a byte. The API server sees either as a clean EOF, so
+// the proxy's record is what tells a server's reset from its close.
+func (p *EgressProxy) noteCut(target string, n int64, err error) {
+	what := "closed before sending a byte"
+	if err != nil {
+		what = fmt.Sprintf("ended with %v after %d bytes", err, n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = append(p.cut, time.Now().Format("15:04:05.000")+" "+target+" "+what)
+	if len(p.cut) > maxCut {
+		p.cut = p.cut[len(p.cut)-maxCut:]
+	}
+}
+
+// Cut are the last relays (at most 20) whose target reset them or closed
+// them before sending a byte, oldest first, one line each with the time.
+func (p *EgressProxy) Cut() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return append([]string(nil), p.cut...)
 }
 
 func closeWrite(c net.Conn) {

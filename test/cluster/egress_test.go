@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func connect(t *testing.T, socket, target, extra string) (net.Conn, *http.Response, *bufio.Reader) {
@@ -92,5 +94,58 @@ func TestEgressProxyRoutesAndRefuses(t *testing.T) {
 	}
 	if !strings.HasSuffix(p.Socket(), "e.sock") {
 		t.Fatal(p.Socket())
+	}
+}
+
+// TestEgressProxyRecordsCuts: a target that closes a relay without a byte
+// or resets it is recorded, since the API server sees both as EOF.
+func TestEgressProxyRecordsCuts(t *testing.T) {
+	p, err := NewEgressProxy(filepath.Join(t.TempDir(), "e.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if i == 1 {
+				// Once the tunnel's first bytes are in, linger 0: the
+				// kernel answers the close with a reset.
+				_, _ = c.Read(make([]byte, 1))
+				_ = c.(*net.TCPConn).SetLinger(0)
+			}
+			c.Close()
+		}
+	}()
+	p.Route("10.0.0.9:443", ln.Addr().String())
+	for i := 0; i < 2; i++ {
+		c, res, br := connect(t, p.Socket(), "10.0.0.9:443", "hello")
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT %d: status %d", i, res.StatusCode)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("relay %d: read %v, want EOF", i, err)
+		}
+		c.Close()
+	}
+	var cut []string
+	if _, err := Poll(context.Background(), time.Millisecond, 10*time.Second, "two cuts recorded", func(context.Context) (bool, error) {
+		cut = p.Cut()
+		return len(cut) == 2, nil
+	}); err != nil {
+		t.Fatalf("%v: %q", err, cut)
+	}
+	for _, c := range cut {
+		if !strings.Contains(c, "10.0.0.9:443") || !strings.Contains(c, "closed before sending a byte") && !strings.Contains(c, "ended with") {
+			t.Fatalf("cut %q", c)
+		}
 	}
 }

@@ -324,6 +324,9 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		r.check("%d ticks of the %d/s load skipped with %d creates in flight (the machine held less)", n, rotationLoad, rotationInflight)
 	}
 	if failed > 0 {
+		for _, c := range e.Cluster.Egress.Cut() {
+			r.check("egress relay cut by its target: %s", c)
+		}
 		return fmt.Errorf("%d admissions failed or were not injected during the CA rotation", failed)
 	}
 	if n := unreachable.Load(); n > 0 {
