@@ -347,6 +347,9 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 		t.Logf("failed create at %s", f)
 	}
 	if counts[loadFailed] != 0 {
+		for _, c := range env.Egress.Cut() {
+			t.Logf("egress relay cut by its target: %s", c)
+		}
 		t.Errorf("%d pod creates failed: %s", counts[loadFailed], samples[loadFailed])
 	}
 	if counts[loadUninjected] != 0 {
