@@ -139,6 +139,12 @@ node-prereqs: ## Install the Debian packages the real test node needs, if missin
 test-unit: ## Run the tests that need no control plane: every package outside test/, and the test images' programs (cluster.New refuses to start one).
 	HOOKWRIGHT_NO_CONTROL_PLANE=1 $(GOTEST) -count=1 $$(go list ./... | grep -v -e /test/) ./test/images/...
 
+# -race needs cgo (the race runtime is C); run beside make test, not in it:
+# it builds every package a second time and runs them several times slower.
+.PHONY: test-race
+test-race: ## Run make test-unit's packages under the race detector (cgo on).
+	HOOKWRIGHT_NO_CONTROL_PLANE=1 CGO_ENABLED=1 go test -race -count=1 $$(go list ./... | grep -v -e /test/) ./test/images/...
+
 # One suite at a time, each one package with make test's flags
 # (test/README.md maps each feature to its tests in these suites).
 TEST_SUITES := test-e2e test-operator test-node test-usage test-integration test-scale test-olm test-bundle
