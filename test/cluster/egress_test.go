@@ -32,29 +32,38 @@ func connect(t *testing.T, socket, target, extra string) (net.Conn, *http.Respon
 	return c, res, br
 }
 
-func TestEgressProxyRoutesAndRefuses(t *testing.T) {
+// proxyTo starts an EgressProxy with target routed to a local listener
+// whose i-th accepted connection goes to serve; both stop with the test.
+func proxyTo(t *testing.T, target string, serve func(i int, c net.Conn)) *EgressProxy {
+	t.Helper()
 	p, err := NewEgressProxy(filepath.Join(t.TempDir(), "e.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-
-	// An echo server standing in for a webhook.
+	t.Cleanup(func() { p.Close() })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
-		for {
+		for i := 0; ; i++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+			serve(i, c)
 		}
 	}()
-	p.Route("10.0.0.9:443", ln.Addr().String())
+	p.Route(target, ln.Addr().String())
+	return p
+}
+
+func TestEgressProxyRoutesAndRefuses(t *testing.T) {
+	// An echo server standing in for a webhook.
+	p := proxyTo(t, "10.0.0.9:443", func(_ int, c net.Conn) {
+		go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+	})
 
 	c, res, br := connect(t, p.Socket(), "10.0.0.9:443", "early-")
 	if res.StatusCode != http.StatusOK {
@@ -100,32 +109,15 @@ func TestEgressProxyRoutesAndRefuses(t *testing.T) {
 // TestEgressProxyRecordsCuts: a target that closes a relay without a byte
 // or resets it is recorded, since the API server sees both as EOF.
 func TestEgressProxyRecordsCuts(t *testing.T) {
-	p, err := NewEgressProxy(filepath.Join(t.TempDir(), "e.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for i := 0; ; i++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if i == 1 {
-				// Once the tunnel's first bytes are in, linger 0: the
-				// kernel answers the close with a reset.
-				_, _ = c.Read(make([]byte, 1))
-				_ = c.(*net.TCPConn).SetLinger(0)
-			}
-			c.Close()
+	p := proxyTo(t, "10.0.0.9:443", func(i int, c net.Conn) {
+		if i == 1 {
+			// Once the tunnel's first bytes are in, linger 0: the
+			// kernel answers the close with a reset.
+			_, _ = c.Read(make([]byte, 1))
+			_ = c.(*net.TCPConn).SetLinger(0)
 		}
-	}()
-	p.Route("10.0.0.9:443", ln.Addr().String())
+		c.Close()
+	})
 	for i := 0; i < 2; i++ {
 		c, res, br := connect(t, p.Socket(), "10.0.0.9:443", "hello")
 		if res.StatusCode != http.StatusOK {
