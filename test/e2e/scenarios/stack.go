@@ -368,20 +368,18 @@ func (e *Env) PodsLogTail(ctx context.Context) string {
 			}
 			b.WriteString("\n")
 		}
-		logs := []bool{false}
-		if restarted {
-			logs = append(logs, true)
-		}
-		for _, previous := range logs {
+		tail := func(previous bool) {
 			out, err := e.Cluster.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: ptr.To[int64](40), Previous: previous}).DoRaw(ctx)
-			if previous {
-				b.WriteString("    previous container's log:\n")
-			}
 			if err != nil {
 				fmt.Fprintf(&b, "(logs: %v)\n", err)
-				continue
+				return
 			}
 			b.Write(out)
+		}
+		tail(false)
+		if restarted {
+			b.WriteString("    previous container's log:\n")
+			tail(true)
 		}
 	}
 	return b.String()
