@@ -38,12 +38,7 @@ const (
 	// the rotation and after the new certificate is served: 2 s of the
 	// load on an idle machine (it alternates between two namespaces).
 	rotationBaseline = 2 * rotationLoad / 2
-	// rotationInflight caps the creates in flight: a tick that finds
-	// them all waiting is skipped and counted, as a client's rate
-	// limiter would. Uncapped, a starved API server piled up goroutines
-	// and requests of the harness's system:masters client, which API
-	// Priority and Fairness exempts, until the operator's own Lease
-	// renewals timed out (a CPU-bound job beside the suite, 2026-12-05).
+	// rotationInflight caps the creates in flight (startAdmissionLoad).
 	rotationInflight = 16
 )
 
@@ -150,44 +145,11 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 
 	// The load: 50 creates per second, alternating between the two.
 	loads := []*admissionLoad{{ns: LabNamespace}, {ns: csrNamespace}}
+	stopLoad := startAdmissionLoad(ctx, c, loads, rotationLoad, rotationInflight, "rotation-")
+	defer stopLoad()
 	loadCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	var skipped atomic.Int64
-	inflight := make(chan struct{}, rotationInflight)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second / rotationLoad)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-			}
-			select {
-			case inflight <- struct{}{}:
-			default:
-				skipped.Add(1)
-				continue
-			}
-			l := loads[i%len(loads)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-inflight }()
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{GenerateName: "rotation-", Namespace: l.ns},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: nginx}}},
-				}
-				err := c.Create(loadCtx, p, client.DryRunAll)
-				if loadCtx.Err() == nil {
-					l.record(p, err)
-				}
-			}()
-		}
-	}()
 	// WebhookReachable of both injectors in every version the API server
 	// stores from here on: a watch, so no write is missed however slowly
 	// this process runs (a poll of a starved API server sees a few).
@@ -307,6 +269,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 	if err := awaitAdmissions(ctx, loads, rotationBaseline, "against the new certificate"); err != nil {
 		return err
 	}
+	skipped := stopLoad()
 	stop()
 	wg.Wait()
 	select {
@@ -320,7 +283,7 @@ func Rotation(ctx context.Context, e *Env, r *Result) error {
 		failed += l.failed.Load() + l.uninjected.Load()
 		r.check("%s: %d dry-run creates during the rotation, %d failed, %d not injected%s", l.ns, l.attempted.Load(), l.failed.Load(), l.uninjected.Load(), firstErrors(l))
 	}
-	if n := skipped.Load(); n > 0 {
+	if n := skipped; n > 0 {
 		r.check("%d ticks of the %d/s load skipped with %d creates in flight (the machine held less)", n, rotationLoad, rotationInflight)
 	}
 	if failed > 0 {
