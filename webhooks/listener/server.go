@@ -140,6 +140,9 @@ func (s *Server) Start(ctx context.Context) error {
 		ln = netutil.LimitListener(ln, s.o.MaxConnections)
 	}
 	ln = tls.NewListener(ln, cfg)
+	if !s.o.EnableHTTP2 {
+		ln = newFirstRequestListener(ln, s.o.timeout(), s.o.idleTimeout())
+	}
 	// Requests keep their own context through the drain: the base context
 	// is not ctx, which ends when the drain begins.
 	srv := s.o.httpServer(context.WithoutCancel(ctx), s.closeWhileDraining(s.mux))
