@@ -105,7 +105,9 @@ func (l *firstRequestListener) prepare(c net.Conn) {
 		}
 	}
 	_ = c.SetDeadline(time.Now().Add(l.idle))
-	br := bufio.NewReader(c)
+	// The smallest reader: it only holds the peeked bytes; later reads
+	// of net/http's own buffer size go past it to the connection.
+	br := bufio.NewReaderSize(c, 16)
 	if _, err := br.Peek(1); err != nil {
 		return
 	}

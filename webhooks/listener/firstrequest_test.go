@@ -35,16 +35,7 @@ func post(c *tls.Conn) (string, error) {
 func TestFirstRequestGetsTheIdleTimeout(t *testing.T) {
 	const reqTimeout = time.Second
 	s := start(t, listener.Options{RequestTimeout: reqTimeout, IdleTimeout: time.Minute})
-	fresh, err := tls.Dial("tcp", s.Addr, s.ClientTLS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	used, err := tls.Dial("tcp", s.Addr, s.ClientTLS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer used.Close()
+	fresh, used := dial(t, s), dial(t, s)
 	if got, err := post(used); err != nil || got != "200 OK" {
 		t.Fatalf("first request at once: %q, %v", got, err)
 	}
@@ -62,16 +53,7 @@ func TestFirstRequestGetsTheIdleTimeout(t *testing.T) {
 // request timeout (slowloris).
 func TestFirstRequestBounds(t *testing.T) {
 	s := start(t, listener.Options{RequestTimeout: time.Second, IdleTimeout: 2 * time.Second})
-	silent, err := tls.Dial("tcp", s.Addr, s.ClientTLS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	slow, err := tls.Dial("tcp", s.Addr, s.ClientTLS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
+	silent, slow := dial(t, s), dial(t, s)
 	if _, err := io.WriteString(slow, "POST /echo HTTP/1.1\r\n"); err != nil {
 		t.Fatal(err)
 	}
