@@ -105,9 +105,7 @@ func (l *firstRequestListener) prepare(c net.Conn) {
 		}
 	}
 	_ = c.SetDeadline(time.Now().Add(l.idle))
-	// The smallest reader: it only holds the peeked bytes; later reads
-	// of net/http's own buffer size go past it to the connection.
-	br := bufio.NewReaderSize(c, 16)
+	br := bufio.NewReader(c)
 	if _, err := br.Peek(1); err != nil {
 		return
 	}
