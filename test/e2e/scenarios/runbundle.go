@@ -51,7 +51,10 @@ const (
 //     SystemNode; config/samples applied and Ready;
 //   - make bundle-image VERSION=0.1.1, make run-bundle-upgrade
 //     VERSION=0.1.1: the CSV hookwright.v0.1.1 Succeeded, its pods running
-//     image011, the CRs' UIDs unchanged, pods injected.
+//     image011, the CRs' UIDs unchanged, pods injected; through it, a
+//     second SidecarInjector beside the sample and 50 dry-run pod creates
+//     a second into both: every one admitted and injected, and the server
+//     Deployments rolled to image011 one at a time (upgradeLoad).
 //
 // It leaves that install running with the samples applied, for the
 // scenarios after it. The block's last line, make cleanup-bundle, is
@@ -99,8 +102,12 @@ func RunBundle(ctx context.Context, e *Env, r *Result) error {
 	return nil
 }
 
-// cleanupLine is the README block's first and last command.
-const cleanupLine = "make cleanup-bundle"
+// cleanupLine is the README block's first and last command; upgradeLine
+// upgrades the install make run-bundle made (under load: upgradeLoad).
+const (
+	cleanupLine = "make cleanup-bundle"
+	upgradeLine = "make run-bundle-upgrade VERSION=0.1.1"
+)
 
 // readmeRun is what the README block's lines leave for the lines after
 // them (scenario 7 runs all but the last; READMEOLM the last).
@@ -125,6 +132,14 @@ func (e *Env) readmeLine(ctx context.Context, r *Result, b *readmeRun, line stri
 	var bound time.Duration
 	if strings.HasPrefix(line, "make run-bundle") {
 		bound = 2 * time.Minute
+	}
+	var load *upgradeLoad
+	if line == upgradeLine {
+		var err error
+		if load, err = e.beginUpgradeLoad(ctx, r, image011); err != nil {
+			return err
+		}
+		defer load.stop()
 	}
 	took, err := e.Shell(ctx, line)
 	b.total += took
@@ -166,7 +181,7 @@ func (e *Env) readmeLine(ctx context.Context, r *Result, b *readmeRun, line stri
 		}
 		r.timing("config/samples applied → Ready (their servers' pods Ready)", time.Since(start), 0)
 		r.check("%s: CSV %s Succeeded, operator pods %s Running and Ready in containerd on %s; config/samples applied and Ready", line, csv010, strings.Join(pods, ", "), SystemNode)
-	case "make run-bundle-upgrade VERSION=0.1.1":
+	case upgradeLine:
 		pods, err := e.checkCSV(ctx, csv011, image011)
 		if err != nil {
 			return err
@@ -176,6 +191,7 @@ func (e *Env) readmeLine(ctx context.Context, r *Result, b *readmeRun, line stri
 		}
 		b.upgraded = pods
 		r.check("%s: CSV %s Succeeded (replaces %s, which is gone); operator pods %s run %s; the CRs kept their UIDs", line, csv011, csv010, strings.Join(pods, ", "), image011)
+		return e.finishUpgradeLoad(ctx, r, load)
 	}
 	return nil
 }
