@@ -74,6 +74,7 @@ var pure = []rule{
 	{pkg: "internal/certificates/csrsign", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
 	{pkg: "internal/certificates/csrplan", doc: "It must not import a Kubernetes client, the operator or the webhook servers", deny: []forbidden{servers}},
 	{pkg: "internal/requeue", doc: "It is pure and imports only the standard library", stdOnly: true},
+	{pkg: "internal/monitoring", doc: "imports only the standard library and sigs.k8s.io/yaml", deny: []forbidden{ours}},
 	{pkg: "internal/serverpolicy", doc: "It must not import any hookwright package but api/v1alpha1, nor a Kubernetes client: it is a pure decision",
 		deny: []forbidden{ours}, allow: []string{mod + "/api/v1alpha1"}},
 	{pkg: "internal/webhookprobe", doc: "It must not import a Kubernetes client: every function is a function of its inputs", deny: []forbidden{servers}},

@@ -3,12 +3,10 @@ package monitoring
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -32,109 +30,29 @@ import (
 const root = "../.."
 
 var (
-	rulesFile     = filepath.Join(root, "config/prometheus/prometheusrule.yaml")
-	dashboardFile = filepath.Join(root, "config/grafana/hookwright-dashboard.json")
+	rulesFile     = filepath.Join(root, RulesFile)
+	dashboardFile = filepath.Join(root, DashboardFile)
 	promtool      = filepath.Join(root, "bin/promtool")
 )
 
-// ruleGroups returns spec.groups of the PrometheusRule: a Prometheus rules
-// file's groups.
 func ruleGroups(t *testing.T) []any {
 	t.Helper()
-	b, err := os.ReadFile(rulesFile)
+	g, err := RuleGroups(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pr struct {
-		Kind string
-		Spec struct {
-			Groups []any `json:"groups"`
-		}
-	}
-	if err := yaml.Unmarshal(b, &pr); err != nil {
-		t.Fatalf("%s: %v", rulesFile, err)
-	}
-	if pr.Kind != "PrometheusRule" || len(pr.Spec.Groups) == 0 {
-		t.Fatalf("%s: kind %q with %d groups, want a PrometheusRule with groups", rulesFile, pr.Kind, len(pr.Spec.Groups))
-	}
-	return pr.Spec.Groups
+	return g
 }
 
-// expr is one PromQL expression and where it comes from.
-type expr struct{ where, text string }
+func ruleExprs(t *testing.T) []Expr { return RuleExprs(ruleGroups(t)) }
 
-func ruleExprs(t *testing.T) []expr {
-	var out []expr
-	for _, g := range ruleGroups(t) {
-		rules, _ := g.(map[string]any)["rules"].([]any)
-		for _, r := range rules {
-			r := r.(map[string]any)
-			out = append(out, expr{fmt.Sprintf("alert %v", r["alert"]), fmt.Sprint(r["expr"])})
-		}
-	}
-	return out
-}
-
-func dashboardExprs(t *testing.T) []expr {
+func dashboardExprs(t *testing.T) []Expr {
 	t.Helper()
-	b, err := os.ReadFile(dashboardFile)
+	e, err := DashboardExprs(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d struct {
-		Panels []struct {
-			Title   string
-			Targets []struct {
-				RefID string `json:"refId"`
-				Expr  string
-			}
-		}
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
-	var out []expr
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			out = append(out, expr{fmt.Sprintf("panel %q target %s", p.Title, tg.RefID), tg.Expr})
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s: no expressions", dashboardFile)
-	}
-	return out
-}
-
-var (
-	stringRe   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
-	matcherRe  = regexp.MustCompile(`\{[^}]*\}|\[[^\]]*\]`)
-	groupingRe = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
-	identRe    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-	keywords   = map[string]bool{"and": true, "or": true, "unless": true, "bool": true, "offset": true,
-		"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true, "inf": true, "nan": true}
-)
-
-// metricNames returns the metric names a PromQL expression selects: the
-// identifiers left once strings, label matchers, ranges and grouping labels
-// are cut, that are not a keyword or called as a function.
-func metricNames(e string) []string {
-	e = stringRe.ReplaceAllString(e, `""`)
-	e = matcherRe.ReplaceAllString(e, " ")
-	e = groupingRe.ReplaceAllString(e, " ")
-	seen := map[string]bool{}
-	var out []string
-	for _, loc := range identRe.FindAllStringIndex(e, -1) {
-		id := e[loc[0]:loc[1]]
-		if loc[0] > 0 && (e[loc[0]-1] >= '0' && e[loc[0]-1] <= '9' || e[loc[0]-1] == '.') {
-			continue // the exponent or unit of a number
-		}
-		if keywords[strings.ToLower(id)] || strings.HasPrefix(strings.TrimLeft(e[loc[1]:], " \t\n"), "(") || seen[id] {
-			continue
-		}
-		seen[id] = true
-		out = append(out, id)
-	}
-	return out
+	return e
 }
 
 func TestMetricNames(t *testing.T) {
@@ -146,9 +64,9 @@ func TestMetricNames(t *testing.T) {
 		{`sum by (le) (rate(x_bucket{name=~"a.b|c"}[5m])) / on (node) y unless z offset 5m`, []string{"x_bucket", "y", "z"}},
 		{`min(a) - time() < 14 * 86400 and b == 1e3`, []string{"a", "b"}},
 	} {
-		got := metricNames(c.in)
+		got := MetricNames(c.in)
 		if strings.Join(got, ",") != strings.Join(c.want, ",") {
-			t.Errorf("metricNames(%q) = %v, want %v", c.in, got, c.want)
+			t.Errorf("MetricNames(%q) = %v, want %v", c.in, got, c.want)
 		}
 	}
 }
@@ -241,9 +159,9 @@ func TestExpressionsNameExportedMetrics(t *testing.T) {
 	exprs := append(ruleExprs(t), dashboardExprs(t)...)
 	used := map[string]bool{}
 	for _, e := range exprs {
-		names := metricNames(e.text)
+		names := MetricNames(e.Text)
 		if len(names) == 0 {
-			t.Errorf("%s: no metric in %q", e.where, e.text)
+			t.Errorf("%s: no metric in %q", e.Where, e.Text)
 		}
 	next:
 		for _, n := range names {
@@ -260,7 +178,7 @@ func TestExpressionsNameExportedMetrics(t *testing.T) {
 					}
 				}
 			}
-			t.Errorf("%s: metric %s is neither registered by our binaries nor exported by the API server's admission code", e.where, n)
+			t.Errorf("%s: metric %s is neither registered by our binaries nor exported by the API server's admission code", e.Where, n)
 		}
 	}
 	var list []string
@@ -323,7 +241,7 @@ func TestRulesWithPromtool(t *testing.T) {
 	// Every alert of the rule file has a test case.
 	tested := string(b)
 	for _, e := range ruleExprs(t) {
-		name := strings.TrimPrefix(e.where, "alert ")
+		name := strings.TrimPrefix(e.Where, "alert ")
 		if !strings.Contains(tested, "alertname: "+name+"\n") {
 			t.Errorf("testdata/rules_test.yaml has no case for %s", name)
 		}
@@ -335,7 +253,7 @@ func TestRulesWithPromtool(t *testing.T) {
 func TestDashboardExpressionsParse(t *testing.T) {
 	var rules []any
 	for i, e := range dashboardExprs(t) {
-		rules = append(rules, map[string]any{"record": fmt.Sprintf("dashboard:expr_%d", i), "expr": e.text})
+		rules = append(rules, map[string]any{"record": fmt.Sprintf("dashboard:expr_%d", i), "expr": e.Text})
 	}
 	dir := t.TempDir()
 	writeYAML(t, filepath.Join(dir, "dashboard.yaml"), map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
