@@ -366,7 +366,7 @@ bundle-push: ## Push the bundle image.
 ##@ Tools (built from the Go module proxy into bin/, see hack/tools.sh)
 
 .PHONY: tools
-tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, golangci-lint, OLM v0.33.0, opm, helm, promtool).
+tools: ## Build the tools the tests need (etcd, Kubernetes v1.37.2, kwok, controller-gen, golangci-lint, OLM v0.33.0, opm, helm, promtool, prometheus).
 	@hack/tools.sh
 
 .PHONY: tools-all

@@ -94,12 +94,19 @@ spec() {
 	promtool)
 		local p=github.com/prometheus/common/version
 		echo "promtool|$BIN/promtool|CGO_ENABLED=0||-s -w -X $p.Version=0.316.0 -X $p.Revision=v0.316.0 -X $p.Branch=v0.316.0 -X $p.BuildDate=20260101-00:00:00|github.com/prometheus/prometheus/cmd/promtool" ;;
+	# prometheus scrapes the demo's operator, servers and API server and
+	# evaluates the alerts (test/e2e/scenarios/prometheus.go). Only the
+	# Kubernetes service discovery: the other clouds' SDKs would double
+	# its cold build.
+	prometheus)
+		local p=github.com/prometheus/common/version
+		echo "promtool|$BIN/prometheus|CGO_ENABLED=0|remove_all_sd,enable_kubernetes_sd|-s -w -X $p.Version=3.16.0 -X $p.Revision=v0.316.0 -X $p.Branch=v0.316.0 -X $p.BuildDate=20260101-00:00:00|github.com/prometheus/prometheus/cmd/prometheus" ;;
 	*) echo "unknown tool: $1" >&2; return 1 ;;
 	esac
 }
 
 # operator-sdk is a test tool too: test/olm runs `operator-sdk run bundle`.
-TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk helm promtool)
+TEST_TOOLS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok metrics-server controller-gen golangci-lint olm-crds olm catalog opm kubelet kube-proxy containerd cni-plugins operator-sdk helm promtool prometheus)
 # make test-compat's older control planes (not in make tools: each is a
 # cold build of many CPU-minutes). The scheduler and the controller manager
 # must not be newer than the API server: kube-scheduler v1.37 waits for
