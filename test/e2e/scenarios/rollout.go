@@ -439,11 +439,50 @@ func waitSample(ctx context.Context, e *Env, what string, d time.Duration, ok fu
 	return si, nil
 }
 
-// injectorOutage stops the sample injector's server (failurePolicy
-// Ignore, the CR paused so the operator does not repair it, its
-// Deployment scaled to 0), creates deployment outage in lab, whose pod is
-// admitted without sidecars, and brings the server back.
+// injectorOutage stops the sample injector's server (stopInjectorServer),
+// creates deployment outage in lab, whose pod is admitted without
+// sidecars, and brings the server back.
 func (e *Env) injectorOutage(ctx context.Context, r *Result) error {
+	c := e.Cluster.Client
+	name := desired.SidecarKind.BaseName(SampleInjectorName)
+	if err := e.stopInjectorServer(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, _, err := e.RunKubectl(ctx, nil, "-n", LabNamespace, "create", "deployment", outageApp, "--image="+nginx); err != nil {
+		return err
+	}
+	var p *corev1.Pod
+	if err := cluster.WaitFor(ctx, 2*time.Minute, "pod of deployment "+outageApp+" running", func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = outagePod(ctx, c)
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		return err
+	}
+	if err := untouched(p); err != nil {
+		return err
+	}
+	r.timing("server stopped: kubectl create deployment "+outageApp+" → its pod Running, without sidecars (failurePolicy Ignore)", time.Since(start), 0)
+	start = time.Now()
+	if _, _, err := e.RunKubectl(ctx, nil, "annotate", "sidecarinjector", SampleInjectorName, pauseReconcile+"-"); err != nil {
+		return err
+	}
+	if err := e.WaitReady(ctx, 3*time.Minute); err != nil {
+		return err
+	}
+	r.timing("CR unpaused → server repaired, Ready with a ready endpoint", time.Since(start), 0)
+	r.check("injector server down (CR paused, deployment %s scaled to 0, failurePolicy Ignore): pod %s/%s admitted without sidecars",
+		name, LabNamespace, p.Name)
+	return nil
+}
+
+// stopInjectorServer stops the sample injector's server and leaves it
+// stopped: failurePolicy Ignore, the CR paused so the operator does not
+// repair it, its Deployment scaled to 0 and its pods gone. Unpausing the
+// CR brings the server back (with Ignore until spec.failurePolicy is
+// set back).
+func (e *Env) stopInjectorServer(ctx context.Context) error {
 	c := e.Cluster.Client
 	name := desired.SidecarKind.BaseName(SampleInjectorName)
 	if _, _, err := e.RunKubectl(ctx, nil, "patch", "sidecarinjector", SampleInjectorName, "--type=merge", "-p", `{"spec":{"failurePolicy":"Ignore"}}`); err != nil {
@@ -475,40 +514,11 @@ func (e *Env) injectorOutage(ctx context.Context, r *Result) error {
 	if _, _, err := e.RunKubectl(ctx, nil, "-n", OperatorNamespace, "scale", "deployment", name, "--replicas=0"); err != nil {
 		return err
 	}
-	if err := cluster.WaitFor(ctx, 2*time.Minute, "injector server pods gone", func(ctx context.Context) (bool, error) {
+	return cluster.WaitFor(ctx, 2*time.Minute, "injector server pods gone", func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
 		err := c.List(ctx, &pods, client.InNamespace(OperatorNamespace), client.MatchingLabels{desired.LabelInstance: name})
 		return err == nil && len(pods.Items) == 0, err
-	}); err != nil {
-		return err
-	}
-	start := time.Now()
-	if _, _, err := e.RunKubectl(ctx, nil, "-n", LabNamespace, "create", "deployment", outageApp, "--image="+nginx); err != nil {
-		return err
-	}
-	var p *corev1.Pod
-	if err := cluster.WaitFor(ctx, 2*time.Minute, "pod of deployment "+outageApp+" running", func(ctx context.Context) (bool, error) {
-		var err error
-		p, err = outagePod(ctx, c)
-		return err == nil && p.Status.Phase == corev1.PodRunning, nil
-	}); err != nil {
-		return err
-	}
-	if err := untouched(p); err != nil {
-		return err
-	}
-	r.timing("server stopped: kubectl create deployment "+outageApp+" → its pod Running, without sidecars (failurePolicy Ignore)", time.Since(start), 0)
-	start = time.Now()
-	if _, _, err := e.RunKubectl(ctx, nil, "annotate", "sidecarinjector", SampleInjectorName, pauseReconcile+"-"); err != nil {
-		return err
-	}
-	if err := e.WaitReady(ctx, 3*time.Minute); err != nil {
-		return err
-	}
-	r.timing("CR unpaused → server repaired, Ready with a ready endpoint", time.Since(start), 0)
-	r.check("injector server down (CR paused, deployment %s scaled to 0, failurePolicy Ignore): pod %s/%s admitted without sidecars",
-		name, LabNamespace, p.Name)
-	return nil
+	})
 }
 
 // outagePod is the one pod of deployment outage not being deleted.
