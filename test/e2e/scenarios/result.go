@@ -140,8 +140,11 @@ var Ordered = []Scenario{
 var Usage = Scenario{Name: "9. Usage-aware oversell and held cuts", Run: UsageAware}
 
 // Standalone are the scenarios test/e2e/standalone runs on a fresh stack:
-// scenario 9, then the Helm chart (not the demo's: it needs helm).
-var Standalone = []Scenario{Usage, {Name: "Helm chart on the real node", Run: Helm, Timeout: 15 * time.Minute}}
+// scenario 9, then a real Prometheus scraping it and the Helm chart (not
+// the demo's: they need prometheus and helm, which the demo does not build).
+var Standalone = []Scenario{Usage,
+	{Name: "Prometheus scraping the demo", Run: Prometheus, Timeout: 10 * time.Minute},
+	{Name: "Helm chart on the real node", Run: Helm, Timeout: 15 * time.Minute}}
 
 // README is the README's "OLM without Docker" block (READMEOLM), which
 // test/e2e runs after Ordered.
