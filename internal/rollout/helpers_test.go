@@ -89,8 +89,10 @@ type env struct {
 	// denied the rights the SelfSubjectAccessReviews deny.
 	failStatus, failPDBList bool
 	denied                  []string
-	// onRestart runs before an owner's restart reaches the server.
-	onRestart func()
+	// onRestart runs before an owner's restart reaches the server;
+	// failRestart fails the restart as an unavailable API server would.
+	onRestart   func()
+	failRestart bool
 }
 
 func newEnv(t *testing.T, cr *v1alpha1.SidecarInjector, objs ...client.Object) *env {
@@ -133,6 +135,13 @@ func (e *env) patch(ctx context.Context, c client.WithWatch, obj client.Object, 
 		e.writes = append(e.writes, "restart "+w+"/"+obj.GetNamespace()+"/"+obj.GetName())
 		if e.onRestart != nil {
 			e.onRestart()
+		}
+		// A step whose context ended (onRestart may end it) writes nothing.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if e.failRestart {
+			return fmt.Errorf("etcdserver: request timed out")
 		}
 	case *corev1.Pod:
 		e.writes = append(e.writes, "patch pod "+obj.GetNamespace()+"/"+obj.GetName())

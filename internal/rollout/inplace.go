@@ -33,7 +33,7 @@ func (r *Roller) changeInPlace(ctx context.Context, s *step, pod *corev1.Pod, ke
 	}
 	if err := r.applyInPlace(ctx, pod, p); err != nil {
 		log.FromContext(ctx).Error(err, "in-place change", "pod", key)
-		rolloutActions.WithLabelValues(s.cr.Name, string(acts[0]), "error").Inc()
+		rolloutActions.WithLabelValues(s.cr.Name, string(acts[0]), failedResult(ctx)).Inc()
 		if s.spec.FallbackToRestart && apierrors.IsInvalid(err) {
 			if r.restart(ctx, s, pod, key) {
 				s.budget--

@@ -79,7 +79,7 @@ func (r *Roller) restart(ctx context.Context, s *step, pod *corev1.Pod, key stri
 		return false
 	}
 	if err := r.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, fleet.RestartPatch(s.rev, r.now()))); err != nil {
-		rolloutActions.WithLabelValues(s.cr.Name, string(fleet.ActRestart), "error").Inc()
+		rolloutActions.WithLabelValues(s.cr.Name, string(fleet.ActRestart), failedResult(ctx)).Inc()
 		s.skips.Add("the owner restart failed: "+apiMessage(err), key)
 		return false
 	}

@@ -1,10 +1,12 @@
 package rollout
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -103,5 +105,42 @@ func TestResumeAfterRestart(t *testing.T) {
 				t.Errorf("b after its restart: annotations %v, template %v", d.Annotations, d.Spec.Template.Annotations)
 			}
 		})
+	}
+}
+
+// An owner restart cut short by the step's own context (the operator
+// stopping mid-write) is counted interrupted, not error: the write may
+// have landed, and the next leader resumes from the write-ahead record.
+// A restart the API server fails is an error.
+func TestInterruptedRestartIsNotAnError(t *testing.T) {
+	objs, pods := deployments("a")
+	cr := testCR("proxy:1", v1alpha1.RolloutRestart, 1)
+	e := newEnv(t, cr, objs...)
+	e.pods = pods
+	count := func(result string) float64 {
+		return testutil.ToFloat64(rolloutActions.WithLabelValues(cr.Name, string(fleet.ActRestart), result))
+	}
+	errors0, interrupted0 := count("error"), count("interrupted")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	e.onRestart = cancel
+	_, _ = e.r.Step(ctx, e.cr(), e.inj, len(e.pods), e.pods, inject)
+	if got := count("interrupted") - interrupted0; got != 1 {
+		t.Errorf("interrupted restarts %v, want 1", got)
+	}
+	if got := count("error") - errors0; got != 0 {
+		t.Errorf("restart errors %v, want 0 for a restart our own context ended", got)
+	}
+
+	e.onRestart = nil
+	e.restartOperator()
+	e.failRestart = true
+	e.now = e.now.Add(Recheck)
+	e.step()
+	if got := count("error") - errors0; got != 1 {
+		t.Errorf("restart errors %v, want 1 for a restart the API server failed", got)
+	}
+	if got := count("interrupted") - interrupted0; got != 1 {
+		t.Errorf("interrupted restarts %v, want still 1", got)
 	}
 }

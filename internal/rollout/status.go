@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"context"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ const (
 var (
 	rolloutActions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hookwright_sidecar_rollout_actions_total",
-		Help: "Rollout actions on running pods by SidecarInjector, action (image, resize, restart) and result (ok, error).",
+		Help: "Rollout actions on running pods by SidecarInjector, action (image, resize, restart) and result (ok, error, interrupted: the operator stopped during the write, which may have landed).",
 	}, []string{"name", "action", "result"})
 	rolloutPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "hookwright_sidecar_rollout_pods",
@@ -46,6 +47,18 @@ var (
 )
 
 func init() { metrics.Registry.MustRegister(rolloutActions, rolloutPods, rolloutBlocked) }
+
+// failedResult is the result label of an action whose write failed:
+// "interrupted" when the step's own context ended first (the operator
+// stopping or losing its lease), since the write may then have reached
+// the API server and the next leader resumes from the write-ahead record;
+// "error" when the API server refused or could not be reached.
+func failedResult(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return "interrupted"
+	}
+	return "error"
+}
 
 // blockedReason is the reason of cr's RolloutBlocked condition when True.
 func blockedReason(cr *v1alpha1.SidecarInjector) string {
