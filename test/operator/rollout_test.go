@@ -734,10 +734,15 @@ func TestRolloutRestart(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v: %v", err, reasons)
 	}
-	// The rollout metrics (the operator runs in this process).
+	// The rollout metrics (the operator runs in this process). The stop
+	// may cut one restart short: counted interrupted, and then either it
+	// had landed (the next leader finds it done: 2 ok) or it had not (the
+	// next leader makes it: 3 ok). Never an error.
 	if err := cluster.WaitFor(ctx, 30*time.Second, "rollout metrics", func(ctx context.Context) (bool, error) {
 		m := rolloutMetrics(t, f.name)
-		return m["actions restart ok"] == 3 && m["pods updated"] == 5 && m["pods total"] == 5 && m["pods unavailable"] == 0 && m["blocked"] == 0, nil
+		ok, cut := m["actions restart ok"], m["actions restart interrupted"]
+		return (ok == 3 && cut <= 1 || ok == 2 && cut == 1) && m["actions restart error"] == 0 &&
+			m["pods updated"] == 5 && m["pods total"] == 5 && m["pods unavailable"] == 0 && m["blocked"] == 0, nil
 	}); err != nil {
 		t.Fatalf("%v: %v", err, rolloutMetrics(t, f.name))
 	}
