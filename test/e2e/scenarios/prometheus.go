@@ -382,12 +382,9 @@ func (m monitor) job(kubeconfig, dir string) map[string]any {
 	ep := m.endpoints()[0]
 	relabel = append(relabel, map[string]any{"action": "keep", "source_labels": []string{portLabel}, "regex": regexp.QuoteMeta(ep.Port)})
 	if role == "pod" {
-		relabel = append(relabel,
-			map[string]any{"action": "drop", "source_labels": []string{"__meta_kubernetes_pod_phase"}, "regex": "Failed|Succeeded"},
-			map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"})
-	} else {
-		relabel = append(relabel, map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"})
+		relabel = append(relabel, map[string]any{"action": "drop", "source_labels": []string{"__meta_kubernetes_pod_phase"}, "regex": "Failed|Succeeded"})
 	}
+	relabel = append(relabel, map[string]any{"source_labels": []string{"__meta_kubernetes_pod_name"}, "target_label": "pod"})
 	job := map[string]any{
 		"job_name":        m.pool(),
 		"scheme":          ep.Scheme,
