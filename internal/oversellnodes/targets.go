@@ -16,6 +16,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -385,33 +386,43 @@ func (n *Nodes) writeTarget(ctx context.Context, no *v1alpha1.NodeOversell, nd *
 // setTaint makes node carry our NoSchedule taint with value (or none for
 // ""), touching no other taint: it reads the node, and patches spec.taints
 // with that read's resourceVersion as a precondition, so a concurrent
-// change of another taint is never lost (a conflict is retried next pass).
-// Tainting needs patch on nodes (config/node-taints).
+// change of another taint is never lost. A conflict (the node changed
+// between the read and the patch: a heartbeat, our own target write) is
+// retried at once from a new read (client-go's retry.DefaultRetry): the
+// pass that releases a node removes its marks, and no later pass would
+// find the node ours and remove a taint left behind. Tainting needs patch
+// on nodes (config/node-taints).
 func (n *Nodes) setTaint(ctx context.Context, cached *corev1.Node, value string) error {
 	cur, has := ourTaint(cached)
 	if (value == "" && !has) || (value != "" && has && cur == value) {
 		return nil
 	}
-	fresh := &corev1.Node{}
-	if err := n.APIReader.Get(ctx, client.ObjectKey{Name: cached.Name}, fresh); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	cur, has = ourTaint(fresh)
-	if (value == "" && !has) || (value != "" && has && cur == value) {
-		return nil
-	}
-	taints := withTaint(fresh.Spec.Taints, value)
-	body, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion},
-		"spec":     map[string]any{"taints": taints},
-	})
-	if err := n.Client.Patch(ctx, fresh, client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	wrote := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fresh := &corev1.Node{}
+		if err := n.APIReader.Get(ctx, client.ObjectKey{Name: cached.Name}, fresh); err != nil {
+			return err
+		}
+		cur, has := ourTaint(fresh)
+		if (value == "" && !has) || (value != "" && has && cur == value) {
 			return nil
 		}
-		return err
+		body, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion},
+			"spec":     map[string]any{"taints": withTaint(fresh.Spec.Taints, value)},
+		})
+		if err := n.Client.Patch(ctx, fresh, client.RawPatch(types.MergePatchType, body)); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	taintWrites.WithLabelValues(value).Inc()
+	if wrote {
+		taintWrites.WithLabelValues(value).Inc()
+	}
 	return nil
 }
 

@@ -138,3 +138,39 @@ func TestTargetsTaintNotPermitted(t *testing.T) {
 		t.Fatalf("target %+v", tgt)
 	}
 }
+
+// TestTaintRemovalRetriesAConflict: the node changing between setTaint's
+// read and its patch (a heartbeat) does not leave our taint behind: the
+// pass that releases a node is the last to find it ours.
+func TestTaintRemovalRetriesAConflict(t *testing.T) {
+	n, c, _ := targetsFixture(t, false)
+	ctx := context.Background()
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.setTaint(ctx, node, v1alpha1.OversellTaintRatioCut); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	patches := 0
+	n.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if patches++; patches == 1 {
+				return apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, obj.GetName(), fmt.Errorf("the object has been modified"))
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	if err := n.setTaint(ctx, node, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := ourTaint(node); has || patches != 2 || len(node.Spec.Taints) != 1 {
+		t.Fatalf("after a conflict then a retry (%d patches): taints %+v, want only the other one", patches, node.Spec.Taints)
+	}
+}
