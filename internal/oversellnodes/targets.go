@@ -224,11 +224,27 @@ func (n *Nodes) Targets(ctx context.Context, no *v1alpha1.NodeOversell) (time.Du
 			}
 		}
 		g.Go(func() error {
+			var tErr error
+			if d.Release {
+				// Untaint before the release removes the marks that make
+				// a later pass find the node ours: a taint left after them
+				// would stay for good. If it fails, the marks stay and the
+				// next pass tries again; without the right to patch nodes
+				// there is no taint of ours to remove.
+				if tErr = n.setTaint(gctx, nd, ""); tErr != nil && !apierrors.IsForbidden(tErr) {
+					mu.Lock()
+					defer mu.Unlock()
+					taintErrs = append(taintErrs, nd.Name+": "+tErr.Error()+" (release deferred)")
+					return nil
+				}
+			}
 			wrote, rel, err := n.writeTarget(gctx, no, nd, &d, w.other)
 			if err != nil {
 				return err
 			}
-			tErr := n.setTaint(gctx, nd, d.Taint)
+			if !d.Release {
+				tErr = n.setTaint(gctx, nd, d.Taint)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if wrote {
@@ -388,10 +404,10 @@ func (n *Nodes) writeTarget(ctx context.Context, no *v1alpha1.NodeOversell, nd *
 // with that read's resourceVersion as a precondition, so a concurrent
 // change of another taint is never lost. A conflict (the node changed
 // between the read and the patch: a heartbeat, our own target write) is
-// retried at once from a new read (client-go's retry.DefaultRetry): the
-// pass that releases a node removes its marks, and no later pass would
-// find the node ours and remove a taint left behind. Tainting needs patch
-// on nodes (config/node-taints).
+// retried at once from a new read (client-go's retry.DefaultRetry); a
+// release untaints before it removes the marks (Targets), so a taint that
+// could not be removed keeps the node ours for the next pass. Tainting
+// needs patch on nodes (config/node-taints).
 func (n *Nodes) setTaint(ctx context.Context, cached *corev1.Node, value string) error {
 	cur, has := ourTaint(cached)
 	if (value == "" && !has) || (value != "" && has && cur == value) {

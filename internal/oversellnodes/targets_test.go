@@ -174,3 +174,59 @@ func TestTaintRemovalRetriesAConflict(t *testing.T) {
 		t.Fatalf("after a conflict then a retry (%d patches): taints %+v, want only the other one", patches, node.Spec.Taints)
 	}
 }
+
+// TestReleaseWaitsForTheUntaint: a node leaving the NodeOversell is
+// untainted before its marks go. While the taint cannot be removed (here
+// every patch conflicts, past retry.DefaultRetry's five tries) the marks
+// stay, so the next pass still finds the node ours and finishes the job;
+// releasing first would have left a NoSchedule taint nobody owns.
+func TestReleaseWaitsForTheUntaint(t *testing.T) {
+	n, c, no := targetsFixture(t, false)
+	ctx := context.Background()
+	if _, held, _, err := n.Targets(ctx, no); err != nil || held != 1 {
+		t.Fatalf("first pass: held %d err %v", held, err)
+	}
+	// The pod goes and the node leaves the selector: nothing holds it.
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "w", Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Labels["pool"] = "b"
+	if err := c.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	plain := n.Client
+	taintPatches := 0
+	n.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if strings.Contains(string(mustData(p, obj)), `"taints"`) {
+				taintPatches++
+				return apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, obj.GetName(), fmt.Errorf("the object has been modified"))
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	requeue, _, written, err := n.Targets(ctx, no)
+	if err != nil || len(written) != 0 || requeue == 0 || taintPatches == 0 {
+		t.Fatalf("pass with the untaint failing: written %v requeue %s taint patches %d err %v", written, requeue, taintPatches, err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := ourTaint(node); !has || node.Labels[v1alpha1.OversellNodeLabel] != "pool" || readNodeTarget(node, "pool") == nil {
+		t.Fatalf("the marks went before the taint: taints %+v labels %v", node.Spec.Taints, node.Labels)
+	}
+	n.Client = plain
+	if _, _, written, err = n.Targets(ctx, no); err != nil || !written["n1"] {
+		t.Fatalf("next pass: written %v err %v", written, err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "n1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := ourTaint(node); has || len(node.Spec.Taints) != 1 || node.Labels[v1alpha1.OversellNodeLabel] != "" || readNodeTarget(node, "pool") != nil {
+		t.Fatalf("after the next pass: taints %+v labels %v annotations %v", node.Spec.Taints, node.Labels, node.Annotations)
+	}
+}
