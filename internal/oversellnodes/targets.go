@@ -409,8 +409,7 @@ func (n *Nodes) writeTarget(ctx context.Context, no *v1alpha1.NodeOversell, nd *
 // could not be removed keeps the node ours for the next pass. Tainting
 // needs patch on nodes (config/node-taints).
 func (n *Nodes) setTaint(ctx context.Context, cached *corev1.Node, value string) error {
-	cur, has := ourTaint(cached)
-	if (value == "" && !has) || (value != "" && has && cur == value) {
+	if taintedAs(cached, value) {
 		return nil
 	}
 	wrote := false
@@ -419,8 +418,7 @@ func (n *Nodes) setTaint(ctx context.Context, cached *corev1.Node, value string)
 		if err := n.APIReader.Get(ctx, client.ObjectKey{Name: cached.Name}, fresh); err != nil {
 			return err
 		}
-		cur, has := ourTaint(fresh)
-		if (value == "" && !has) || (value != "" && has && cur == value) {
+		if taintedAs(fresh, value) {
 			return nil
 		}
 		body, _ := json.Marshal(map[string]any{
@@ -440,6 +438,13 @@ func (n *Nodes) setTaint(ctx context.Context, cached *corev1.Node, value string)
 		taintWrites.WithLabelValues(value).Inc()
 	}
 	return nil
+}
+
+// taintedAs reports whether node already carries our taint with value
+// (for "": carries none of ours).
+func taintedAs(node *corev1.Node, value string) bool {
+	cur, has := ourTaint(node)
+	return has == (value != "") && (!has || cur == value)
 }
 
 // report fills no's status from a pass and emits an Event for each
