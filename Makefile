@@ -37,8 +37,11 @@ TEST_TIMEOUT ?= 40m
 # use CGO_ENABLED=0 already, so one build configuration serves all three;
 # with cgo, kustomize's import of plugin made nine test binaries link
 # through gcc. Linking every test binary: 144 CPU-s with cgo, 97 without
-# (2026-12-06, 2 cores).
-GOTEST := CGO_ENABLED=0 go test
+# (2026-12-06, 2 cores). -ldflags=-w leaves DWARF out of the test binaries
+# (stack traces and pprof read the symbol and line tables, which stay):
+# `go test -c` of all 51 test binaries, twice each way beside a test run,
+# 143-166 CPU-s with DWARF and 97-108 without (2026-12-06).
+GOTEST := CGO_ENABLED=0 go test -ldflags=-w
 # Test packages run at once. The cluster packages mostly wait on their
 # control planes and nodes (about a quarter of 2 cores busy at go test's
 # default of GOMAXPROCS), and every real node takes its own slot. Five at
