@@ -91,6 +91,28 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
+// inFlightWhy says why the rollout test counts p, whose proxy status is
+// st, in flight: its proxy not restarted or not Ready, or the pod not
+// Ready (webReady), with the Ready condition's last transition.
+func inFlightWhy(p *corev1.Pod, st *corev1.ContainerStatus, restartsBefore int32) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod %s resourceVersion %s", p.Name, p.ResourceVersion)
+	if st == nil {
+		b.WriteString(": no proxy status")
+	} else {
+		fmt.Fprintf(&b, ": proxy restartCount %d (before %d) ready %t started %v running %t", st.RestartCount, restartsBefore, st.Ready, st.Started != nil && *st.Started, st.State.Running != nil)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			fmt.Fprintf(&b, ", %s %s since %s", c.Type, c.Status, c.LastTransitionTime.UTC().Format("15:04:05"))
+		}
+	}
+	if why := webReady(p); why != "" {
+		b.WriteString(", " + why)
+	}
+	return b.String()
+}
+
 func specContainer(p *corev1.Pod, name string) *corev1.Container {
 	for _, l := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
 		for i := range l {
@@ -406,6 +428,7 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 	}
 	var counts []string
 	maxInFlight := 0
+	var firstOver string
 	// The record leaves a pod once it is done, which a poll can miss on a
 	// loaded machine: every write of the pods is watched for it.
 	pl, err := env.Clientset.CoreV1().Pods(rolloutNS).List(ctx, metav1.ListOptions{LabelSelector: "app=" + rolloutApp})
@@ -424,6 +447,7 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 		}
 		seenAt := time.Now()
 		inFlight := 0
+		var whyInFlight []string
 		for i := range pods {
 			p := &pods[i]
 			u, ok := ups[p.Name]
@@ -439,8 +463,14 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 					u.ready = seenAt
 				} else {
 					inFlight++
+					whyInFlight = append(whyInFlight, inFlightWhy(p, st, before[p.Name].proxyRestarts))
 				}
 			}
+		}
+		if inFlight > maxInFlight && inFlight > 1 {
+			// What the poll that saw the most pods in flight saw of each.
+			firstOver = fmt.Sprintf("%s after unpausing (pods list at resourceVersion %s): %s",
+				seenAt.Sub(unpaused).Round(time.Millisecond), pods[0].ResourceVersion, strings.Join(whyInFlight, "; "))
 		}
 		maxInFlight = max(maxInFlight, inFlight)
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: "rollout"}, si); err != nil {
@@ -490,7 +520,7 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 		t.Logf("figure: first pod Ready -> second pod's new image seen %s (maxUnavailable 1)", order[1].seen.Sub(order[0].ready).Round(time.Millisecond))
 	}
 	if maxInFlight > 1 {
-		t.Errorf("%d pods in flight at once, maxUnavailable 1", maxInFlight)
+		t.Errorf("%d pods in flight at once, maxUnavailable 1: %s", maxInFlight, firstOver)
 	}
 	after, err := webPods(ctx)
 	if err != nil {
