@@ -480,11 +480,16 @@ type Progress struct {
 	// rollout must stop on this pod; Message says why, with the kubelet's
 	// reason and message.
 	Stop, Message string
+	// Wait, when not done, is how long until the clock alone may make the
+	// pod done (its Ready condition settling, ReadySettle); 0 when the pod
+	// must change first.
+	Wait time.Duration
 }
 
 // InPlaceProgress judges a pod (full, with its status) changed in place
 // by rec: done when every container whose image changed has restarted
-// since (restartCount above the recorded one) and is Ready, and every
+// since (restartCount above the recorded one) and is Ready, the pod's
+// Ready condition has held for ReadySettle when any restarted, and every
 // resized container reports the new resources in its status (KEP-1287:
 // status.containerStatuses[].resources is what the runtime applied); a
 // stop on an image pull or container creation error, an infeasible resize
@@ -519,13 +524,60 @@ func InPlaceProgress(pod *corev1.Pod, rec Record, now time.Time, timeout time.Du
 			done, last = false, "container "+name+" has not applied its new resources yet"
 		}
 	}
+	var wait time.Duration
+	if done && len(rec.Restarts) > 0 {
+		switch since, ready := podReadySince(pod); {
+		case !ready:
+			done, last = false, "the pod is not Ready"
+		case now.Sub(since) < ReadySettle(pod, rec):
+			wait = ReadySettle(pod, rec) - now.Sub(since)
+			done, last = false, fmt.Sprintf("the pod is Ready since %s, not yet for %s", since.UTC().Format(time.TimeOnly), ReadySettle(pod, rec))
+		}
+	}
 	if done {
 		return Progress{Done: true}
 	}
 	if now.Sub(rec.At) > timeout {
 		return Progress{Stop: StopReadyTimeout, Message: fmt.Sprintf("%s not ready %s after its in-place change: %s", where, timeout, last)}
 	}
-	return Progress{Message: last}
+	return Progress{Message: last, Wait: wait}
+}
+
+// ReadySettle is how long the Ready condition of a pod whose containers
+// (rec.Restarts) restarted in place must have held before the pod counts
+// as available again: the longest startupProbe period of those containers
+// (10 s when unset), plus one second because lastTransitionTime is whole
+// seconds in the API. The kubelet reports a restarted native sidecar with
+// a startup probe started, then not started, then started again one
+// period later (Kubernetes 1.37 on the real node: "started", "unhealthy"
+// within a millisecond, "started" a second later with periodSeconds 1),
+// so the pod is Ready for an instant first; counting it done then let the
+// next pod go while it was unready again, past maxUnavailable. The
+// comparison with now is the one the Deployment controller makes for
+// minReadySeconds (k8s.io/kubernetes/pkg/api/v1/pod IsPodAvailable).
+func ReadySettle(pod *corev1.Pod, rec Record) time.Duration {
+	var settle time.Duration
+	for name := range rec.Restarts {
+		if c := specContainer(pod, name); c != nil && c.StartupProbe != nil {
+			period := c.StartupProbe.PeriodSeconds
+			if period <= 0 {
+				period = 10
+			}
+			settle = max(settle, time.Duration(period)*time.Second)
+		}
+	}
+	return settle + time.Second
+}
+
+// podReadySince is when the pod's Ready condition became True, and
+// whether it is.
+func podReadySince(pod *corev1.Pod) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
+		}
+	}
+	return time.Time{}, false
 }
 
 func mapsKeys(m map[string]int32) func(func(string) bool) {

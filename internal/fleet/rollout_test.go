@@ -200,6 +200,7 @@ func TestBuildInPlaceAndProgress(t *testing.T) {
 		q := got.DeepCopy()
 		q.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", Ready: true, RestartCount: 3,
 			Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.2")}}}}
+		q.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}}
 		if mut != nil {
 			mut(q)
 		}
@@ -207,6 +208,25 @@ func TestBuildInPlaceAndProgress(t *testing.T) {
 	}
 	if pr := prog(nil, now); !pr.Done {
 		t.Fatalf("restarted, ready and resized: %+v", pr)
+	}
+	// The pod's Ready condition must hold for ReadySettle after a restart:
+	// the kubelet reports a restarted native sidecar Ready for an instant
+	// before its startup probe flips back for one period.
+	settle := ReadySettle(got, rec)
+	readyAt := func(at time.Time) func(*corev1.Pod) {
+		return func(q *corev1.Pod) { q.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at) }
+	}
+	if pr := prog(readyAt(now), now.Add(settle/2)); pr.Done || pr.Stop != "" || pr.Wait != settle-settle/2 {
+		t.Fatalf("Ready for half of %s: %+v", settle, pr)
+	}
+	if pr := prog(readyAt(now), now.Add(settle)); !pr.Done {
+		t.Fatalf("Ready for %s: %+v", settle, pr)
+	}
+	if pr := prog(func(q *corev1.Pod) { q.Status.Conditions[0].Status = corev1.ConditionFalse }, now); pr.Done || pr.Wait != 0 {
+		t.Fatalf("pod not Ready: %+v", pr)
+	}
+	if pr := prog(func(q *corev1.Pod) { q.Status.Conditions = nil }, now); pr.Done {
+		t.Fatalf("pod without a Ready condition: %+v", pr)
 	}
 	if pr := prog(func(q *corev1.Pod) { q.Status.InitContainerStatuses[0].RestartCount = 2 }, now); pr.Done || pr.Stop != "" {
 		t.Fatalf("not restarted yet: %+v", pr)
@@ -233,6 +253,33 @@ func TestBuildInPlaceAndProgress(t *testing.T) {
 	}
 	if _, err := BuildInPlace(p, Plan{Way: Restart, Why: "x"}, "r", now); err == nil {
 		t.Fatal("BuildInPlace of a Restart plan: no error")
+	}
+}
+
+func TestReadySettle(t *testing.T) {
+	pod := func(probe *corev1.Probe) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "proxy", StartupProbe: probe}},
+			Containers:     []corev1.Container{{Name: "app", StartupProbe: &corev1.Probe{PeriodSeconds: 30}}},
+		}}
+	}
+	restarted := Record{Restarts: map[string]int32{"proxy": 0}}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		rec  Record
+		want time.Duration
+	}{
+		{"no startup probe", pod(nil), restarted, time.Second},
+		{"period 1 s (the sample's sidecar)", pod(&corev1.Probe{PeriodSeconds: 1}), restarted, 2 * time.Second},
+		{"period unset: the kubelet's 10 s", pod(&corev1.Probe{}), restarted, 11 * time.Second},
+		{"only restarted containers count", pod(nil), Record{Restarts: map[string]int32{"proxy": 0, "gone": 1}}, time.Second},
+		{"the longest period", pod(&corev1.Probe{PeriodSeconds: 2}), Record{Restarts: map[string]int32{"proxy": 0, "app": 0}}, 31 * time.Second},
+	}
+	for _, tc := range cases {
+		if got := ReadySettle(tc.pod, tc.rec); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }
 

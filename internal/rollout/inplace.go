@@ -13,6 +13,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // Pods changed in place carry their record (the rollout annotation,
@@ -99,6 +100,7 @@ func (r *Roller) checkInFlight(ctx context.Context, s *step, cached *corev1.Pod,
 		return true
 	}
 	s.podInFlight(key, pod.Namespace)
+	s.wake = requeue.Sooner(s.wake, pr.Wait)
 	// Its record says it was changed, whether or not the status write of
 	// the step that changed it went through.
 	s.changed = appendOnce(s.changed, key)

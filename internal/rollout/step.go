@@ -17,6 +17,7 @@ import (
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/internal/fleet"
+	"github.com/hookwright/hookwright/internal/requeue"
 )
 
 // Recheck is how often a rollout with pods in flight is looked at when
@@ -92,6 +93,9 @@ type step struct {
 	pdbs            map[string][]policyv1.PodDisruptionBudget
 	// resourceVersion is the CR's after a write-ahead, else "".
 	resourceVersion string
+	// wake is the soonest a pod in flight may be done by the clock alone
+	// (its Ready condition settling), 0 when none.
+	wake time.Duration
 }
 
 // podInFlight counts a pod changed in place, not yet done, against
@@ -160,7 +164,7 @@ func (r *Roller) Step(ctx context.Context, cr *v1alpha1.SidecarInjector, inj fle
 	r.conditions(s)
 	record(s, b)
 	if s.unavailable > 0 || s.acted > 0 || (len(b.Next) > 0 && s.blocked.reason != "") {
-		return Recheck, s.resourceVersion
+		return requeue.Sooner(Recheck, s.wake), s.resourceVersion
 	}
 	return 0, s.resourceVersion
 }

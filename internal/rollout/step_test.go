@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -176,15 +178,92 @@ func (e *env) allCurrent() bool {
 }
 
 // kubeletRestarts is the kubelet restarting the changed containers of
-// pod name with their new image, and them becoming Ready.
+// pod name with their new image, and them and the pod becoming Ready now.
 func (e *env) kubeletRestarts(name string) {
+	e.t.Helper()
+	e.kubeletReports(name, true, e.now)
+}
+
+// kubeletReports is the kubelet's status of pod name after restarting
+// its changed containers: they and the pod Ready or not, the pod's Ready
+// condition last changed at since.
+func (e *env) kubeletReports(name string, ready bool, since time.Time) {
 	e.t.Helper()
 	p := e.pod(name)
 	rec, _ := fleet.ParseRecord(p)
+	p.Status.ContainerStatuses = nil
 	for c, n := range rec.Restarts {
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c, RestartCount: n + 1, Ready: true})
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c, RestartCount: n + 1, Ready: ready})
 	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
 	if err := e.c.Status().Update(context.Background(), p); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// A pod changed in place whose Ready condition has only just come back is
+// still in flight: the kubelet reports a restarted native sidecar Ready
+// for an instant, then not started for one startup probe period, then
+// Ready again (fleet.ReadySettle). Counting it done at the first instant
+// took the next pod out while this one was unready again (seen on the
+// real node under load: two pods in flight, maxUnavailable 1).
+func TestInPlaceWaitsForReadyToSettle(t *testing.T) {
+	old := injectorOf(t, testCR("proxy:1", v1alpha1.RolloutInPlace, 1))
+	var objs []client.Object
+	for i := range 2 {
+		_, _, p := deployment(fmt.Sprintf("p%d", i))
+		objs = append(objs, injectedPod(t, old, p))
+	}
+	e := newEnv(t, testCR("proxy:2", v1alpha1.RolloutInPlace, 1), objs...)
+	e.index()
+	e.step()
+	first := e.recorded()
+	if len(first) != 1 {
+		t.Fatalf("first step changed %v, want one pod", first)
+	}
+	settle := fleet.ReadySettle(e.pod(first[0]), mustRecord(t, e.pod(first[0])))
+	inFlight := func(when string, want ...string) {
+		t.Helper()
+		if got := e.recorded(); !slices.Equal(got, want) {
+			t.Fatalf("%s: in flight %v, want %v", when, got, want)
+		}
+	}
+	// Ready for an instant: still in flight, looked at again when it has
+	// held for settle.
+	e.now = e.now.Add(time.Second)
+	e.kubeletReports(first[0], true, e.now)
+	e.index()
+	again, _ := e.r.Step(t.Context(), e.cr(), e.inj, len(e.pods), e.pods, inject)
+	inFlight("Ready an instant ago", first...)
+	if again != settle {
+		t.Errorf("looked at again after %s, want %s (the settle left)", again, settle)
+	}
+	// The startup probe flips back: unready again.
+	e.now = e.now.Add(time.Millisecond)
+	e.kubeletReports(first[0], false, e.now)
+	e.step()
+	inFlight("unready again", first...)
+	// Ready again, and held for settle: done, the next pod goes.
+	e.now = e.now.Add(time.Second)
+	e.kubeletReports(first[0], true, e.now)
+	e.step()
+	inFlight("Ready again, not yet for "+settle.String(), first...)
+	e.now = e.now.Add(settle)
+	e.step()
+	if got := e.recorded(); len(got) != 1 || got[0] == first[0] {
+		t.Fatalf("Ready for %s: in flight %v, want the other pod only", settle, got)
+	}
+}
+
+func mustRecord(t *testing.T, p *corev1.Pod) fleet.Record {
+	t.Helper()
+	rec, ok := fleet.ParseRecord(p)
+	if !ok {
+		t.Fatalf("pod %s has no rollout record", p.Name)
+	}
+	return rec
 }
