@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -12,9 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -32,7 +36,8 @@ import (
 // every SelfSigned CR; each CR's reconcile does its own share (publishing
 // its configuration, issuing its serving certificate). The two coordinate
 // through the API only: a CA Secret change re-reconciles every CR, a
-// change of a CR, a serving Secret or a configuration re-reconciles the CA.
+// change of a CR (not of its status: planInputsChanged), a serving Secret
+// or a configuration re-reconciles the CA.
 type CAReconciler struct {
 	Env Env
 	// Always creates a missing CA even without SelfSigned CRs (the
@@ -54,8 +59,16 @@ func (c *CAReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("ca")
 	// The cache holds only the operator's Secrets and configurations.
-	for _, o := range []client.Object{&corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}, &v1alpha1.SidecarInjector{}, &v1alpha1.NodeOversell{}} {
+	for _, o := range []client.Object{&corev1.Secret{}, &admissionregistrationv1.MutatingWebhookConfiguration{}} {
 		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(one))
+	}
+	// A CR's status writes (the fleet's, up to one per FleetWriteInterval
+	// each) change nothing the plan reads, and each reconcile costs three
+	// uncached reads (the CA Secret, the two CRDs).
+	for _, o := range []client.Object{&v1alpha1.SidecarInjector{}, &v1alpha1.NodeOversell{}} {
+		b = b.Watches(o, handler.EnqueueRequestsFromMapFunc(one), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool { return planInputsChanged(e.ObjectOld, e.ObjectNew) },
+		}))
 	}
 	// Once at start: on a fresh installation no event would come.
 	b = b.WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
@@ -63,6 +76,18 @@ func (c *CAReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return nil
 	}))
 	return b.Complete(c)
+}
+
+// planInputsChanged reports whether an update of a CR changed what the
+// CA plan reads of it (gather: its spec, its renew request annotation,
+// whether it is being deleted): its generation (spec changes only, with
+// the status subresource), annotations, labels, finalizers or deletion.
+func planInputsChanged(old, cur client.Object) bool {
+	return old.GetGeneration() != cur.GetGeneration() ||
+		!maps.Equal(old.GetAnnotations(), cur.GetAnnotations()) ||
+		!maps.Equal(old.GetLabels(), cur.GetLabels()) ||
+		!slices.Equal(old.GetFinalizers(), cur.GetFinalizers()) ||
+		!old.GetDeletionTimestamp().Equal(cur.GetDeletionTimestamp())
 }
 
 // Reconcile advances the installation CA and writes the CA Secret when the
