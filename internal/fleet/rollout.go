@@ -489,7 +489,8 @@ type Progress struct {
 // InPlaceProgress judges a pod (full, with its status) changed in place
 // by rec: done when every container whose image changed has restarted
 // since (restartCount above the recorded one) and is Ready, the pod's
-// Ready condition has held for ReadySettle when any restarted, and every
+// Ready condition has held for ReadySettle when any restarted (unless it
+// has been unready since before the change), and every
 // resized container reports the new resources in its status (KEP-1287:
 // status.containerStatuses[].resources is what the runtime applied); a
 // stop on an image pull or container creation error, an infeasible resize
@@ -527,6 +528,11 @@ func InPlaceProgress(pod *corev1.Pod, rec Record, now time.Time, timeout time.Du
 	var wait time.Duration
 	if done && len(rec.Restarts) > 0 {
 		switch since, ready := podReadySince(pod); {
+		case !ready && !since.IsZero() && since.Before(rec.At):
+			// Unready since before the change: not the rollout's doing,
+			// judged by its containers alone (as a pod whose readiness
+			// gate or other container keeps it unready would never be
+			// done otherwise).
 		case !ready:
 			done, last = false, "the pod is not Ready"
 		case now.Sub(since) < ReadySettle(pod, rec):

@@ -222,8 +222,19 @@ func TestBuildInPlaceAndProgress(t *testing.T) {
 	if pr := prog(readyAt(now), now.Add(settle)); !pr.Done {
 		t.Fatalf("Ready for %s: %+v", settle, pr)
 	}
-	if pr := prog(func(q *corev1.Pod) { q.Status.Conditions[0].Status = corev1.ConditionFalse }, now); pr.Done || pr.Wait != 0 {
-		t.Fatalf("pod not Ready: %+v", pr)
+	unreadySince := func(q *corev1.Pod) {
+		q.Status.Conditions[0].Status = corev1.ConditionFalse
+		q.Status.Conditions[0].LastTransitionTime = metav1.NewTime(rec.At)
+	}
+	if pr := prog(unreadySince, now); pr.Done || pr.Wait != 0 {
+		t.Fatalf("pod not Ready since the change: %+v", pr)
+	}
+	unreadyBefore := func(q *corev1.Pod) {
+		q.Status.Conditions[0].Status = corev1.ConditionFalse
+		q.Status.Conditions[0].LastTransitionTime = metav1.NewTime(rec.At.Add(-time.Second))
+	}
+	if pr := prog(unreadyBefore, now); !pr.Done {
+		t.Fatalf("pod unready since before the change, its proxy restarted and Ready: %+v", pr)
 	}
 	if pr := prog(func(q *corev1.Pod) { q.Status.Conditions = nil }, now); pr.Done {
 		t.Fatalf("pod without a Ready condition: %+v", pr)
