@@ -508,7 +508,7 @@ func resourceVersions(t *testing.T, ctx context.Context) map[string]string {
 const shippedMemoryLimit = 256 << 20
 
 // sweepMemoryLimitEnv sets the sweep's memory limit instead of the
-// shipped one (make scale-pods SWEEP_MEMORY_LIMIT=448Mi): a row of
+// shipped one (make scale-pods SWEEP_MEMORY_LIMIT=512Mi): a row of
 // docs/scale.md's sizing table is measured with the limit it proposes.
 const sweepMemoryLimitEnv = "HOOKWRIGHT_SWEEP_MEMORY_LIMIT"
 
