@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/fields"
@@ -79,6 +80,10 @@ func serverVersion(cfg *rest.Config) (string, error) {
 }
 
 func runInjector(ctx context.Context, o *injectorOptions) error {
+	// A server whose SidecarInjector is being deleted has no caller left:
+	// it does not wait for the API server to close its connections.
+	gone := new(atomic.Bool)
+	o.serving.Unreachable = gone.Load
 	restCfg, mgr, err := o.start(cache.Options{ByObject: map[client.Object]cache.ByObject{
 		// Watch only our own SidecarInjector.
 		&v1alpha1.SidecarInjector{}: {Field: fields.OneTermEqualSelector("metadata.name", o.injector)},
@@ -100,6 +105,9 @@ func runInjector(ctx context.Context, o *injectorOptions) error {
 	}
 	store := &sidecar.Store{}
 	if err := configwatch.SidecarInjector(ctx, mgr.GetCache(), store, o.injector, m, log); err != nil {
+		return err
+	}
+	if err := configwatch.MarkGone(ctx, mgr.GetCache(), &v1alpha1.SidecarInjector{}, o.injector, gone); err != nil {
 		return err
 	}
 	handler := &sidecar.Handler{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/configwatch"
 	"github.com/hookwright/hookwright/webhooks/oversell"
 )
@@ -61,9 +63,20 @@ NodeOversell cache has synced; before that, writes are admitted unchanged.`,
 var errNotSynced = errors.New("NodeOversell cache not synced")
 
 func runOversell(ctx context.Context, o *oversellOptions) error {
+	// A server whose NodeOversell is being deleted has no caller left: it
+	// does not wait for the API server to close its connections.
+	gone := new(atomic.Bool)
+	if o.nodeOversell != "" {
+		o.serving.Unreachable = gone.Load
+	}
 	_, mgr, err := o.start(cache.Options{})
 	if err != nil {
 		return err
+	}
+	if o.nodeOversell != "" {
+		if err := configwatch.MarkGone(ctx, mgr.GetCache(), &v1alpha1.NodeOversell{}, o.nodeOversell, gone); err != nil {
+			return err
+		}
 	}
 	log := ctrl.Log.WithName("oversell")
 	m, err := oversell.NewMetrics(metrics.Registry)

@@ -44,12 +44,21 @@ const (
 	// and the API server and their pooled connections move before the
 	// listener closes (webhooks/listener.DefaultDrainPeriod says why 5 s).
 	ServerDrainPeriod = 5 * time.Second
+	// ServerCloseWait is the servers' --drain-close-wait: after the drain
+	// period a server keeps serving until the API server has closed every
+	// connection it still holds, at most this long, because a server that
+	// closes an idle keep-alive connection races a call the API server
+	// sends on it, and the API server does not retry a POST that got EOF
+	// (kubernetes #127335). 90 s is the API server's idle timeout for
+	// webhook connections (webhooks/listener.DefaultCloseWait).
+	ServerCloseWait = 90 * time.Second
 	// ServerTerminationGracePeriodSeconds is above what a server needs to
-	// stop: the drain, in-flight reviews up to the 30 s request timeout
-	// plus 1 s (listener.Options.ShutdownBound), and a few seconds for the
-	// manager's other runnables. No preStop hook: the process drains by
-	// itself on SIGTERM, and the image has no shell to sleep in.
-	ServerTerminationGracePeriodSeconds int64 = 45
+	// stop: the drain, the close wait, in-flight reviews up to the 30 s
+	// request timeout plus 1 s (listener.Options.ShutdownBound: 126 s),
+	// and a few seconds for the manager's other runnables. No preStop
+	// hook: the process drains by itself on SIGTERM, and the image has no
+	// shell to sleep in.
+	ServerTerminationGracePeriodSeconds int64 = 135
 
 	// serverFSGroup is the server pods' fsGroup: the group of the
 	// operator image's user (65532:65532) and of the mounted serving Secret.

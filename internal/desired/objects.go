@@ -300,6 +300,7 @@ func build(op CR, s Settings, args []string) *Desired {
 		fmt.Sprintf("--health-probe-bind-address=:%d", probePort),
 		fmt.Sprintf("--metrics-bind-address=:%d", MetricsPort),
 		"--drain-period="+ServerDrainPeriod.String(),
+		"--drain-close-wait="+ServerCloseWait.String(),
 	)
 	d := &Desired{}
 	d.ServiceAccount = &corev1.ServiceAccount{ObjectMeta: meta(op, name, ns)}

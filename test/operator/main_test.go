@@ -452,7 +452,7 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 		"--metrics-bind-address=0",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", s.probePort),
 		// Nothing routes by endpoints here: stop at once.
-		"--drain-period=0s",
+		"--drain-period=0s", "--drain-close-wait=0s",
 	)
 	p, err := cluster.StartProcess(name, dir, cluster.MustHookwrightBinary(t), args, []string{"KUBECONFIG=" + kubeconfig})
 	if err != nil {

@@ -17,10 +17,13 @@ package configwatch
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/webhooks/oversell"
@@ -102,4 +105,38 @@ func nodeOversell(obj any) (*v1alpha1.NodeOversell, bool) {
 	}
 	o, ok := obj.(*v1alpha1.NodeOversell)
 	return o, ok
+}
+
+// MarkGone keeps gone true while the object of obj's kind named name is
+// being deleted or absent after a deletion, as c's informer delivers it,
+// and false while it exists (a CR deleted and created again under its
+// name serves calls again). A server's listener reads it when it shuts
+// down (listener.Options.Unreachable): a webhook whose CR is going has no
+// caller left to wait for. Call it before the cache starts; it returns
+// the informer lookup or registration error.
+func MarkGone(ctx context.Context, c cache.Cache, obj client.Object, name string, gone *atomic.Bool) error {
+	inf, err := c.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("%T informer: %w", obj, err)
+	}
+	seen := func(o any) {
+		if m, ok := o.(metav1.Object); ok && m.GetName() == name {
+			gone.Store(m.GetDeletionTimestamp() != nil)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, o any) { seen(o) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if m, ok := o.(metav1.Object); ok && m.GetName() == name {
+				gone.Store(true)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("%T event handler: %w", obj, err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,4 +133,38 @@ func configz(t *testing.T, s *oversell.Store) oversell.Configz {
 		t.Fatal(err)
 	}
 	return z
+}
+
+// MarkGone follows one object: true while it is being deleted and after
+// its deletion, false again when it exists anew; other
+// names never move it.
+func TestMarkGone(t *testing.T) {
+	fi := controllertest.NewFakeInformer()
+	var gone atomic.Bool
+	if err := MarkGone(context.Background(), fakeCache(t, "SidecarInjector", fi), &v1alpha1.SidecarInjector{}, "mesh", &gone); err != nil {
+		t.Fatal(err)
+	}
+	si := func(name string, deleting bool) *v1alpha1.SidecarInjector {
+		o := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if deleting {
+			o.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+		}
+		return o
+	}
+	for i, step := range []struct {
+		do   func()
+		want bool
+	}{
+		{func() { fi.Add(si("mesh", false)) }, false},
+		{func() { fi.Update(si("mesh", false), si("mesh", true)) }, true},
+		{func() { fi.Add(si("mesh", false)) }, false},
+		{func() { fi.Delete(si("other", false)) }, false},
+		{func() { fi.Update(si("other", false), si("other", true)) }, false},
+		{func() { fi.Delete(si("mesh", false)) }, true},
+	} {
+		step.do()
+		if got := gone.Load(); got != step.want {
+			t.Fatalf("step %d: gone %v, want %v", i, got, step.want)
+		}
+	}
 }

@@ -117,6 +117,13 @@ func (l *firstRequestListener) prepare(c net.Conn) {
 	}
 }
 
+// pendingConns counts the connections accepted and not yet handed over.
+func (l *firstRequestListener) pendingConns() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(len(l.pending))
+}
+
 // Accept returns the next connection whose first request has begun.
 func (l *firstRequestListener) Accept() (net.Conn, error) {
 	select {

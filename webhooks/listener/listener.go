@@ -70,7 +70,31 @@ type Options struct {
 	// DrainDone, when non-nil, ends the drain period early once closed
 	// (tests step through the shutdown with it).
 	DrainDone <-chan struct{}
+	// CloseWait is how long, after the drain period, the server keeps
+	// serving while clients still hold connections to it; it stops as
+	// soon as none is open, and closes what remains when CloseWait ends.
+	// Only a client can close an idle keep-alive connection without a
+	// race: a server closing one meets, now and then, a request the
+	// client sent on it in that instant, and the API server does not
+	// retry a POST that got EOF. The API server closes a pooled
+	// connection after 90 s idle, so with DefaultCloseWait the server
+	// never closes one itself. 0 (or negative) means no wait; the
+	// --drain-close-wait flag defaults to DefaultCloseWait.
+	CloseWait time.Duration
+	// Unreachable, when set, reports that no client can call the server
+	// any more (its CR, and with it the webhook configuration, is being
+	// deleted): the close wait then ends at once. Read during the close
+	// wait only.
+	Unreachable func() bool
 }
+
+// DefaultCloseWait is the idle timeout of the API server's webhook client
+// (http.DefaultTransport's IdleConnTimeout, which client-go's transport
+// inherits through apimachinery's SetTransportDefaults). Every answer
+// during the drain closes its connection, so a connection still open when
+// the drain period ends was last used before it began, and the client
+// closes it within DefaultCloseWait.
+const DefaultCloseWait = 90 * time.Second
 
 // DefaultDrainPeriod covers the removal of a terminating pod's endpoint
 // reaching every path the API server dials through: the EndpointSlice
@@ -85,13 +109,15 @@ const DefaultDrainPeriod = 5 * time.Second
 
 func (o *Options) drainPeriod() time.Duration { return max(o.DrainPeriod, 0) }
 
+func (o *Options) closeWait() time.Duration { return max(o.CloseWait, 0) }
+
 // ShutdownBound is the longest Server.Start takes to return after its
-// context ends: the drain period, then in-flight reviews up to the request
-// timeout and the second a late answer gets to go out. A manager's
-// GracefulShutdownTimeout and a pod's terminationGracePeriodSeconds must
-// be above it.
+// context ends: the drain period, the wait for clients to close their
+// connections, then in-flight reviews up to the request timeout and the
+// second a late answer gets to go out. A manager's GracefulShutdownTimeout
+// and a pod's terminationGracePeriodSeconds must be above it.
 func (o *Options) ShutdownBound() time.Duration {
-	return o.drainPeriod() + o.timeout() + time.Second
+	return o.drainPeriod() + o.closeWait() + o.timeout() + time.Second
 }
 
 // defaultIdleTimeout is above the 90 s idle timeout of the API server's
@@ -130,7 +156,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", defaultIdleTimeout, "close keep-alive connections idle this long (keep it above the API server's 90s)")
 	fs.Int64Var(&o.MaxInflightBytes, "max-inflight-bytes", serving.DefaultMaxInflight, "bound on the request body bytes held by all requests in flight; excess waits 1s, then gets 429")
 	fs.IntVar(&o.MaxConnections, "max-connections", 1000, "bound on open client connections (0: no limit)")
-	fs.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "after SIGTERM, keep serving this long with readiness failing and every answer closing its connection, then stop accepting and finish in-flight reviews (0: none)")
+	fs.DurationVar(&o.DrainPeriod, "drain-period", DefaultDrainPeriod, "after SIGTERM, keep serving this long with readiness failing and every answer closing its connection, then wait for clients to close their connections, stop accepting and finish in-flight reviews (0: none)")
+	fs.DurationVar(&o.CloseWait, "drain-close-wait", DefaultCloseWait, "after the drain period, keep serving up to this long until clients have closed every connection (the API server closes idle ones after 90s), then close the rest (0: no wait)")
 }
 
 // tlsVersion maps "1.2"/"1.3" to the crypto/tls constant.

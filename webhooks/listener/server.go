@@ -36,6 +36,8 @@ type Server struct {
 	// draining is set when the context ends: readiness fails and every
 	// answer closes its connection.
 	draining atomic.Bool
+	// conns counts the connections net/http serves (ConnState).
+	conns atomic.Int64
 
 	mu      sync.Mutex
 	started bool
@@ -103,10 +105,54 @@ func (s *Server) closeWhileDraining(h http.Handler) http.Handler {
 	})
 }
 
+// trackConn counts the connections net/http holds open.
+func (s *Server) trackConn(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		s.conns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		s.conns.Add(-1)
+	}
+}
+
+// waitForClients keeps serving until open reports no connection, the
+// server is unreachable (Options.Unreachable), or wait passes; it returns
+// how many connections were still open then.
+func (s *Server) waitForClients(wait time.Duration, open func() int64) int64 {
+	unreachable := func() bool { return s.o.Unreachable != nil && s.o.Unreachable() }
+	n := open()
+	if n == 0 || wait <= 0 {
+		return n
+	}
+	if unreachable() {
+		log.Info("not waiting for clients to close their connections: the webhook has no callers left", "open", n)
+		return n
+	}
+	log.Info("waiting for clients to close their connections", "open", n, "atMost", wait.String())
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	// A poll, not a signal: ConnState and the first-request listener
+	// both close connections, and a shutdown can spare 100 ms.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return open()
+		case <-tick.C:
+			if n = open(); n == 0 || unreachable() {
+				return n
+			}
+		}
+	}
+}
+
 // Start serves until ctx is done, then drains for the drain period
-// (readiness failing, connections closed after each answer), stops
-// accepting, closes idle connections and waits for in-flight reviews up to
-// the request timeout; it returns within Options.ShutdownBound.
+// (readiness failing, connections closed after each answer), keeps
+// serving until clients have closed their connections or the close wait
+// passed, stops accepting, closes what is left idle and waits for
+// in-flight reviews up to the request timeout; it returns within
+// Options.ShutdownBound.
 func (s *Server) Start(ctx context.Context) error {
 	cfg := &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
 	for _, op := range s.tlsOpts {
@@ -140,12 +186,19 @@ func (s *Server) Start(ctx context.Context) error {
 		ln = netutil.LimitListener(ln, s.o.MaxConnections)
 	}
 	ln = tls.NewListener(ln, cfg)
+	open := s.conns.Load
 	if !s.o.EnableHTTP2 {
-		ln = newFirstRequestListener(ln, s.o.timeout(), s.o.idleTimeout())
+		fr := newFirstRequestListener(ln, s.o.timeout(), s.o.idleTimeout())
+		// A connection that has not carried a request yet may sit in the
+		// client's pool all the same (net/http pools a connection dialed
+		// for a request another one served).
+		open = func() int64 { return s.conns.Load() + fr.pendingConns() }
+		ln = fr
 	}
 	// Requests keep their own context through the drain: the base context
 	// is not ctx, which ends when the drain begins.
 	srv := s.o.httpServer(context.WithoutCancel(ctx), s.closeWhileDraining(s.mux))
+	srv.ConnState = s.trackConn
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -159,6 +212,9 @@ func (s *Server) Start(ctx context.Context) error {
 		case <-s.o.DrainDone:
 		}
 		t.Stop()
+		if left := s.waitForClients(s.o.closeWait(), open); left > 0 {
+			log.Info("closing connections clients still hold", "open", left)
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), s.o.timeout()+time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {

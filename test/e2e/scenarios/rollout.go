@@ -479,7 +479,11 @@ func (e *Env) injectorOutage(ctx context.Context, r *Result) error {
 
 // stopInjectorServer stops the sample injector's server and leaves it
 // stopped: failurePolicy Ignore, the CR paused so the operator does not
-// repair it, its Deployment scaled to 0 and its pods gone. Unpausing the
+// repair it, its Deployment scaled to 0 and its pods gone. The pods are
+// deleted with a 1 s grace, as a crash would end them: scaled down
+// alone, a server keeps answering the API server's pooled connections
+// until the API server closes them (up to 90 s, --drain-close-wait),
+// which is not the outage this checks. Unpausing the
 // CR brings the server back (with Ignore until spec.failurePolicy is
 // set back).
 func (e *Env) stopInjectorServer(ctx context.Context) error {
@@ -512,6 +516,9 @@ func (e *Env) stopInjectorServer(ctx context.Context) error {
 		return err
 	}
 	if _, _, err := e.RunKubectl(ctx, nil, "-n", OperatorNamespace, "scale", "deployment", name, "--replicas=0"); err != nil {
+		return err
+	}
+	if _, _, err := e.RunKubectl(ctx, nil, "-n", OperatorNamespace, "delete", "pods", "-l", desired.LabelInstance+"="+name, "--grace-period=1", "--wait=false"); err != nil {
 		return err
 	}
 	return cluster.WaitFor(ctx, 2*time.Minute, "injector server pods gone", func(ctx context.Context) (bool, error) {
