@@ -12,6 +12,7 @@ import (
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
+	"github.com/hookwright/hookwright/internal/fleet"
 	"github.com/hookwright/hookwright/internal/health"
 )
 
@@ -80,15 +81,7 @@ func (r *reconciler) configLoaded(ctx context.Context, op desired.CR) time.Durat
 	return configLoadedPoll
 }
 
-// podReady: Ready condition True and not terminating.
+// podReady: Ready condition True, an IP, and not terminating.
 func podReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return p.DeletionTimestamp == nil && p.Status.PodIP != "" && fleet.PodReady(p)
 }

@@ -535,9 +535,11 @@ func InPlaceProgress(pod *corev1.Pod, rec Record, now time.Time, timeout time.Du
 			// done otherwise).
 		case !ready:
 			done, last = false, "the pod is not Ready"
-		case now.Sub(since) < ReadySettle(pod, rec):
-			wait = ReadySettle(pod, rec) - now.Sub(since)
-			done, last = false, fmt.Sprintf("the pod is Ready since %s, not yet for %s", since.UTC().Format(time.TimeOnly), ReadySettle(pod, rec))
+		default:
+			if settle := ReadySettle(pod, rec); now.Sub(since) < settle {
+				wait = settle - now.Sub(since)
+				done, last = false, fmt.Sprintf("the pod is Ready since %s, not yet for %s", since.UTC().Format(time.TimeOnly), settle)
+			}
 		}
 	}
 	if done {
@@ -575,13 +577,28 @@ func ReadySettle(pod *corev1.Pod, rec Record) time.Duration {
 	return settle + time.Second
 }
 
-// podReadySince is when the pod's Ready condition became True, and
-// whether it is.
-func podReadySince(pod *corev1.Pod) (time.Time, bool) {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
+// ReadyCondition is the pod's Ready condition, or nil when it has none.
+// Every reading of a pod's readiness in the operator goes through it.
+func ReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodReady {
+			return &pod.Status.Conditions[i]
 		}
+	}
+	return nil
+}
+
+// PodReady reports whether the pod's Ready condition is True.
+func PodReady(pod *corev1.Pod) bool {
+	c := ReadyCondition(pod)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// podReadySince is when the pod's Ready condition last changed, and
+// whether it is True.
+func podReadySince(pod *corev1.Pod) (time.Time, bool) {
+	if c := ReadyCondition(pod); c != nil {
+		return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
 	}
 	return time.Time{}, false
 }

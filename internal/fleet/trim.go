@@ -52,10 +52,8 @@ func TrimPod(obj any) (any, error) {
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
-		}
+	if c := ReadyCondition(pod); c != nil {
+		out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
 	}
 	return out, nil
 }

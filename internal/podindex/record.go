@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/fleet"
 	"github.com/hookwright/hookwright/internal/usageratio"
 )
 
@@ -119,11 +120,7 @@ func FromPod(pod *corev1.Pod) *Pod {
 	}
 	p.labels = intern(encodeMap(pod.Labels, nil))
 	p.annotations = intern(encodeMap(pod.Annotations, keptAnnotation))
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			p.Ready = c.Status == corev1.ConditionTrue
-		}
-	}
+	p.Ready = fleet.PodReady(pod)
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		p.owner = intern(encodeList([]string{ref.APIVersion, ref.Kind, ref.Name, string(ref.UID)}))
 	}

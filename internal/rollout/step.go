@@ -227,7 +227,7 @@ func (s *step) sort(pods []Pod, rev string, nsLabels map[string]map[string]strin
 		}
 		if !needs {
 			sel.done++
-			if readyCondition(pod) {
+			if fleet.PodReady(pod) {
 				sel.updated++
 			}
 			continue
@@ -323,17 +323,6 @@ func (r *Roller) actOn(ctx context.Context, s *step, inj fleet.Injector, cached 
 	default:
 		r.changeInPlace(ctx, s, pod, key, plan, acts)
 	}
-}
-
-// readyCondition is the pod's Ready condition (kept by the pod index's
-// trimmed view).
-func readyCondition(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func appendOnce(l []string, v string) []string {
