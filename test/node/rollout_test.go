@@ -469,7 +469,7 @@ func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
 		}
 		if inFlight > maxInFlight && inFlight > 1 {
 			// What the poll that saw the most pods in flight saw of each.
-			firstOver = fmt.Sprintf("%s after unpausing (pods list at resourceVersion %s): %s",
+			firstOver = fmt.Sprintf("%s after unpausing (first pod's resourceVersion %s): %s",
 				seenAt.Sub(unpaused).Round(time.Millisecond), pods[0].ResourceVersion, strings.Join(whyInFlight, "; "))
 		}
 		maxInFlight = max(maxInFlight, inFlight)
