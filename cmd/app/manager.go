@@ -139,6 +139,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// request, a connection limit), HTTP/1.1 only as on the metrics port:
 	// HTTP/2 stream floods (CVE-2023-44487) cost nothing for an admission
 	// client. TLS 1.2 stays the minimum, as with controller-runtime's server.
+	// No close wait (listener.Options.CloseWait): controller-runtime
+	// releases the leader Lease only once the webhook server stopped, and
+	// this webhook sees only the rare CR writes.
 	so := listener.Options{Host: o.WebhookHost, Port: o.WebhookPort, MinTLSVersion: "1.2", MaxConnections: 1000, DrainPeriod: o.WebhookDrainPeriod}
 	webhookServer, err := so.NewServerWithTLS(func(c *tls.Config) { c.GetCertificate = webhookCerts.GetCertificate })
 	if err != nil {
