@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 )
+
+// TestContext is a context for one test, cancelled when it ends. d is
+// what the test needs on an idle machine; the deadline is three times that
+// and at least 10 min, since it only guards against a hang and a loaded
+// 2-core machine runs a test two to three times slower.
+func TestContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // Condition is what a poll asks: true once the awaited state holds. An
 // error is remembered and polling goes on, unless it is Permanent.

@@ -102,16 +102,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// ctxT is a context for one test, cancelled when it ends.
-// d is what the test needs on an idle machine; the deadline is three times
-// that and at least 10 min, since it only guards against a hang and a
-// loaded 2-core machine runs a test two to three times slower.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // toyMWC registers the toy webhook for resources (e.g. "configmaps",
 // "nodes/status") behind Service ns/name with caBundle.
 func toyMWC(name, ns, svc string, caBundle []byte, resources []string, ops []admissionregistrationv1.OperationType, fp admissionregistrationv1.FailurePolicyType, nsSel *metav1.LabelSelector) *admissionregistrationv1.MutatingWebhookConfiguration {
@@ -138,7 +128,7 @@ func toyMWC(name, ns, svc string, caBundle []byte, resources []string, ops []adm
 
 func TestWebhookThroughServiceWithVerifiedTLS(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	c := env.Client
 	if _, err := env.CreateNamespace(ctx, "toy-system", nil); err != nil {
 		t.Fatal(err)
@@ -244,7 +234,7 @@ func TestWebhookThroughServiceWithVerifiedTLS(t *testing.T) {
 
 func TestKwokNodesHeartbeatAndRunPods(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 
 	// Count nodes/status UPDATEs with a toy webhook (failurePolicy Ignore, as

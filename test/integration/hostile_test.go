@@ -39,7 +39,7 @@ func TestInjectorProcessUnderSlowClients(t *testing.T) {
 		t.Skip("a soak of 20 s (a minute with HOOKWRIGHT_SCALE=full); runs without -short")
 	}
 	soak := servingtest.SoakDuration()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	if _, err := env.CreateNamespace(ctx, hostileNS, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const overlapLabel = "oversell-it-overlap"
 // priority and ratio changes and deletions; a node no CR selects is never
 // called and never changed.
 func TestOversellOverlappingNodeOversells(t *testing.T) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	startOversell(t)
 	sel := map[string]string{overlapLabel: "pool"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}

@@ -42,7 +42,7 @@ func startOversell(t *testing.T) *webhookServer {
 	if oversellSrv != nil {
 		return oversellSrv
 	}
-	ctx := ctxT(t, time.Minute)
+	ctx := cluster.TestContext(t, time.Minute)
 	if _, err := env.CreateNamespace(ctx, oversellNS, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func beatUntil(t *testing.T, ctx context.Context, hb *cluster.Heartbeater, node 
 }
 
 func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	srv := startOversell(t)
 	sel := map[string]string{"oversell-it": "writers"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
@@ -313,7 +313,7 @@ func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
 // period.
 func TestOversellHeartbeatsNoDrift(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	srv := startOversell(t)
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
 	sel := map[string]string{"oversell-it": "drift"}
@@ -420,7 +420,7 @@ func TestOversellHeartbeatsNoDrift(t *testing.T) {
 // tightly: timing goals are figures, not pass/fail conditions here).
 func TestOversellHotReloadLatency(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	startOversell(t)
 	sel := map[string]string{"oversell-it": "reload"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}

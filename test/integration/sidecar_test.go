@@ -97,7 +97,7 @@ func countName(names []string, n string) int {
 
 func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	if _, err := env.CreateNamespace(ctx, sidecarNS, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func podHasImage(p *corev1.Pod, img string) bool {
 // placement.
 func TestSidecarInjectorCRDValidation(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, time.Minute)
+	ctx := cluster.TestContext(t, time.Minute)
 	place := func(p v1alpha1.InitContainerPlacement) func(*v1alpha1.SidecarInjector) {
 		return func(si *v1alpha1.SidecarInjector) { si.Spec.Templates[0].InitContainerPlacement = &p }
 	}

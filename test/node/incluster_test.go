@@ -66,7 +66,7 @@ func mustCreate(ctx context.Context, t *testing.T, objs ...interface {
 // Its output is read through the API server (pods/log: the API server's
 // client certificate against the kubelet's serving certificate).
 func TestInClusterClientGetsItsServiceAccountsRBAC(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "incluster"
 	createNS(ctx, t, ns)
 	mustCreate(ctx, t,
@@ -127,7 +127,7 @@ func kubernetesServiceIP(ctx context.Context, t *testing.T) string {
 // from inside the node's namespace, so kube-proxy picks the pod; nothing maps
 // it to a local process.
 func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := cluster.TestContext(t, 8*time.Minute)
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -147,18 +147,8 @@ func createNS(ctx context.Context, t *testing.T, name string) {
 	}
 }
 
-// ctxT is a context for one test, cancelled when it ends.
-// d is what the test needs on an idle machine; the deadline is three times
-// that and at least 10 min, since it only guards against a hang and a
-// loaded 2-core machine runs a test two to three times slower.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestNodeRegistersAsItsKubelet(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := cluster.TestContext(t, time.Minute)
 	n, err := env.Clientset.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +265,7 @@ func tail(path string, n int64) string {
 }
 
 func TestHardenedPodRunsAndServesOnItsPodIP(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "hardened"
 	createNS(ctx, t, ns)
 	pod := hardenedPod(ns, "web", map[string]string{"app": "web"})
@@ -410,7 +400,7 @@ func httpGet(ctx context.Context, t *testing.T, url string) string {
 }
 
 func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "svc"
 	createNS(ctx, t, ns)
 	server := hardenedPod(ns, "server", map[string]string{"app": "server"})
@@ -478,7 +468,7 @@ func podLog(_ context.Context, p *corev1.Pod) string {
 // rule for is unreachable on the host too. Only route look-ups and a local
 // connect are made; no packet is sent anywhere.
 func TestNodeNetworkStaysOnTheMachine(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := cluster.TestContext(t, time.Minute)
 	// 192.0.2.1 (TEST-NET-1) stands for any address outside the machine.
 	for _, dst := range []string{"192.0.2.1", "10.248.250.9", "10.0.0.250"} {
 		out, err := node.Exec(ctx, "ip", "route", "get", dst)
@@ -520,7 +510,7 @@ func TestNodeNetworkStaysOnTheMachine(t *testing.T) {
 // containerd is configured for (hosts.toml, relayed to 127.0.0.1), with
 // imagePullPolicy IfNotPresent.
 func TestPodPullsFromTheLocalRegistry(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	// Not the imported image's config: a kubelet that pulled an image ID
 	// under one name refuses it under a name it never pulled when the pod
 	// says imagePullPolicy Never (KubeletEnsureSecretPulledImages, KEP-2535:

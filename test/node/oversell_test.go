@@ -278,7 +278,7 @@ func boundPod(ns, name string, cpu resource.Quantity) *corev1.Pod {
 // (pkg/kubelet/lifecycle/predicate.go, Admit: getNodeAnyWayFunc), which the
 // webhook inflated. Without it, the same pods get OutOfcpu.
 func TestOversellRatio2LetsTheKubeletAdmitBeyondItsCPU(t *testing.T) {
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := cluster.TestContext(t, 8*time.Minute)
 	raw := allocatableCPU(ctx, t)
 	if raw < 1000 {
 		t.Fatalf("node allocatable cpu %dm: this test wants at least 1 cpu", raw)

@@ -29,7 +29,7 @@ import (
 //   - a serving Secret (mode Secret) nobody wrote: the pod stays in
 //     ContainerCreating and the kubelet's FailedMount Event says why.
 func TestServerPodFailuresSurfaceOnTheCR(t *testing.T) {
-	ctx := ctxT(t, 10*time.Minute)
+	ctx := cluster.TestContext(t, 10*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 

@@ -29,7 +29,7 @@ import (
 // server back and, as soon as its Service has a ready endpoint, touches
 // the node, which the webhook amplifies again (Event NodesReamplified).
 func TestOversellReamplifiesWhenTheServerReturns(t *testing.T) {
-	ctx := ctxT(t, 15*time.Minute)
+	ctx := cluster.TestContext(t, 15*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 	no := realNodeOversell("reamp", 1)

@@ -316,7 +316,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 	// namespace, it restarts no kubelet and adds no webhook on the node,
 	// and it mostly waits for pods.
 	t.Parallel()
-	ctx := ctxT(t, 25*time.Minute)
+	ctx := cluster.TestContext(t, 25*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 	pushStandins(ctx, t)

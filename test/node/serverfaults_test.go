@@ -154,7 +154,7 @@ func (o *outcomes) get() (map[string]int, map[string]string) {
 // on the broken connection fail; with 1 every call until the restarted
 // container is ready.
 func TestKillServerContainerUnderLoad(t *testing.T) {
-	ctx := ctxT(t, 20*time.Minute)
+	ctx := cluster.TestContext(t, 20*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 	if _, err := env.CreateNamespace(ctx, loadNS, map[string]string{"fault-injection": "enabled"}); err != nil {

@@ -195,7 +195,7 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 	// Beside TestOversellServerFrozen, which mostly waits: the two add
 	// the longer one's time to the package, not their sum.
 	t.Parallel()
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 	const ns = "zerodrop-load"
@@ -514,7 +514,7 @@ func nodeReady(ctx context.Context) (*corev1.NodeCondition, error) {
 // the webhooks it called.
 func TestOversellServerFrozen(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	startOperator(t)
 	pushOperatorImage(ctx, t)
 	no := realNodeOversell("frozen", 2)

@@ -89,7 +89,7 @@ func allCarry(t *testing.T, ctx context.Context, what string, limit time.Duratio
 }
 
 func TestCADirAndCARotation(t *testing.T) {
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := cluster.TestContext(t, 8*time.Minute)
 	c := env.Client
 	// Two SelfSigned injectors: "rot" serves pods of rot-apps through a
 	// local server; "rot-idle" selects no namespace, but its configuration

@@ -58,7 +58,7 @@ func certManagerCRDs(t *testing.T) string {
 // works with the issued certificate. A configuration annotated for
 // cainjector keeps the caBundle cainjector wrote.
 func TestCertManagerMode(t *testing.T) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	const name = "cm"
 	si := sampleInjector(t, name)
 	// issuerRef belongs to mode CertManager (CEL rule on the CRD).

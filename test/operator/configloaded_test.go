@@ -24,7 +24,7 @@ import (
 // the Deployment's args with the operator's certificate.
 func TestConfigLoadedFromServers(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "cfg")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never"}}

@@ -116,7 +116,7 @@ func servedCert(t *testing.T, ctx context.Context, base string) *corev1.Secret {
 // ClusterTrustBundle, and renew-now replaces the certificate through a new
 // CSR, deleting the old one only once the new certificate is served.
 func TestCSRModeApprovedByOperator(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	si := csrInjector("csr-auto", v1alpha1.DefaultCSRSignerName, true)
 	logOnFailure(t, "csr-auto")
 	start := time.Now()
@@ -224,7 +224,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 // delay and the certificate is served. A denied request is a Warning event
 // and a CSRDenied reason.
 func TestCSRModeManualApprovalAndDenial(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	si := csrInjector("csr-manual", v1alpha1.DefaultCSRSignerName, false)
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 // reported after the wait; one that signs and publishes its own
 // ClusterTrustBundle becomes the caBundle.
 func TestCSRModeExternalSigner(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	const signer = "signer.example.com/webhooks"
 	si := csrInjector("csr-external", signer, true)
 	if err := env.Client.Create(ctx, si); err != nil {

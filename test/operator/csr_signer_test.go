@@ -198,7 +198,7 @@ func csrService(t *testing.T, ctx context.Context, ns, name string) *corev1.Serv
 // the published ClusterTrustBundle; unapproved and denied ones are left
 // alone.
 func TestCSRSignerRefusesWhatItMustNotSign(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	trust := signerTrust(t, ctx)
 	if trustBundlesServed() {
 		ctb := publishedTrustBundle(t, ctx)
@@ -291,7 +291,7 @@ func TestCSRSignerRefusesWhatItMustNotSign(t *testing.T) {
 // certificate approve; the issued certificate then serves a webhook whose
 // caBundle is the ClusterTrustBundle's, and the API server calls it.
 func TestCSRManualFlowWithKubectl(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	trust := signerTrust(t, ctx)
 	const svcName, nsName = "csr-manual", "csr-manual-flow"
 	svc := csrService(t, ctx, operatorNS, svcName)
@@ -413,7 +413,7 @@ spec:
 // The ClusterTrustBundle is repaired like a caBundle: deleted, it is
 // recreated; edited, it is restored.
 func TestClusterTrustBundleRepaired(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	if !trustBundlesServed() {
 		// Nothing to repair: the fallback is asserted instead.
 		signerTrust(t, ctx)
@@ -456,7 +456,7 @@ func TestClusterTrustBundleRepaired(t *testing.T) {
 // before v1.37 where it is beta and off) the operator starts, reports it
 // with a Warning event on the CA Secret, and still signs.
 func TestClusterTrustBundleAPIAbsent(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	opts := cluster.Options{}
 	if trustBundlesServed() {
 		// Older servers (make test-compat) lack the API as they are.

@@ -86,7 +86,7 @@ func all(ps []admissionregistrationv1.FailurePolicyType, want admissionregistrat
 // the operator is back it re-arms Fail after its probe, and the server
 // leaves it alone.
 func TestServerFailsOpenWhenOperatorGone(t *testing.T) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	c := env.Client
 	dep := operatorDeploymentObject()
 	if err := c.Create(ctx, dep); err != nil {

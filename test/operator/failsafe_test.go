@@ -96,7 +96,7 @@ func serveInjector(t *testing.T, o owned, name string) *localServer {
 // answers the probe, the configuration becomes Fail.
 func TestFailOnlyOnceReachable(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "unready")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
@@ -172,7 +172,7 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 // any pod in a namespace of --excluded-namespaces; an ordinary pod in
 // scope is refused.
 func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	sel := map[string]string{"failsafe-recovery": "on"}
 	si := sampleInjector(t, "recovery")
@@ -272,7 +272,7 @@ func selectorWebhookSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
 // only creates and spec changes; a webhook configuration an admin then
 // deletes stays deleted once the operator is back, while the CR is paused.
 func TestBreakGlassWithOperatorStopped(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "breakglass")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"breakglass-test": "on"}}
@@ -356,7 +356,7 @@ func ptrTo[T any](v T) *T { return &v }
 // harness's kwok nodes. The CRD's CEL rule refuses a reserved "system-"
 // name, and a critical class is admitted with the ResourceQuota warning.
 func TestServerPriorityClassAndSpread(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	const pcName, pcValue = "hookwright-test-servers", int32(100000)
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: pcValue,
@@ -463,7 +463,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 // by a label another manager puts on the Deployment write the Deployment
 // (counted as the operator's write requests to the Deployment's path).
 func TestServerPriorityClassCleared(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	const pcName = "hookwright-test-cleared"
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: 1000,

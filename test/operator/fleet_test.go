@@ -27,7 +27,7 @@ import (
 // count write nothing to the CR, and pinning the first revision brings it
 // back.
 func TestFleetStatus(t *testing.T) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "fleet")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "fleet"}}

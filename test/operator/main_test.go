@@ -391,16 +391,6 @@ func logFile() *os.File {
 	return f
 }
 
-// ctxT is a context for one test, cancelled when it ends.
-// d is what the test needs on an idle machine; the deadline is three times
-// that and at least 10 min, since it only guards against a hang and a
-// loaded 2-core machine runs a test two to three times slower.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // serviceAccountKubeconfig writes a kubeconfig that impersonates the
 // ServiceAccount ns/name with the groups the token authenticator gives it,
 // so a local server runs with exactly the RBAC the operator granted.
@@ -460,7 +450,7 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 	}
 	s.proc = p
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	ctx := ctxT(t, 60*time.Second)
+	ctx := cluster.TestContext(t, 60*time.Second)
 	err = cluster.WaitFor(ctx, bound(60*time.Second), name+" /readyz", func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
 			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))

@@ -20,7 +20,7 @@ import (
 // controllers in-process, to count their writes; this one runs while no CR
 // exists, so the two never act together.)
 func TestManagerBinaryStartsAndLeads(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	probe := cluster.MustFreePort(t)
 	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), []string{
 		"manager", "--namespace=" + operatorNS, "--leader-elect=true", "--server-image=" + serverImage,

@@ -34,7 +34,7 @@ import (
 // With --metrics-cert-path it serves that certificate; with
 // --metrics-secure=false plain HTTP to anyone (local runs).
 func TestManagerSecureMetrics(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "metrics-test"
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func startMetricsManager(t *testing.T, kubeconfig string, extra []string) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
-	ctx := ctxT(t, 90*time.Second)
+	ctx := cluster.TestContext(t, 90*time.Second)
 	// /healthz, not /readyz: with no read access its caches never sync, so
 	// it is (rightly) never ready; its metrics server runs regardless.
 	err = cluster.WaitFor(ctx, 90*time.Second, "manager /healthz", func(ctx context.Context) (bool, error) {

@@ -37,7 +37,7 @@ func deleteAndWait(t *testing.T, ctx context.Context, obj client.Object, o owned
 // caBundle; nothing is written until it exists and verifies.
 func TestUserProvidedSecretMode(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	si := &v1alpha1.SidecarInjector{
 		ObjectMeta: metav1.ObjectMeta{Name: "byo"},
 		Spec: v1alpha1.SidecarInjectorSpec{
@@ -148,7 +148,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 // namespaced object, re-issues the certificate for the new SANs and removes
 // the old objects; replicas 1 removes the PDB.
 func TestRenewalAndNamespaceMove(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "movable"}}
 	if err := c.Create(ctx, si); err != nil {
@@ -242,7 +242,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 	// Serial: beside the parallel tests on a machine with a CPU-bound job,
 	// an overwrite went neither repaired nor refused for 3 min (2026-12-05,
 	// run L12); not yet explained, so it keeps the operator to itself.
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	// Its webhook selects no namespace: the tests running beside it
 	// create pods, which a catch-all webhook with no server would slow.
@@ -367,7 +367,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 
 // The pause-reconcile annotation stops repairs until it is removed.
 func TestPauseReconcile(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "paused"}}
 	if err := c.Create(ctx, si); err != nil {

@@ -130,7 +130,7 @@ func waitUpgradeable(t *testing.T, ctx context.Context, since time.Time, status 
 // when idle and False while a NodeOversell restores its nodes; the CA
 // rotation test checks the same for a rotation.
 func TestUpgradeableDuringNodeOversellRestore(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	start := time.Now()
 	// Idle (the CA rotation test, if it ran first, has finished).
 	waitUpgradeable(t, ctx, time.Time{}, metav1.ConditionTrue, "no CA rotation or NodeOversell restore in progress")

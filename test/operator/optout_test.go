@@ -23,7 +23,7 @@ import (
 // again through the API server.
 func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "optout")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "optout"}}

@@ -33,7 +33,7 @@ import (
 // from one to the other, the raw always exact.
 func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	c := env.Client
 	plainNode(t, ctx, "ovd-node-0", map[string]string{"ovd-pool": "a"})
 

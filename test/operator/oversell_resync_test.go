@@ -58,7 +58,7 @@ func parallel(n, limit int, f func(i int) error) error {
 // and logs the figure.
 func TestNodeOversellResync100Nodes(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := cluster.TestContext(t, 8*time.Minute)
 	c := env.Client
 	const pool = "resync-scale"
 	names := make([]string, resyncNodes)

@@ -53,7 +53,7 @@ func allocOf(t *testing.T, ctx context.Context, name string) (cpu, mem string, a
 }
 
 func TestNodeOversellLifecycle(t *testing.T) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	c := env.Client
 	plainNode(t, ctx, "ov-node-0", map[string]string{"pool": "oversell"})
 	plainNode(t, ctx, "ov-node-1", map[string]string{"pool": "other"})

@@ -174,7 +174,7 @@ func fakeWebhookFollowing(t *testing.T, sec *corev1.Secret) (addr string, stop f
 // left alone is probed at most once a probe period (testProbePolicy).
 func TestWebhookReachable(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 12*time.Minute)
+	ctx := cluster.TestContext(t, 12*time.Minute)
 	c := env.Client
 	// The sample's templates, selecting the probe namespace and pods with
 	// tier web or api.

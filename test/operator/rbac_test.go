@@ -86,7 +86,7 @@ func applyConfigRBAC(t *testing.T, ctx context.Context, prefix, ns string) strin
 // server namespace exactly once that namespace binds
 // server-namespace-role.
 func TestOperatorRBACLeastPrivilege(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	const prefix, opNS, extraNS = "rbactest-", "rbactest-op", "rbactest-servers"
 	for _, ns := range []string{opNS, extraNS} {
 		if _, err := env.CreateNamespace(ctx, ns, nil); err != nil {

@@ -571,7 +571,7 @@ func skippedHas(rs *v1alpha1.RolloutStatus, pod, reasonPart string) bool {
 // owner twice or exceeding maxUnavailable, bare and Job pods never
 // touched, RolloutBatch Events on the CR.
 func TestRolloutRestart(t *testing.T) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-restart", v1alpha1.RolloutSpec{})
 	const nsA, nsB = "rr-a", "rr-b"
@@ -786,7 +786,7 @@ func rolloutMetrics(t *testing.T, name string) map[string]float64 {
 // Restart rollout brings them the sidecars once it serves again.
 func TestRolloutMissingAfterOutage(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-missing", v1alpha1.RolloutSpec{})
 	const ns = "rm-a"
@@ -853,7 +853,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 // revision rolls back.
 func TestRolloutControls(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-ctl", v1alpha1.RolloutSpec{})
 	const nsA, nsB, nsC = "rc-a", "rc-b", "rc-c"
@@ -1013,7 +1013,7 @@ func rolloutClusterRole(t *testing.T, ctx context.Context, prefix string) *rbacv
 // RolloutNotPermitted naming the missing right and leaves the Deployment
 // alone, and status.fleet still counts both.
 func TestRolloutNotPermitted(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	start := time.Now()
 	const prefix = "rnp-"
 	user := applyConfigRBAC(t, ctx, prefix, operatorNS)
@@ -1091,7 +1091,7 @@ func TestRolloutNotPermitted(t *testing.T) {
 // again.
 func TestRolloutResumeFromCluster(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-resume", v1alpha1.RolloutSpec{})
 	const ns = "rs-a"
@@ -1163,7 +1163,7 @@ func TestRolloutResumeFromCluster(t *testing.T) {
 // server serves again the pods get their sidecars.
 func TestRolloutDuringOutage(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	start := time.Now()
 	f := newRolloutFixture(t, ctx, "rollout-outage", v1alpha1.RolloutSpec{})
 	const ns = "ro-a"

@@ -34,7 +34,7 @@ import (
 // that caBundle checks); the rotation ends with both certificates from the
 // new CA and the old CA gone from the ClusterTrustBundle.
 func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := cluster.TestContext(t, 5*time.Minute)
 	logOnFailure(t, "CreateNextCA")
 	logOnFailure(t, "\"ca\"")
 	self := &v1alpha1.SidecarInjector{

@@ -26,7 +26,7 @@ import (
 // leaves the caBundle once the overlap (the drain grace) ends.
 func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	const name, secretName, ns = "byo-rot", "byo-rot-serving", "byo-rot-apps"
 	si := sampleInjector(t, name)

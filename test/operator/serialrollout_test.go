@@ -43,7 +43,7 @@ func deploymentRolling(d *appsv1.Deployment) bool {
 // a watch on the Deployments sees at most one rolling at any event. The
 // CR held back says so in ServerRolloutWaiting and an Event.
 func TestServerDeploymentsRollOneAtATime(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	const newImage = "ghcr.io/hookwright/hookwright:v0.0.1-test"
 	names := []string{"roll-a", "roll-b"}

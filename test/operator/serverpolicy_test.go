@@ -29,7 +29,7 @@ import (
 // says why in Ready, and takes the webhooks out of a configuration it had
 // written, until the CR is allowed again.
 func TestServerPolicy(t *testing.T) {
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 
 	// The webhook: retried while it comes up (the first test may be this one).
@@ -146,7 +146,7 @@ func TestServerPolicy(t *testing.T) {
 // would send it admission reviews): EndpointsOwned turns False naming it,
 // with a Warning Event, and True again once it is gone.
 func TestForeignEndpointsReported(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "deputy-copied")
 	if err := c.Create(ctx, si); err != nil {

@@ -34,7 +34,7 @@ func sampleInjector(t *testing.T, name string) *v1alpha1.SidecarInjector {
 func injected(p *corev1.Pod) bool { return p.Annotations[v1alpha1.SidecarStatusKey] != "" }
 
 func TestSidecarInjectorLifecycle(t *testing.T) {
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	c := env.Client
 	si := sampleInjector(t, "mesh")
 	if err := c.Create(ctx, si); err != nil {

@@ -47,7 +47,7 @@ func heapPeak() (stop func() uint64) {
 // first was admitted after 3 s (a 20 MB annotation, 180 MB allocated) and
 // the second ran on after the API server's 5 s timeout.
 func TestTemplateBombDenied(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	// The webhook is live once a plainly bad CR is denied (startup: the
 	// configuration or the certificate may not be served yet).

@@ -37,7 +37,7 @@ import (
 // and certificate policy differ from the in-process operator's, changes
 // nothing they own: the exit path reads no CR.
 func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	const (
 		ns     = "hookwright-uninstall" // the stand-in manager's namespace

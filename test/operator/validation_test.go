@@ -26,7 +26,7 @@ import (
 // admitted; the configuration matches only CREATE/UPDATE of the two kinds
 // and is restored when deleted.
 func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	key := client.ObjectKey{Name: desired.ValidatingConfigName}

@@ -16,7 +16,7 @@ import (
 // (docs/versions.md).
 func TestResizeSubresourceDiscovery(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := cluster.TestContext(t, 2*time.Minute)
 	list, err := env.Clientset.Discovery().ServerResourcesForGroupVersion("v1")
 	if err != nil {
 		t.Fatal(err)

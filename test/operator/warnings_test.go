@@ -20,7 +20,7 @@ import (
 // Fail is rejected by the CRD's own validation.
 func TestValidatingWebhookWarnings(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := cluster.TestContext(t, 3*time.Minute)
 	warns := &cluster.Warnings{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandlerWithContext = warns

@@ -66,7 +66,7 @@ func TestFleetScale(t *testing.T) {
 	if full {
 		f = fleetFigures{pods: 10000, namespaces: 100, quiet: 60 * time.Second}
 	}
-	ctx := ctxT(t, 30*time.Minute)
+	ctx := cluster.TestContext(t, 30*time.Minute)
 	c := env.Client
 	if _, err := env.CreateNamespace(ctx, fleetOperatorNS, nil); err != nil {
 		t.Fatal(err)

@@ -243,16 +243,6 @@ func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, co
 	}
 }
 
-// ctxT is a context for one test, cancelled when it ends.
-// d is what the test needs on an idle machine; the deadline is three times
-// that and at least 10 min, since it only guards against a hang and a
-// loaded 2-core machine runs a test two to three times slower.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func getNode(ctx context.Context, name string) (*corev1.Node, error) {
 	n := &corev1.Node{}
 	return n, env.Client.Get(ctx, client.ObjectKey{Name: name}, n)

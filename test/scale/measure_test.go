@@ -63,7 +63,7 @@ func measureFull(t *testing.T) {
 		}
 		window = d
 	}
-	ctx := ctxT(t, 3*time.Hour)
+	ctx := cluster.TestContext(t, 3*time.Hour)
 	certDir, svc := setup(t, ctx)
 	op := startOperator(t, ctx)
 	var results []fleetResult

@@ -73,7 +73,7 @@ func TestPodSweep(t *testing.T) {
 		// 150,000 pods take about 25 minutes to create here.
 		timeout = 170 * time.Minute
 	}
-	ctx := ctxT(t, timeout)
+	ctx := cluster.TestContext(t, timeout)
 	c := env.Client
 	if _, err := env.CreateNamespace(ctx, opNS, nil); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func TestScale(t *testing.T) {
 	// A short --max-heartbeat-age, so the test sees a due heartbeat go
 	// through without waiting the 5 min default.
 	const maxAge = 20 * time.Second
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := cluster.TestContext(t, 4*time.Minute)
 	certDir, svc := setup(t, ctx)
 	srv := startServer(t, ctx, "hold", certDir, "--max-heartbeat-age="+maxAge.String())
 	if err := env.RouteService(svc, srv.addr); err != nil {

@@ -27,7 +27,7 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // fallback ratio, named in the condition UsageMetrics and status.nodes.
 func TestUsageRatioKwok(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 8*time.Minute)
+	ctx := cluster.TestContext(t, 8*time.Minute)
 	const n = "usage-0"
 	var pods []*corev1.Pod
 	for i := range 4 {
@@ -192,7 +192,7 @@ func TestUsageRatioKwok(t *testing.T) {
 // apply time) and released once its pods fit.
 func TestHoldsKwok(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 6*time.Minute)
+	ctx := cluster.TestContext(t, 6*time.Minute)
 	wc, warnings := warnClient(t)
 	var pods0, pods1 []*corev1.Pod
 	for i := range 6 {

@@ -182,16 +182,6 @@ func warnClient(t *testing.T) (client.Client, *cluster.Warnings) {
 	return c, w
 }
 
-// ctxT is a context for one test, cancelled when it ends.
-// d is what the test needs on an idle machine; the deadline is three times
-// that and at least 10 min, since it only guards against a hang and a
-// loaded 2-core machine runs a test two to three times slower.
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), max(3*d, 10*time.Minute))
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // newOversell creates a NodeOversell (one server replica), starts its
 // server on the host behind its Service, and waits until the operator
 // has written its first targets; the test's end deletes it and waits
@@ -284,7 +274,7 @@ func startServer(t *testing.T, name string, args []string, sec *corev1.Secret, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	waitFor(t, ctxT(t, time.Minute), time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
+	waitFor(t, cluster.TestContext(t, time.Minute), time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
 		if done, perr := p.Exited(); done {
 			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
 		}

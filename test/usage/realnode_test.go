@@ -26,7 +26,7 @@ import (
 // (cpu ratio 2 on the real node), in order.
 func TestRealNode(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, 10*time.Minute)
+	ctx := cluster.TestContext(t, 10*time.Minute)
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "real"},
 		Spec: v1alpha1.NodeOversellSpec{
