@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hookwrightv1alpha1 "github.com/hookwright/hookwright/api/v1alpha1"
@@ -240,8 +241,8 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 		return len(left) == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("%v; still Fail: %v\nthe manager's uninstall lines:\n%s\nthe injector's fail-open lines:\n%s",
-			err, left, grepLog(mgr.Log, `"uninstall"`), grepLog(inj.Log, "failurePolicy"))
+		t.Fatalf("%v; still Fail: %v\nthe manager's uninstall lines:\n%s\nthe injector's fail-open lines:\n%s\nthe operator's Deployment now: %s\nthe injector's log tail:\n%s",
+			err, left, grepLog(mgr.Log, `"uninstall"`), grepLog(inj.Log, "failopen"), operatorDeploymentState(ctx, c, client.ObjectKeyFromObject(dep)), inj.Tail(3000))
 	}
 	ignored := time.Since(start)
 	if err := <-stopped; err != nil {
@@ -249,8 +250,8 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 	}
 	t.Logf("figure: csv deleted; operator pod deleting after %s, every configuration Ignore after %s, manager exited after %s",
 		podGone.Round(time.Millisecond), ignored.Round(time.Millisecond), exited.Round(time.Millisecond))
-	t.Logf("who switched: the manager's uninstall lines:\n%s\nthe injector's fail-open lines:\n%s",
-		grepLog(mgr.Log, `"uninstall"`), grepLog(inj.Log, "failurePolicy"))
+	t.Logf("who switched: the manager's uninstall lines:\n%s\nthe injector's fail-open lines:\n%s\nthe operator's Deployment now: %s",
+		grepLog(mgr.Log, `"uninstall"`), grepLog(inj.Log, "failurePolicy"), operatorDeploymentState(ctx, c, client.ObjectKeyFromObject(dep)))
 
 	// Neither operator nor injector runs: a pod in the injector's scope
 	// and a CR spec change are admitted.
@@ -275,6 +276,20 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 }
 
 // grepLog returns the lines of the log file at path that contain sub.
+// operatorDeploymentState says what the injector's fail-open check reads
+// of the operator's Deployment: gone, deleting, its replicas and owners.
+func operatorDeploymentState(ctx context.Context, c client.Client, key client.ObjectKey) string {
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, key, d); err != nil {
+		return err.Error()
+	}
+	var owners []string
+	for _, o := range d.OwnerReferences {
+		owners = append(owners, o.Kind+"/"+o.Name)
+	}
+	return fmt.Sprintf("uid %s created %s, deleting %v, replicas %v, owners %v", d.UID, d.CreationTimestamp.UTC().Format(time.TimeOnly), d.DeletionTimestamp != nil, ptr.Deref(d.Spec.Replicas, 1), owners)
+}
+
 func grepLog(path, sub string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
