@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,9 +103,13 @@ func route(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name, loca
 	t.Cleanup(func() { c.UnrouteService(svc) })
 }
 
-// checkUninstallKeepsCRs deletes the installed CSV with a SidecarInjector
-// (failurePolicy Fail in effect) and a NodeOversell kept, as `kubectl
-// delete csv` or an OperatorHub uninstall does (OLM keeps CRDs and CRs).
+// checkUninstallKeepsCRs deletes the Subscription, then the installed CSV,
+// with a SidecarInjector (failurePolicy Fail in effect) and a NodeOversell
+// kept, as OLM's uninstall (`kubectl delete subscription`, then `kubectl
+// delete csv`) and OperatorHub's do (OLM keeps CRDs and CRs). The
+// Subscription goes first: with it left, OLM may create the CSV again and
+// adopt the operator's Deployment before the garbage collector deletes
+// it (seen: the Deployment stayed, owned by a CSV of the same name).
 //
 // kwok runs no process, so the operator and the injector run here as
 // local processes standing for their pods: `hookwright manager` with the
@@ -132,10 +137,15 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 		t.Fatal(err)
 	}
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(in.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil || len(pods.Items) == 0 {
-		t.Fatalf("operator pods: %v (%d)", err, len(pods.Items))
+	if err := c.List(ctx, pods, client.InNamespace(in.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		t.Fatal(err)
 	}
-	pod := &pods.Items[0]
+	// A pod of the upgrade's old ReplicaSet may still be terminating.
+	live := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	if len(live) == 0 {
+		t.Fatalf("operator pods: none live of %d", len(pods.Items))
+	}
+	pod := &live[0]
 
 	// The manager, as pod's container, with the CSV's identity.
 	var mgrCtr corev1.Container
@@ -209,9 +219,14 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 	}
 	t.Logf("before the uninstall, failurePolicy Fail on %v", closed)
 
-	// kubectl delete csv: OLM removes what it installed, the garbage
-	// collector the Deployment and its pods; then the kubelet's SIGTERM.
+	// kubectl delete subscription, then kubectl delete csv: OLM removes
+	// what it installed, the garbage collector the Deployment and its
+	// pods; then the kubelet's SIGTERM.
 	start := time.Now()
+	sub := &operatorsv1alpha1.Subscription{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: in.Subscription}}
+	if err := c.Delete(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Delete(ctx, csv); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +263,7 @@ func checkUninstallKeepsCRs(ctx context.Context, t *testing.T, o *olm.OLM, in *o
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figure: csv deleted; operator pod deleting after %s, every configuration Ignore after %s, manager exited after %s",
+	t.Logf("figure: subscription and csv deleted; operator pod deleting after %s, every configuration Ignore after %s, manager exited after %s",
 		podGone.Round(time.Millisecond), ignored.Round(time.Millisecond), exited.Round(time.Millisecond))
 	t.Logf("who switched: the manager's uninstall lines:\n%s\nthe injector's fail-open lines:\n%s\nthe operator's Deployment now: %s",
 		grepLog(mgr.Log, `"uninstall"`), grepLog(inj.Log, "failurePolicy"), operatorDeploymentState(ctx, c, client.ObjectKeyFromObject(dep)))
@@ -285,9 +300,17 @@ func operatorDeploymentState(ctx context.Context, c client.Client, key client.Ob
 	}
 	var owners []string
 	for _, o := range d.OwnerReferences {
-		owners = append(owners, o.Kind+"/"+o.Name)
+		owners = append(owners, o.Kind+"/"+o.Name+" "+string(o.UID))
 	}
-	return fmt.Sprintf("uid %s created %s, deleting %v, replicas %v, owners %v", d.UID, d.CreationTimestamp.UTC().Format(time.TimeOnly), d.DeletionTimestamp != nil, ptr.Deref(d.Spec.Replicas, 1), owners)
+	var csvs operatorsv1alpha1.ClusterServiceVersionList
+	if err := c.List(ctx, &csvs, client.InNamespace(key.Namespace)); err != nil {
+		return err.Error()
+	}
+	var names []string
+	for _, v := range csvs.Items {
+		names = append(names, fmt.Sprintf("%s (uid %s, created %s)", v.Name, v.UID, v.CreationTimestamp.UTC().Format(time.TimeOnly)))
+	}
+	return fmt.Sprintf("uid %s created %s, deleting %v, replicas %v, owners %v; CSVs in %s: %v", d.UID, d.CreationTimestamp.UTC().Format(time.TimeOnly), d.DeletionTimestamp != nil, ptr.Deref(d.Spec.Replicas, 1), owners, key.Namespace, names)
 }
 
 func grepLog(path, sub string) string {
