@@ -274,9 +274,12 @@ func TestShutdownUnreachableSkipsCloseWait(t *testing.T) {
 
 // Pooled POSTs from several callers, the way the API server calls a
 // webhook, through the shutdown of the replica they reach while new
-// connections go to another: with a close wait above the client's idle
-// timeout no call fails, and the server stops once the client closed
-// the connections it left idle.
+// connections go to another: no call fails, and the server stops once the
+// client closed the connections it left idle. A guard of the whole
+// sequence, not a proof of the close wait: in process the race the close
+// wait removes did not show without it either (its window is the API
+// server's scheduling delay under load; docs/failsafe.md has the figure
+// from the real node).
 func TestShutdownUnderPooledLoad(t *testing.T) {
 	const clientIdle = 500 * time.Millisecond
 	failed, total := pooledLoadThroughShutdown(t, clientIdle, 2*clientIdle)
