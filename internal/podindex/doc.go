@@ -16,9 +16,10 @@
 //     full LIST per pass) and, for a ratio change, one LIST per node;
 //   - per node it held nothing between passes.
 //
-// What it holds now, per pod (Pod): namespace and node (interned), name,
-// UID and resourceVersion (the pod's own strings), creation time, phase,
-// Ready, hostNetwork, deleting, the cpu and memory it requests on its node
+// What it holds now, per pod (Pod, 144 bytes and its name): namespace
+// and node (interned), name, UID (16 bytes) and resourceVersion (a number)
+// when they have the API server's usual form, creation time, phase (one
+// byte), Ready, hostNetwork, deleting, the cpu and memory it requests on its node
 // (usageratio.PodRequests) and the cpu the static CPU manager would pin,
 // plus four interned encoded sets: labels, our own sidecar.hookwright.io/
 // annotations, containers (name, image, init/sidecar/regular) and the

@@ -80,7 +80,7 @@ type node struct {
 // shell's reflector stores, readers the reconcilers.
 type Index struct {
 	mu         sync.RWMutex
-	slots      []Pod // a free slot has an empty Name
+	slots      []*Pod // a free slot is nil; records are shared, never modified
 	free       []int32
 	byKey      map[podKey]int32
 	namespaces map[string]*namespace
@@ -139,13 +139,12 @@ func (x *Index) SetInjector(name, id string, inj fleet.Injector, rolling bool) b
 	}
 	in = &injector{name: name, id: id, inj: inj, rolling: rolling, states: make([]state, len(x.slots)), byNS: map[str]*v1alpha1.FleetCounts{}}
 	x.injectors[name] = in
-	memo := map[memoKey]state{}
-	for i := range x.slots {
-		p := &x.slots[i]
-		if p.Name == "" {
+	memo := memo{}
+	for i, p := range x.slots {
+		if p == nil {
 			continue
 		}
-		s := x.classifyMemo(in, p, memo)
+		s := memo.classify(x, in, p)
 		in.states[i] = s
 		in.count(p.Namespace, s, 1)
 	}
@@ -164,16 +163,33 @@ func (x *Index) RemoveInjector(name string) {
 type memoKey struct {
 	ns, labels, annotations, containers, priorityClass str
 	hostNetwork, deleting                              bool
-	phase                                              corev1.PodPhase
+	phase                                              phase
 }
 
-func (x *Index) classifyMemo(in *injector, p *Pod, memo map[memoKey]state) state {
-	k := memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.PriorityClass, p.HostNetwork, p.Deleting, p.Phase}
-	if s, ok := memo[k]; ok {
+// memo holds one injector's states by memoKey during one pass over the
+// pods. It holds at most memoLimit keys and starts over when full: lists
+// come in key order (namespace, then name), so the replicas of one
+// template mostly come together, and pods that share no key (every pod
+// its own labels) cost it memoLimit entries, not one per pod.
+type memo map[memoKey]state
+
+const memoLimit = 4096
+
+func keyOf(p *Pod) memoKey {
+	return memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.PriorityClass, p.HostNetwork, p.Deleting, p.phase}
+}
+
+// classify is in's state for p, from the memo or classified.
+func (m memo) classify(x *Index, in *injector, p *Pod) state {
+	k := keyOf(p)
+	if s, ok := m[k]; ok {
 		return s
 	}
 	s := x.classify(in, p.View())
-	memo[k] = s
+	if len(m) >= memoLimit {
+		clear(m)
+	}
+	m[k] = s
 	return s
 }
 
@@ -225,17 +241,20 @@ func (in *injector) count(ns str, s state, d int32) {
 // Upsert adds or replaces one pod's record. A finished pod is removed:
 // it holds no resources and is not counted.
 func (x *Index) Upsert(p *Pod) Changes {
-	if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
+	if p.Finished() {
 		return x.Delete(p.Namespace.String(), p.Name)
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var ch Changes
-	x.upsert(p, &ch)
+	x.upsert(p, &ch, -1)
+	slices.Sort(ch)
 	return ch
 }
 
-func (x *Index) upsert(p *Pod, ch *Changes) {
+// upsert indexes p and returns its slot. like, when not -1, is the slot
+// of a pod with p's memoKey, classified already: p takes its states.
+func (x *Index) upsert(p *Pod, ch *Changes, like int32) int32 {
 	k := podKey{p.Namespace, p.Name}
 	i, ok := x.byKey[k]
 	if !ok {
@@ -246,17 +265,24 @@ func (x *Index) upsert(p *Pod, ch *Changes) {
 		x.unnode(i)
 		x.bytes -= x.slots[i].size()
 	}
-	x.slots[i] = *p
-	x.slots[i].Name = p.Name
+	x.slots[i] = p
 	x.bytes += p.size()
 	x.addNode(i)
-	view := p.View()
+	var view *corev1.Pod
 	for _, in := range x.injectors {
 		old := in.states[i]
 		if !ok {
 			old = none
 		}
-		s := x.classify(in, view)
+		var s state
+		if like >= 0 {
+			s = in.states[like]
+		} else {
+			if view == nil {
+				view = p.View()
+			}
+			s = x.classify(in, view)
+		}
 		in.states[i] = s
 		if old != s {
 			in.count(p.Namespace, old, -1)
@@ -266,7 +292,7 @@ func (x *Index) upsert(p *Pod, ch *Changes) {
 			ch.add(in.name)
 		}
 	}
-	slices.Sort(*ch)
+	return i
 }
 
 func (x *Index) ns(name string) *namespace {
@@ -284,7 +310,7 @@ func (x *Index) alloc() int32 {
 		x.free = x.free[:n-1]
 		return i
 	}
-	x.slots = append(x.slots, Pod{})
+	x.slots = append(x.slots, nil)
 	for _, in := range x.injectors {
 		in.states = append(in.states, none)
 	}
@@ -293,7 +319,7 @@ func (x *Index) alloc() int32 {
 }
 
 func (x *Index) addNode(i int32) {
-	p := &x.slots[i]
+	p := x.slots[i]
 	if !p.Running() {
 		return
 	}
@@ -306,13 +332,13 @@ func (x *Index) addNode(i int32) {
 	n.mem += p.MemoryMilli
 	n.exclusive += p.ExclusiveCPUMilli
 	if n.memFormat == "" && p.MemoryMilli != 0 {
-		n.memFormat = p.memoryFormat
+		n.memFormat = formats[p.memoryFormat]
 	}
 	n.slots = append(n.slots, i)
 }
 
 func (x *Index) unnode(i int32) {
-	p := &x.slots[i]
+	p := x.slots[i]
 	n := x.nodes[p.Node]
 	if n == nil {
 		return
@@ -360,7 +386,7 @@ func (x *Index) delete(k podKey, ch *Changes) {
 		}
 	}
 	x.bytes -= x.slots[i].size()
-	x.slots[i] = Pod{}
+	x.slots[i] = nil
 	x.free = append(x.free, i)
 	delete(x.byKey, k)
 	slices.Sort(*ch)
@@ -371,22 +397,34 @@ func (x *Index) delete(k podKey, ch *Changes) {
 func (x *Index) Replace(pods []*Pod) Changes {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	keep := make(map[podKey]bool, len(pods))
-	for _, p := range pods {
-		keep[podKey{p.Namespace, p.Name}] = true
-	}
 	var ch Changes
-	for k := range x.byKey {
-		if !keep[k] {
-			x.delete(k, &ch)
-		}
-	}
+	// A list comes in key order (namespace, then name), so the replicas
+	// of one template mostly follow each other: a pod with the same
+	// memoKey as the one before takes its states, unclassified. The slots
+	// it fills are marked, so the records it did not name go after it.
+	listed := make([]bool, len(x.slots), len(x.slots)+len(pods))
+	prev, prevKey := int32(-1), memoKey{}
 	for _, p := range pods {
-		if p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
+		if p.Finished() {
 			x.delete(podKey{p.Namespace, p.Name}, &ch)
+			prev = -1
 			continue
 		}
-		x.upsert(p, &ch)
+		like, k := int32(-1), keyOf(p)
+		if prev >= 0 && k == prevKey {
+			like = prev
+		}
+		i := x.upsert(p, &ch, like)
+		prev, prevKey = i, k
+		for int(i) >= len(listed) {
+			listed = append(listed, false)
+		}
+		listed[i] = true
+	}
+	for i, p := range x.slots {
+		if p != nil && !listed[i] {
+			x.delete(podKey{p.Namespace, p.Name}, &ch)
+		}
 	}
 	for name := range x.injectors {
 		ch.add(name)
@@ -451,13 +489,12 @@ func (x *Index) ReplaceNamespaces(all map[string]map[string]string) Changes {
 
 func (x *Index) reclassify(match func(*Pod) bool, ch *Changes) {
 	for _, in := range x.injectors {
-		memo := map[memoKey]state{}
-		for i := range x.slots {
-			p := &x.slots[i]
-			if p.Name == "" || !match(p) {
+		memo := memo{}
+		for i, p := range x.slots {
+			if p == nil || !match(p) {
 				continue
 			}
-			s := x.classifyMemo(in, p, memo)
+			s := memo.classify(x, in, p)
 			if old := in.states[i]; old != s {
 				in.count(p.Namespace, old, -1)
 				in.count(p.Namespace, s, 1)
@@ -506,7 +543,7 @@ func (x *Index) Summary(name string) (fleet.Summary, bool) {
 			if s != want {
 				continue
 			}
-			p := &x.slots[i]
+			p := x.slots[i]
 			if len(best) == fleet.MaxNamedPods && !less(p, best[len(best)-1]) {
 				continue
 			}
@@ -590,7 +627,7 @@ func (x *Index) Node(name string) (NodePods, bool) {
 		Pods:      make(map[string]corev1.ResourceList, len(n.slots)),
 	}
 	for _, i := range n.slots {
-		p := &x.slots[i]
+		p := x.slots[i]
 		out.Pods[p.Key()] = p.Requests()
 	}
 	return out, true

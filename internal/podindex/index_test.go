@@ -1,11 +1,13 @@
 package podindex
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -408,5 +410,114 @@ func BenchmarkReclassify(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		x.SetInjector("mesh", fmt.Sprint(i), injs[i%2], false)
+	}
+}
+
+// BenchmarkReplace is a leader's initial sync (or a re-sync) of 20,000
+// compacted pods into an index with 50 injectors, in the API server's
+// key order: ReplicaSets of 50 replicas, each in its own namespace
+// (Replicas), and the worst case for the index, every pod with a template
+// of its own (Unique).
+func BenchmarkReplace(b *testing.B) {
+	b.Run("Replicas", func(b *testing.B) {
+		benchReplace(b, func(i int) *corev1.Pod {
+			p := realisticPod(i)
+			p.Namespace = fmt.Sprintf("ns-%d", i/50%100)
+			return p
+		})
+	})
+	b.Run("Unique", func(b *testing.B) { benchReplace(b, realisticPod) })
+}
+
+func benchReplace(b *testing.B, mk func(int) *corev1.Pod) {
+	const n = 20000
+	recs := make([]*Pod, n)
+	for i := range recs {
+		recs[i] = FromPod(mk(i))
+	}
+	slices.SortFunc(recs, func(a, b *Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace.String(), b.Namespace.String()), cmp.Compare(a.Name, b.Name))
+	})
+	for range b.N {
+		b.StopTimer()
+		x := New()
+		for i := range 50 {
+			x.SetInjector(fmt.Sprint("inj-", i), "1", testInjector(b, fmt.Sprint("inj-", i), "proxy:1", map[string]string{"team": fmt.Sprint(i)}), false)
+		}
+		for i := range 100 {
+			x.SetNamespace(fmt.Sprintf("ns-%d", i), map[string]string{"team": fmt.Sprint(i % 50)})
+		}
+		list := slices.Clone(recs)
+		b.StartTimer()
+		x.Replace(list)
+		runtime.KeepAlive(x)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/pod")
+}
+
+// TestIDsRoundTrip: a record gives back the UID and resourceVersion it
+// was built from, packed or not.
+func TestIDsRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		uid, rv string
+		packed  bool
+	}{
+		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "1234567", true},
+		{"", "", true},
+		{"ffffffff-ffff-ffff-ffff-ffffffffffff", "0", true},
+		{"0B5C2F63-3C1E-4D4E-9A34-000000000042", "1", false}, // uppercase: kept as written
+		{"00000000-0000-0000-0000-000000000000", "1", false}, // the zero UUID
+		{"uid-apps-a", "1", false},
+		{"0b5c2f63-3c1e-4d4e-9a34-00000000004g", "1", false},
+		{"0b5c2f63x3c1e-4d4e-9a34-000000000042", "1", false},
+		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "0012", false}, // leading zeros
+		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "18446744073709551615", false},
+		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "-1", false},
+		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "opaque", false},
+	} {
+		p := pod("apps", "a", nil)
+		p.UID, p.ResourceVersion = types.UID(c.uid), c.rv
+		r := FromPod(p)
+		if r.UID() != types.UID(c.uid) || r.ResourceVersion() != c.rv {
+			t.Errorf("%q %q: got %q %q", c.uid, c.rv, r.UID(), r.ResourceVersion())
+		}
+		if v := r.View(); v.UID != types.UID(c.uid) || v.ResourceVersion != c.rv {
+			t.Errorf("%q %q: view %q %q", c.uid, c.rv, v.UID, v.ResourceVersion)
+		}
+		if (r.odd == nil) != c.packed {
+			t.Errorf("%q %q: packed %v, want %v", c.uid, c.rv, r.odd == nil, c.packed)
+		}
+	}
+}
+
+// TestPhaseAndFormat: every phase and memory format reads back; a phase
+// Kubernetes does not define reads as Unknown.
+func TestPhaseAndFormat(t *testing.T) {
+	for _, ph := range append(slices.Clone(phases), "Evicted") {
+		p := pod("apps", "a", nil)
+		p.Status.Phase = ph
+		want := ph
+		if ph == "Evicted" {
+			want = corev1.PodUnknown
+		}
+		if got := FromPod(p).Phase(); got != want {
+			t.Errorf("phase %q: got %q", ph, got)
+		}
+	}
+	for _, q := range []string{"64Mi", "64M", "6e7", "100"} {
+		p := pod("apps", "a", nil)
+		p.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse(q)
+		got := FromPod(p).Requests()[corev1.ResourceMemory]
+		if want := resource.MustParse(q); got.String() != want.String() {
+			t.Errorf("memory %s: got %s", q, got.String())
+		}
+	}
+}
+
+// TestRecordSize guards the record's size: a field added to Pod costs
+// every pod of the cluster (docs/scale.md).
+func TestRecordSize(t *testing.T) {
+	if recordSize > 144 {
+		t.Fatalf("Pod is %d bytes, want at most 144 (the 144-byte size class)", recordSize)
 	}
 }

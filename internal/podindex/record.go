@@ -2,11 +2,15 @@ package podindex
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unique"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -49,17 +53,22 @@ func (s str) String() string {
 	return s.h.Value()
 }
 
-// Pod is what the index keeps of one pod: about 200 bytes plus its name,
-// UID and resourceVersion; labels, annotations, containers and owner are
-// each one interned string shared by every pod that has the same set (the
-// replicas of one ReplicaSet share all four). It is also a runtime.Object
-// so that a paged list can carry records instead of pods.
+// Pod is what the index keeps of one pod: 144 bytes plus its name;
+// labels, annotations, containers and owner are each one interned string
+// shared by every pod that has the same set (the replicas of one
+// ReplicaSet share all four). The UID is kept as its 16 bytes and the
+// resourceVersion as a number when they have the API server's usual form
+// (a lowercase UUID, a decimal etcd revision); any other form is kept as
+// written in a side record. It is also a runtime.Object so that a paged
+// list can carry records instead of pods. A record is never modified once
+// built: the index keeps the pointer FromPod returned.
 type Pod struct {
-	Namespace       str
-	Name            string
-	UID             types.UID
-	ResourceVersion string
-	Node            str
+	Namespace str
+	Name      string
+	uid       [16]byte
+	rv        uint64 // the resourceVersion + 1; 0 when empty
+	odd       *oddIDs
+	Node      str
 	// PriorityClass is spec.priorityClassName (v1alpha1.Spared).
 	PriorityClass str
 	// labels, annotations (ours only), containers and owner (the
@@ -69,10 +78,120 @@ type Pod struct {
 	// CPUMilli and MemoryMilli are usageratio.PodRequests in milli-units;
 	// ExclusiveCPUMilli the cpu the static CPU manager would pin.
 	CPUMilli, MemoryMilli, ExclusiveCPUMilli int64
-	Phase                                    corev1.PodPhase
-	Ready, HostNetwork, Deleting, Guaranteed bool
+	phase                                    phase
 	// memoryFormat is the format of the memory request as written.
-	memoryFormat resource.Format
+	memoryFormat                             format
+	Ready, HostNetwork, Deleting, Guaranteed bool
+}
+
+// oddIDs holds a UID or resourceVersion that does not pack (fake
+// clients' pods, an aggregated API's pods): rare, so a pointer.
+type oddIDs struct {
+	uid types.UID
+	rv  string
+}
+
+// phase is status.phase in one byte; a phase Kubernetes does not define
+// is kept as Unknown.
+type phase uint8
+
+var phases = []corev1.PodPhase{"", corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown}
+
+// format is a resource.Format in one byte (the three formats a
+// Quantity has).
+type format uint8
+
+var formats = []resource.Format{"", resource.DecimalExponent, resource.BinarySI, resource.DecimalSI}
+
+// UID is metadata.uid.
+func (p *Pod) UID() types.UID {
+	if p.odd != nil && p.odd.uid != "" {
+		return p.odd.uid
+	}
+	if p.uid == [16]byte{} {
+		return ""
+	}
+	return types.UID(formatUUID(p.uid))
+}
+
+// ResourceVersion is metadata.resourceVersion.
+func (p *Pod) ResourceVersion() string {
+	if p.odd != nil && p.odd.rv != "" {
+		return p.odd.rv
+	}
+	if p.rv == 0 {
+		return ""
+	}
+	return strconv.FormatUint(p.rv-1, 10)
+}
+
+// Phase is status.phase (a phase Kubernetes does not define reads as
+// Unknown).
+func (p *Pod) Phase() corev1.PodPhase { return phases[p.phase] }
+
+// packUUID packs a lowercase canonical UUID (what the API server writes,
+// k8s.io/apimachinery/pkg/util/uuid) into its 16 bytes; ok is false for
+// any other string, the all-zero UUID included (the zero value means "").
+func packUUID(s string) (out [16]byte, ok bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return out, false
+	}
+	var b [32]byte
+	copy(b[:], s[:8])
+	copy(b[8:], s[9:13])
+	copy(b[12:], s[14:18])
+	copy(b[16:], s[19:23])
+	copy(b[20:], s[24:])
+	if _, err := hex.Decode(out[:], b[:]); err != nil || out == [16]byte{} {
+		return [16]byte{}, false
+	}
+	return out, formatUUID(out) == s
+}
+
+func formatUUID(u [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[:8], u[:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// packRV packs a decimal resourceVersion without leading zeros (etcd's
+// revision, k8s.io/apiserver/pkg/storage/etcd3) as its value + 1.
+func packRV(s string) (uint64, bool) {
+	if s == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || v == math.MaxUint64 || strconv.FormatUint(v, 10) != s {
+		return 0, false
+	}
+	return v + 1, true
+}
+
+func (p *Pod) setIDs(uid types.UID, rv string) {
+	var okU, okR bool
+	if uid == "" {
+		okU = true
+	} else {
+		p.uid, okU = packUUID(string(uid))
+	}
+	p.rv, okR = packRV(rv)
+	if !okU || !okR {
+		p.odd = &oddIDs{}
+		if !okU {
+			p.odd.uid = uid
+		}
+		if !okR {
+			p.odd.rv = rv
+		}
+	}
 }
 
 // GetObjectKind and DeepCopyObject make a Pod a runtime.Object (a paged
@@ -88,7 +207,25 @@ func (p *Pod) Key() string { return p.Namespace.String() + "/" + p.Name }
 // Running reports whether the pod holds resources on its node: bound and
 // not finished.
 func (p *Pod) Running() bool {
-	return p.Node != (str{}) && p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
+	return p.Node != (str{}) && !p.Finished()
+}
+
+// Finished reports whether the pod succeeded or failed.
+func (p *Pod) Finished() bool {
+	return p.phase == succeeded || p.phase == failed
+}
+
+var succeeded, failed = phaseOf(corev1.PodSucceeded), phaseOf(corev1.PodFailed)
+
+func phaseOf(ph corev1.PodPhase) phase {
+	if i := slices.Index(phases, ph); i >= 0 {
+		return phase(i)
+	}
+	return phaseOf(corev1.PodUnknown)
+}
+
+func formatOf(f resource.Format) format {
+	return format(max(0, slices.Index(formats, f)))
 }
 
 // Labels are a decoded copy of the pod's labels.
@@ -114,10 +251,11 @@ func Compact(obj any) (any, error) {
 // FromPod is the record of pod.
 func FromPod(pod *corev1.Pod) *Pod {
 	p := &Pod{
-		Namespace: intern(pod.Namespace), Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-		Node: intern(pod.Spec.NodeName), PriorityClass: intern(pod.Spec.PriorityClassName), Created: pod.CreationTimestamp.Unix(), Phase: pod.Status.Phase,
-		HostNetwork: pod.Spec.HostNetwork, Deleting: pod.DeletionTimestamp != nil,
+		Namespace: intern(pod.Namespace), Name: pod.Name,
+		Node: intern(pod.Spec.NodeName), PriorityClass: intern(pod.Spec.PriorityClassName), Created: pod.CreationTimestamp.Unix(),
+		phase: phaseOf(pod.Status.Phase), HostNetwork: pod.Spec.HostNetwork, Deleting: pod.DeletionTimestamp != nil,
 	}
+	p.setIDs(pod.UID, pod.ResourceVersion)
 	p.labels = intern(encodeMap(pod.Labels, nil))
 	p.annotations = intern(encodeMap(pod.Annotations, keptAnnotation))
 	p.Ready = fleet.PodReady(pod)
@@ -141,7 +279,7 @@ func FromPod(pod *corev1.Pod) *Pod {
 		p.CPUMilli = q.MilliValue()
 	}
 	if q, ok := req[corev1.ResourceMemory]; ok {
-		p.MemoryMilli, p.memoryFormat = q.MilliValue(), q.Format
+		p.MemoryMilli, p.memoryFormat = q.MilliValue(), formatOf(q.Format)
 	}
 	p.Guaranteed, p.ExclusiveCPUMilli = exclusiveCPU(pod)
 	return p
@@ -194,11 +332,11 @@ func exclusiveCPU(pod *corev1.Pod) (guaranteed bool, milli int64) {
 func (p *Pod) View() *corev1.Pod {
 	v := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.Namespace.String(), Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Namespace: p.Namespace.String(), Name: p.Name, UID: p.UID(), ResourceVersion: p.ResourceVersion(),
 			Labels: p.Labels(), Annotations: p.Annotations(), CreationTimestamp: metav1.Unix(p.Created, 0),
 		},
 		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: p.HostNetwork, PriorityClassName: p.PriorityClass.String()},
-		Status: corev1.PodStatus{Phase: p.Phase},
+		Status: corev1.PodStatus{Phase: p.Phase()},
 	}
 	if p.Deleting {
 		v.DeletionTimestamp = &metav1.Time{Time: time.Unix(p.Created, 0)}
@@ -236,7 +374,7 @@ func (p *Pod) Requests() corev1.ResourceList {
 		out[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI)
 	}
 	if p.MemoryMilli != 0 {
-		out[corev1.ResourceMemory] = memoryQuantity(p.MemoryMilli, p.memoryFormat)
+		out[corev1.ResourceMemory] = memoryQuantity(p.MemoryMilli, formats[p.memoryFormat])
 	}
 	return out
 }
@@ -251,10 +389,14 @@ func memoryQuantity(milli int64, f resource.Format) resource.Quantity {
 	return *resource.NewMilliQuantity(milli, f)
 }
 
-// size is the record's own bytes (struct and unshared strings), for the
+// size is the record's own bytes (struct, name and side record), for the
 // index's size estimate; interned strings are shared and not counted.
 func (p *Pod) size() int {
-	return recordSize + len(p.Name) + len(p.UID) + len(p.ResourceVersion)
+	n := recordSize + len(p.Name)
+	if p.odd != nil {
+		n += int(unsafe.Sizeof(oddIDs{})) + len(p.odd.uid) + len(p.odd.rv)
+	}
+	return n
 }
 
 // encodeMap encodes the entries of m whose key keep accepts (every one
