@@ -148,7 +148,7 @@ func (p *podIndexer) Start(ctx context.Context) error {
 				}
 				out := make([]*podindex.Pod, len(l.Items))
 				for i := range l.Items {
-					out[i] = podindex.FromPod(&l.Items[i])
+					out[i] = p.idx.Record(&l.Items[i])
 				}
 				return l.ListMeta, out, nil
 			})
@@ -233,7 +233,7 @@ var _ cache.TransformingStore = &podStore{}
 
 // Transformer compacts a pod inside the reflector's temporary store while
 // a WatchList streams.
-func (s *podStore) Transformer() cache.TransformFunc { return podindex.Compact }
+func (s *podStore) Transformer() cache.TransformFunc { return s.p.idx.Compact }
 
 func record(obj any) (*podindex.Pod, error) {
 	switch o := obj.(type) {

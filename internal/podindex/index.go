@@ -238,6 +238,37 @@ func (in *injector) count(ns str, s state, d int32) {
 	}
 }
 
+// Compact turns a pod into its record (Record). Anything else (a
+// tombstone, another type) is returned unchanged, so Compact is a
+// client-go TransformFunc: the reflector runs it inside its temporary
+// store while a WatchList streams (kubernetes PR #131799), so a full
+// corev1.Pod is never held beyond its own decoding.
+func (x *Index) Compact(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return x.Record(pod), nil
+}
+
+// Record is pod's record: the one the index holds when the pod has not
+// changed since (the same UID and resourceVersion), so a re-sync of
+// unchanged pods holds no second record and classifies none of them
+// again; else FromPod(pod).
+func (x *Index) Record(pod *corev1.Pod) *Pod {
+	x.mu.RLock()
+	i, ok := x.byKey[podKey{intern(pod.Namespace), pod.Name}]
+	var held *Pod
+	if ok {
+		held = x.slots[i]
+	}
+	x.mu.RUnlock()
+	if held != nil && pod.ResourceVersion != "" && held.ResourceVersion() == pod.ResourceVersion && held.UID() == pod.UID {
+		return held
+	}
+	return FromPod(pod)
+}
+
 // Upsert adds or replaces one pod's record. A finished pod is removed:
 // it holds no resources and is not counted.
 func (x *Index) Upsert(p *Pod) Changes {
@@ -262,6 +293,11 @@ func (x *Index) upsert(p *Pod, ch *Changes, like int32) int32 {
 		x.byKey[k] = i
 		x.ns(p.Namespace.String()).pods++
 	} else {
+		if x.slots[i] == p {
+			// The record held (Record): states, counts and node sums
+			// stand.
+			return i
+		}
 		x.unnode(i)
 		x.bytes -= x.slots[i].size()
 	}

@@ -521,3 +521,42 @@ func TestRecordSize(t *testing.T) {
 		t.Fatalf("Pod is %d bytes, want at most 144 (the 144-byte size class)", recordSize)
 	}
 }
+
+// TestRecordReusedForUnchangedPod: a re-sync hands the index the records
+// it holds for pods that did not change (same UID and resourceVersion),
+// and Replace keeps their states and counts; a changed pod gets a record
+// of its own and is classified again.
+func TestRecordReusedForUnchangedPod(t *testing.T) {
+	cur := testInjector(t, "mesh", "proxy:2", nil)
+	x := New()
+	x.SetInjector("mesh", "1", cur, false)
+	x.SetNamespace("apps", map[string]string{})
+	a, b := inject(t, cur, pod("apps", "a", nil)), pod("apps", "b", nil)
+	for _, p := range []*corev1.Pod{a, b} {
+		x.Upsert(x.Record(p))
+	}
+	before, _ := x.Counts("mesh")
+	held := x.Record(a.DeepCopy())
+	if again := x.Record(a.DeepCopy()); again != held {
+		t.Fatal("an unchanged pod got a new record")
+	}
+	changed := b.DeepCopy()
+	changed.ResourceVersion = "2"
+	changed.Spec.Containers[0].Image = "app:2"
+	fresh := x.Record(changed)
+	if old := x.Record(b.DeepCopy()); fresh == old {
+		t.Fatal("a changed pod kept its old record")
+	}
+	replaced := a.DeepCopy()
+	replaced.UID = "0b5c2f63-3c1e-4d4e-9a34-000000000001"
+	if x.Record(replaced) == held {
+		t.Fatal("a pod with the same name and another UID kept the old record")
+	}
+	ch := x.Replace([]*Pod{held, fresh})
+	if got, _ := x.Counts("mesh"); got != before || !slices.Equal(ch, Changes{"mesh"}) {
+		t.Fatalf("after the re-sync: counts %+v (before %+v), changes %v", got, before, ch)
+	}
+	if s := x.Stats(); s.Pods != 2 {
+		t.Fatalf("%d pods indexed, want 2", s.Pods)
+	}
+}

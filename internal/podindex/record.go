@@ -235,19 +235,6 @@ func (p *Pod) Labels() map[string]string { return decodeMap(p.labels.String()) }
 // annotations and mirror pod annotation (the only ones kept).
 func (p *Pod) Annotations() map[string]string { return decodeMap(p.annotations.String()) }
 
-// Compact turns a pod into its record. Anything else (a tombstone, another
-// type) is returned unchanged, so Compact is a client-go TransformFunc:
-// the reflector runs it inside its temporary store while a WatchList
-// streams (kubernetes PR #131799), so a full corev1.Pod is never held
-// beyond its own decoding.
-func Compact(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	return FromPod(pod), nil
-}
-
 // FromPod is the record of pod.
 func FromPod(pod *corev1.Pod) *Pod {
 	p := &Pod{
