@@ -400,11 +400,25 @@ func BenchmarkIndexRealisticPod(b *testing.B) { benchIndex(b, realisticPod) }
 func BenchmarkIndexWorstPod(b *testing.B)     { benchIndex(b, worstPod) }
 
 // BenchmarkReclassify is an injector change at 10,000 pods: every pod
-// classified once more (replicas of one template once).
+// classified once more (replicas of one template once). Unique: every
+// pod its own template. Interleaved: 40,000 pods of 4 templates spread
+// over 5,000 namespaces in creation order (pod i in namespace i%5000, as
+// the pod sweep creates them), so 20,000 keys none of which is adjacent.
 func BenchmarkReclassify(b *testing.B) {
+	b.Run("Unique", func(b *testing.B) { benchReclassify(b, 10000, realisticPod) })
+	b.Run("Interleaved", func(b *testing.B) {
+		benchReclassify(b, 40000, func(i int) *corev1.Pod {
+			p := realisticPod(i % 4)
+			p.Namespace, p.Name = fmt.Sprintf("ns-%d", i%5000), fmt.Sprintf("web-%06d", i)
+			return p
+		})
+	})
+}
+
+func benchReclassify(b *testing.B, n int, mk func(int) *corev1.Pod) {
 	x := New()
-	for i := range 10000 {
-		x.Upsert(FromPod(realisticPod(i)))
+	for i := range n {
+		x.Upsert(FromPod(mk(i)))
 	}
 	injs := []fleet.Injector{testInjector(b, "mesh", "proxy:1", nil), testInjector(b, "mesh", "proxy:2", nil)}
 	b.ResetTimer()
