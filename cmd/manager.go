@@ -35,6 +35,7 @@ type managerOptions struct {
 	metricsCertName  string
 	metricsCertKey   string
 	probeAddr        string
+	pprofAddr        string
 	leaderElect      bool
 	leaderElectionNS string
 	namespace        string
@@ -75,6 +76,8 @@ func init() {
 		fs.StringVar(&o.metricsCertName, "metrics-cert-name", "tls.crt", "certificate file in --metrics-cert-path")
 		fs.StringVar(&o.metricsCertKey, "metrics-cert-key", "tls.key", "private key file in --metrics-cert-path")
 		fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+		fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0",
+			"address of Go's /debug/pprof endpoints (heap and CPU profiles; plain HTTP, unauthenticated: bind to 127.0.0.1 and reach it with kubectl port-forward); 0 (default) disables them")
 		fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader through a Lease so only one replica reconciles")
 		gfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 		o.zap.BindFlags(gfs)
@@ -203,7 +206,7 @@ func runManager(cmd *cobra.Command, o *managerOptions) error {
 		signer = &csrsigner.Options{SignerName: o.csrSignerName, MaxValidity: o.csrMaxValidity}
 	}
 	mo := app.Options{
-		Metrics: metrics, ProbeAddr: o.probeAddr,
+		Metrics: metrics, ProbeAddr: o.probeAddr, PprofAddr: o.pprofAddr,
 		LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 		WebhookPort: o.webhookPort, WebhookService: o.webhookService, WebhookDrainPeriod: o.drainPeriod,
 		OperatorDeployment: o.operatorDeploy,

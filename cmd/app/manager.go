@@ -66,6 +66,8 @@ type Options struct {
 	Metrics metricsserver.Options
 	// ProbeAddr is the address of /healthz and /readyz ("0" disables them).
 	ProbeAddr string
+	// PprofAddr is the address of /debug/pprof ("0" or empty disables it).
+	PprofAddr string
 	// LeaderElection elects a leader on LeaderElectionID in
 	// LeaderElectionNamespace (empty: Settings.Namespace).
 	LeaderElection          bool
@@ -152,6 +154,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Scheme:                  scheme,
 		Metrics:                 o.Metrics,
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: leNS,
