@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 type operator struct {
 	proc        *cluster.Process
 	metricsPort int
+	pprofPort   int
 }
 
 // startOperator runs the manager with the admin kubeconfig in the scale
@@ -60,10 +62,11 @@ func startReplica(t *testing.T, ctx context.Context, ns string, extraEnv []strin
 
 func startManager(t *testing.T, ctx context.Context, ns string, waitCRs, leaderElect bool, extraEnv []string) *operator {
 	t.Helper()
-	metrics, probe := cluster.MustFreePort(t), cluster.MustFreePort(t)
+	metrics, probe, pprof := cluster.MustFreePort(t), cluster.MustFreePort(t), cluster.MustFreePort(t)
 	args := []string{"manager", "--namespace=" + ns, fmt.Sprintf("--leader-elect=%t", leaderElect), "--server-image=ghcr.io/hookwright/hookwright:v0.0.0-scale",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metrics), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe),
+		fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pprof),
 		fmt.Sprintf("--webhook-port=%d", cluster.MustFreePort(t)), "--webhook-service="}
 	p, err := cluster.StartProcess("manager", t.TempDir(), cluster.MustHookwrightBinary(t), args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, extraEnv...))
 	if err != nil {
@@ -107,7 +110,7 @@ func startManager(t *testing.T, ctx context.Context, ns string, waitCRs, leaderE
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK, nil
 	})
-	return &operator{proc: p, metricsPort: metrics}
+	return &operator{proc: p, metricsPort: metrics, pprofPort: pprof}
 }
 
 // metricsBody is the manager's /metrics page.
@@ -199,6 +202,32 @@ const desiredOversell = "oversell"
 // fleetController is the SidecarInjector fleet status controller's name
 // (controllers/fleet.go).
 const fleetController = "sidecar-fleet"
+
+// heapTop is what the operator's live heap holds, by function: go tool
+// pprof's -top of its /debug/pprof/heap (in-use bytes after the last GC),
+// its first lines, with the process's RssAnon and RssFile.
+func (o *operator) heapTop(ctx context.Context, lines int) string {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", o.pprofPort)
+	// pprof keeps a copy of each profile it fetched in PPROF_TMPDIR.
+	dir, err := os.MkdirTemp("", "hw-pprof-")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", url)
+	cmd.Env = append(os.Environ(), "PPROF_TMPDIR="+dir)
+	out, err := cmd.CombinedOutput()
+	l := strings.Split(string(out), "\n")
+	if err != nil {
+		return fmt.Sprintf("heap profile: %v: %s", err, strings.Join(l[:min(len(l), 5)], "\n"))
+	}
+	// Skip pprof's "Fetching profile" and "Saved profile" lines.
+	for len(l) > 0 && !strings.HasPrefix(l[0], "File:") && !strings.HasPrefix(l[0], "Type:") {
+		l = l[1:]
+	}
+	return fmt.Sprintf("RssAnon %.1f MiB, RssFile %.1f MiB\n%s", procStatus(o.proc.Pid(), "RssAnon")/(1<<20), procStatus(o.proc.Pid(), "RssFile")/(1<<20),
+		strings.Join(l[:min(len(l), lines)], "\n"))
+}
 
 // procStatus reads a kB field of /proc/PID/status in bytes (0 if absent).
 func procStatus(pid int, key string) float64 {

@@ -253,6 +253,13 @@ func TestPodSweep(t *testing.T) {
 	}
 	quietWrites := w1 - w0
 	t.Logf("quiet %s: %d CR writes", sz.quiet, quietWrites)
+	// The leader's heap by function (--pprof-bind-address), for the
+	// report; make test's small sweep checks that the profile is served.
+	heapQuiet, heapTakeover := op.heapTop(ctx, 25), ""
+	t.Logf("leader's heap after the quiet minute:\n%s", heapQuiet)
+	if !strings.Contains(heapQuiet, "flat%") {
+		t.Errorf("no heap profile from the leader's --pprof-bind-address: %s", heapQuiet)
+	}
 	if quietWrites != 0 {
 		t.Errorf("a quiet fleet of %d pods wrote the SidecarInjectors %d times in %s", sz.running, quietWrites, sz.quiet)
 	}
@@ -367,6 +374,10 @@ func TestPodSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	w3by := writes.by()
+	if measure {
+		heapTakeover = sb.heapTop(ctx, 25)
+		t.Logf("new leader's heap after the takeover:\n%s", heapTakeover)
+	}
 	var others int
 	for _, si := range crs[1:] {
 		others += w3by[si.Name] - w2by[si.Name]
@@ -405,13 +416,15 @@ func TestPodSweep(t *testing.T) {
 			"| … its index holds every pod | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
 			"%s\n"+
 			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
-			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n",
+			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n"+
+			"The leader's heap after the quiet minute (go tool pprof -top, in-use bytes):\n\n```\n%s\n```\n\n"+
+			"The new leader's heap after the takeover:\n\n```\n%s\n```\n",
 			sweepPodsEnv, sz.running, time.Now().UTC().Format(time.RFC3339), sz.running, fleetNodes, sz.finished, sz.namespaces, sz.injectors, memLimit>>20,
 			created.Round(time.Second), converge.Round(time.Millisecond), sz.quiet, quietWrites, templ.Round(time.Millisecond),
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
 			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
 			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
-			resync.rows(), rss.table(), sbRSS.table())
+			resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
 		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
 			t.Error(err)
 		}
