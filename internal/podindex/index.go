@@ -289,13 +289,19 @@ func (x *Index) upsert(p *Pod, ch *Changes, like int32) int32 {
 		x.byKey[k] = i
 		x.ns(p.Namespace.String()).pods++
 	} else {
-		if x.slots[i] == p {
+		old := x.slots[i]
+		if old == p {
 			// The record held (Record): states, counts and node sums
 			// stand.
 			return i
 		}
+		if like < 0 && keyOf(old) == keyOf(p) {
+			// What classification reads did not change (a status or
+			// readiness update, most pod events): the states stand.
+			like = i
+		}
 		x.unnode(i)
-		x.bytes -= x.slots[i].size()
+		x.bytes -= old.size()
 	}
 	x.slots[i] = p
 	x.bytes += p.size()
@@ -430,24 +436,27 @@ func (x *Index) Replace(pods []*Pod) Changes {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var ch Changes
-	// A list comes in key order (namespace, then name), so the replicas
-	// of one template mostly follow each other: a pod with the same
-	// memoKey as the one before takes its states, unclassified. The slots
-	// it fills are marked, so the records it did not name go after it.
+	// A pod with the memoKey of one listed before takes that pod's
+	// states, unclassified: the replicas of one template are classified
+	// once (a streamed list comes in no particular order). reps holds
+	// one slot per distinct key, dropped after the list. The slots it
+	// fills are marked, so the records it did not name go after it.
 	listed := make([]bool, len(x.slots), len(x.slots)+len(pods))
-	prev, prevKey := int32(-1), memoKey{}
+	reps := map[memoKey]int32{}
 	for _, p := range pods {
 		if p.Finished() {
 			x.delete(podKey{p.Namespace, p.Name}, &ch)
-			prev = -1
 			continue
 		}
-		like, k := int32(-1), keyOf(p)
-		if prev >= 0 && k == prevKey {
-			like = prev
+		k := keyOf(p)
+		like, ok := reps[k]
+		if !ok || x.slots[like] == nil || keyOf(x.slots[like]) != k {
+			like, ok = -1, false
 		}
 		i := x.upsert(p, &ch, like)
-		prev, prevKey = i, k
+		if !ok {
+			reps[k] = i
+		}
 		for int(i) >= len(listed) {
 			listed = append(listed, false)
 		}

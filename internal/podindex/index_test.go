@@ -428,10 +428,11 @@ func benchReclassify(b *testing.B, n int, mk func(int) *corev1.Pod) {
 }
 
 // BenchmarkReplace is a leader's initial sync (or a re-sync) of 20,000
-// compacted pods into an index with 50 injectors, in the API server's
-// key order: ReplicaSets of 50 replicas, each in its own namespace
-// (Replicas), and the worst case for the index, every pod with a template
-// of its own (Unique).
+// compacted pods into an index with 50 injectors: ReplicaSets of 50
+// replicas, each in its own namespace, in the API server's key order
+// (Replicas) or in no order (ReplicasShuffled, as a stream's temporary
+// store hands them over), and the worst case for the index, every pod
+// with a template of its own (Unique).
 func BenchmarkReplace(b *testing.B) {
 	b.Run("Replicas", func(b *testing.B) {
 		benchReplace(b, func(i int) *corev1.Pod {
@@ -440,10 +441,19 @@ func BenchmarkReplace(b *testing.B) {
 			return p
 		})
 	})
+	b.Run("ReplicasShuffled", func(b *testing.B) {
+		benchReplace(b, func(i int) *corev1.Pod {
+			p := realisticPod(i)
+			p.Namespace = fmt.Sprintf("ns-%d", i/50%100)
+			return p
+		}, true)
+	})
 	b.Run("Unique", func(b *testing.B) { benchReplace(b, realisticPod) })
 }
 
-func benchReplace(b *testing.B, mk func(int) *corev1.Pod) {
+// benchReplace lists the pods mk builds in key order, or shuffled as a
+// stream (WatchList) hands them over.
+func benchReplace(b *testing.B, mk func(int) *corev1.Pod, shuffled ...bool) {
 	const n = 20000
 	recs := make([]*Pod, n)
 	for i := range recs {
@@ -452,6 +462,10 @@ func benchReplace(b *testing.B, mk func(int) *corev1.Pod) {
 	slices.SortFunc(recs, func(a, b *Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace.String(), b.Namespace.String()), cmp.Compare(a.Name, b.Name))
 	})
+	if len(shuffled) > 0 {
+		r := rand.New(rand.NewPCG(1, 2))
+		r.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+	}
 	for range b.N {
 		b.StopTimer()
 		x := New()

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -130,8 +131,12 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	pod := in.Pod
 	d := Decision{}
 	s, ok := pod.Annotations[v1alpha1.SidecarStatusKey]
+	// Parsed once: the fleet decides every pod for every injector.
+	var st Status
+	stErr := errNoStatus
 	if ok {
-		if missing := staleStatus(s, in); len(missing) > 0 {
+		st, stErr = parseStatus(s)
+		if missing := staleStatus(st, stErr, in); len(missing) > 0 {
 			// A copied pod spec or an edited manifest: the annotation is
 			// ours but what it records is gone, so the pod is not injected.
 			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s names containers the pod lacks (%s): injecting again",
@@ -140,11 +145,8 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 		}
 	}
 	if ok {
-		var st struct {
-			Injector string `json:"injector"`
-		}
-		if json.Unmarshal([]byte(s), &st) == nil && st.Injector != "" && st.Injector != cfg.Name {
-			return decided(d, false, CodeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(st.Injector, 253), v1alpha1.SidecarStatusKey))
+		if injector, ok := statusInjector(s, st, stErr); ok && injector != "" && injector != cfg.Name {
+			return decided(d, false, CodeInjectedByOther, fmt.Sprintf("pod already injected by SidecarInjector %q (annotation %s): a pod is injected by one SidecarInjector only", short(injector, 253), v1alpha1.SidecarStatusKey))
 		}
 		return decided(d, false, CodeAlreadyInjected, fmt.Sprintf("pod already carries annotation %s (%s)", v1alpha1.SidecarStatusKey, short(s, 120)))
 	}
@@ -196,12 +198,40 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
 }
 
-// staleStatus returns the containers a status annotation lists that the pod
-// does not have (in either list), nil when it has them all or the annotation
-// lists none or does not parse (then the pod counts as injected, as before).
-func staleStatus(annotation string, in DecideInput) []string {
+// parseStatus parses a status annotation. A function of its own so that
+// only a pod that has the annotation pays for the parse's allocation.
+func parseStatus(annotation string) (Status, error) {
 	var st Status
-	if json.Unmarshal([]byte(annotation), &st) != nil || len(st.InitContainers)+len(st.Containers) == 0 {
+	err := json.Unmarshal([]byte(annotation), &st)
+	return st, err
+}
+
+// errNoStatus stands for a pod without the status annotation.
+var errNoStatus = errors.New("no status annotation")
+
+// statusInjector is the injector a status annotation names. st and err
+// are the annotation parsed as a Status; where that failed on another
+// field's type, the injector alone is read as before (ok false: the
+// annotation is not JSON).
+func statusInjector(annotation string, st Status, err error) (string, bool) {
+	if err == nil {
+		return st.Injector, true
+	}
+	var only struct {
+		Injector string `json:"injector"`
+	}
+	if json.Unmarshal([]byte(annotation), &only) != nil {
+		return "", false
+	}
+	return only.Injector, true
+}
+
+// staleStatus returns the containers a status annotation (st, parsed with
+// err) lists that the pod does not have (in either list), nil when it has
+// them all or the annotation lists none or does not parse (then the pod
+// counts as injected, as before).
+func staleStatus(st Status, err error, in DecideInput) []string {
+	if err != nil || len(st.InitContainers)+len(st.Containers) == 0 {
 		return nil
 	}
 	have := in.Containers
