@@ -34,11 +34,15 @@
 //
 // The fleet still judges a pod with sidecar.Decide, the webhook's own
 // function, through fleet.Classify on the View (an adapter: the View has
-// every field Decide and Classify read), never a copy of its rules. A pod
-// event re-classifies that pod for each injector (O(injectors)); an
-// injector change re-classifies every pod once, pods sharing labels,
-// annotations, containers and namespace (the replicas of a template) once
-// together.
+// every field Decide and Classify read), never a copy of its rules. A new
+// pod, or one whose namespace, labels, our annotations, containers,
+// priority class, hostNetwork, deletion or phase changed, is classified
+// for each injector (O(injectors)); any other event (a readiness or
+// status change) keeps its states. An injector change re-classifies every
+// pod once, and a list (a leader's initial sync, a re-sync) classifies
+// every pod once: pods sharing all of the above (the replicas of a
+// template) once together. In a re-sync a pod that did not change keeps
+// its record (Record): no second copy, no classification.
 //
 // It is pure: no Kubernetes client, no operator, no webhook server but the
 // sidecar engine (through internal/fleet) and the oversell engine's units

@@ -397,6 +397,19 @@ func benchIndex(b *testing.B, mk func(int) *corev1.Pod) {
 }
 
 func BenchmarkIndexRealisticPod(b *testing.B) { benchIndex(b, realisticPod) }
+
+// BenchmarkIndexInjectedPod: the same pod carrying an injector's sidecar
+// and status annotation (each injector's decision reads the annotation).
+func BenchmarkIndexInjectedPod(b *testing.B) {
+	inj := testInjector(b, "inj-0", "proxy:1", nil)
+	tmpl := inject(b, inj, realisticPod(0))
+	benchIndex(b, func(i int) *corev1.Pod {
+		p := tmpl.DeepCopy()
+		q := realisticPod(i)
+		p.Namespace, p.Name, p.UID, p.ResourceVersion, p.Labels = q.Namespace, q.Name, q.UID, q.ResourceVersion, q.Labels
+		return p
+	})
+}
 func BenchmarkIndexWorstPod(b *testing.B)     { benchIndex(b, worstPod) }
 
 // BenchmarkReclassify is an injector change at 10,000 pods: every pod
