@@ -410,7 +410,8 @@ func BenchmarkIndexInjectedPod(b *testing.B) {
 		return p
 	})
 }
-func BenchmarkIndexWorstPod(b *testing.B)     { benchIndex(b, worstPod) }
+
+func BenchmarkIndexWorstPod(b *testing.B) { benchIndex(b, worstPod) }
 
 // BenchmarkReclassify is an injector change at 10,000 pods: every pod
 // classified once more (replicas of one template once). Unique: every
