@@ -276,12 +276,15 @@ func TestCountsEqualRecount(t *testing.T) {
 				case 5:
 					p.Annotations = map[string]string{v1alpha1.MirrorPodAnnotation: fmt.Sprint(rng.IntN(3))}
 				}
+				// Every version its own resourceVersion, as the API server
+				// writes them: Record then reuses exactly the unchanged pods.
+				p.ResourceVersion = fmt.Sprint(100 + step)
 				if p.Status.Phase == corev1.PodSucceeded {
 					delete(pods, ns+"/"+name)
 				} else {
 					pods[ns+"/"+name] = p
 				}
-				x.Upsert(FromPod(p))
+				x.Upsert(x.Record(p))
 			case op < 14: // delete
 				for k := range pods {
 					ns, name, _ := strings.Cut(k, "/")
@@ -311,7 +314,7 @@ func TestCountsEqualRecount(t *testing.T) {
 			default: // a re-list
 				var all []*Pod
 				for _, p := range pods {
-					all = append(all, FromPod(p))
+					all = append(all, x.Record(p))
 				}
 				x.Replace(all)
 			}
