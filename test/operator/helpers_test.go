@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
 )
@@ -333,7 +334,28 @@ func settle(t *testing.T, ctx context.Context) {
 // reconciles of earlier steps have run (settle).
 func quiet(t *testing.T, d time.Duration) {
 	t.Helper()
-	settle(t, context.Background())
+	ctx := context.Background()
+	settle(t, ctx)
+	// The test CA rotates on its own a few minutes after it was made
+	// (testCAPolicy): on a slow run that falls inside some test's quiet
+	// window. A step due within the window (and 30 s of room) is waited
+	// for, seen in the CA Secret, and settled first.
+	for {
+		what, at, rv := nextCAStep(t, ctx)
+		if at.IsZero() || time.Until(at) > d+30*time.Second {
+			break
+		}
+		t.Logf("the test CA's %s is due at %s: waiting for it before a quiet %s", what, at.Format(time.TimeOnly), d)
+		err := cluster.WaitFor(ctx, time.Until(at)+2*time.Minute, "the CA Secret changed by the "+what, func(ctx context.Context) (bool, error) {
+			sec := &corev1.Secret{}
+			err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec)
+			return err == nil && sec.ResourceVersion != rv, client.IgnoreNotFound(err)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		settle(t, ctx)
+	}
 	before := writes.Count()
 	time.Sleep(d)
 	n := writes.Count() - before
@@ -341,6 +363,37 @@ func quiet(t *testing.T, d time.Duration) {
 	if n != 0 {
 		t.Fatalf("operator made %d write requests in a quiet %s; recent: %v", n, d, writes.Recent())
 	}
+}
+
+// nextCAStep is the installation CA's next timed step (a staged CA's
+// promotion, the active CA's rotation, a retired CA's expiry), when it is
+// due in real time, and the CA Secret's resourceVersion; zero when there
+// is no CA yet.
+func nextCAStep(t *testing.T, ctx context.Context) (string, time.Time, string) {
+	t.Helper()
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", time.Time{}, ""
+		}
+		t.Fatal(err)
+	}
+	if len(sec.Data[pki.SecretKeyNextCert]) > 0 {
+		return "promotion of the staged CA", time.Now(), sec.ResourceVersion
+	}
+	active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
+	if err != nil {
+		return "", time.Time{}, ""
+	}
+	// The operator's clock runs clock.Offset() ahead of the real one.
+	what, at := "rotation", pki.CARotationTime(active, testCAPolicy)
+	retired, _ := pki.ParseCertsPEM(sec.Data[pki.SecretKeyRetiredCerts])
+	for _, r := range retired {
+		if r.NotAfter.Before(at) {
+			what, at = "retired CA's expiry", r.NotAfter
+		}
+	}
+	return what, at.Add(-clock.Offset()), sec.ResourceVersion
 }
 
 // update reads obj, applies mutate and updates it, retrying on conflicts
