@@ -20,6 +20,12 @@
 // write in vain on every change of rendering). An object that already
 // matches has nothing missing and nothing released: no write.
 //
+// A CR's status has more than one writer: StatusSplit (status.go, pure)
+// says which fields and conditions each owns, and ApplyStatus
+// (statuswrite.go) applies one writer's share under its own field
+// manager; MigrateStatusManagers hands what earlier versions' merge
+// patches own to those managers.
+//
 // It must not import the operator's other packages (desired objects come
 // in as client.Object): the reconcilers call it, never the reverse.
 package apply
