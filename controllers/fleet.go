@@ -57,6 +57,7 @@ func init() { metrics.Registry.MustRegister(fleetPods) }
 // fleetReconciler writes one SidecarInjector's fleet status.
 type fleetReconciler struct {
 	client   client.Client
+	status   *statusWriter
 	index    *podIndexer
 	settings Settings
 	now      func() time.Time
@@ -80,7 +81,7 @@ type compiledInjector struct {
 	inj        fleet.Injector
 }
 
-func setupFleet(mgr ctrl.Manager, s Settings) (*podIndexer, error) {
+func setupFleet(mgr ctrl.Manager, s Settings, status *statusWriter) (*podIndexer, error) {
 	// The pod index reads pods in protobuf, as kube-controller-manager and
 	// kube-scheduler do (component-base ClientConnectionConfiguration):
 	// decoding 150,000 pods from JSON costs several times the CPU and the
@@ -100,7 +101,7 @@ func setupFleet(mgr ctrl.Manager, s Settings) (*podIndexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &fleetReconciler{client: mgr.GetClient(), index: ix, settings: s, now: time.Now, discovery: dc,
+	r := &fleetReconciler{client: mgr.GetClient(), status: status, index: ix, settings: s, now: time.Now, discovery: dc,
 		lastWrite: map[string]time.Time{}, compiled: map[string]compiledInjector{},
 		roller: rollout.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("hookwright-rollout"), dc)}
 	return ix, ctrl.NewControllerManagedBy(mgr).Named("sidecar-fleet").For(&v1alpha1.SidecarInjector{}).
@@ -175,6 +176,11 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	orig := cr.DeepCopy()
 	cr.Status.Fleet = &sum.Status
 	fleet.SetConditions(&cr.Status.Conditions, sum, cr.Generation)
+	// The step's write-ahead applies under the fleet's manager too: the
+	// status's managers are handed over before either writes.
+	if err := r.status.migrate(ctx, cr); err != nil {
+		return ctrl.Result{}, err
+	}
 	again, rv := r.roller.Step(ctx, cr, inj, int(sum.Status.MatchedPods), counted, nsLabels)
 	if rv != "" {
 		// The rollout wrote status.rollout.inProgress ahead of a restart;
@@ -192,9 +198,8 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	wait := interval - r.now().Sub(r.lastWrite[cr.Name])
 	r.mu.Unlock()
-	// Same counts, other conditions: the lifecycle reconciler's merge
-	// patch of status.conditions (a whole list) put back ones it read
-	// before our last write. Repair them at once; no count moved.
+	// Same counts, other conditions (a rollout condition, or one another
+	// writer removed): written at once, no count moved.
 	if equality.Semantic.DeepEqual(orig.Status.Fleet, cr.Status.Fleet) {
 		wait = 0
 	}
@@ -207,9 +212,9 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	// The optimistic lock keeps the lifecycle reconciler's conditions: a
-	// conflict retries on the newer version.
-	if err := r.client.Status().Patch(ctx, cr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Only the fleet's share (rollout.Status): the lifecycle reconciler's
+	// fields and conditions stay as the API server has them.
+	if err := r.status.write(ctx, orig, cr, rollout.FieldManager); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	r.mu.Lock()

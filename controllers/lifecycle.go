@@ -126,7 +126,7 @@ func newReconciler(mgr ctrl.Manager, s Settings, k kind) *reconciler {
 	r := &reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("hookwright-" + k.Kind().Short), Settings: s, kind: k,
-		shared: &shared{},
+		shared: &shared{status: newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())},
 	}
 	r.applier = newApplier(r)
 	r.Settings.CSR = csrSettings(mgr, s.CSR)
@@ -539,52 +539,20 @@ func (r *reconciler) reconcileDelete(ctx context.Context, obj v1alpha1.Object) (
 		return ctrl.Result{}, err
 	}
 	releaseUpgrade(ctx, r.shared, restoreHold(obj.GetName()))
+	r.shared.status.forget(obj.GetUID())
 	return ctrl.Result{}, nil
 }
 
-// writeStatus patches the status subresource only when it changed.
-//
-// A merge patch replaces status.conditions whole, and the fleet reconciler
-// writes conditions of its own (fleetConditions) to the same list. When
-// the conditions changed, they are patched on the live object's
-// resourceVersion with the fleet's conditions as the API server has them,
-// so neither writer drops the other's; a conflict retries on a new read.
+// writeStatus applies the lifecycle's share of the status (everything but
+// the fleet's: rollout.Status) only when the status changed; the fleet's
+// fields and conditions are the fleet reconciler's own, which the API
+// server keeps (statusWriter).
 func (r *reconciler) writeStatus(ctx context.Context, orig, obj v1alpha1.Object) error {
 	if equality.Semantic.DeepEqual(orig.StatusValue(), obj.StatusValue()) {
 		return nil
 	}
-	if r.APIReader == nil || equality.Semantic.DeepEqual(*orig.StatusConditions(), *obj.StatusConditions()) {
-		return client.IgnoreNotFound(r.Client.Status().Patch(ctx, obj, client.MergeFrom(orig)))
-	}
-	var err error
-	for range 3 {
-		live := obj.DeepCopyObject().(v1alpha1.Object)
-		if err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		base := orig.DeepCopyObject().(v1alpha1.Object)
-		base.SetResourceVersion(live.GetResourceVersion())
-		for _, t := range fleetConditions {
-			if c := apimeta.FindStatusCondition(*live.StatusConditions(), t); c != nil {
-				apimeta.SetStatusCondition(obj.StatusConditions(), *c)
-				// Keep the live time: SetStatusCondition keeps the old
-				// one when the status did not change.
-				apimeta.FindStatusCondition(*obj.StatusConditions(), t).LastTransitionTime = c.LastTransitionTime
-			} else {
-				apimeta.RemoveStatusCondition(obj.StatusConditions(), t)
-			}
-		}
-		err = r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-		if !apierrors.IsConflict(err) {
-			return client.IgnoreNotFound(err)
-		}
-	}
-	return err
+	return client.IgnoreNotFound(r.shared.status.write(ctx, orig, obj, apply.StatusManager))
 }
-
-// fleetConditions are the condition types the fleet reconciler writes.
-var fleetConditions = []string{v1alpha1.ConditionPodsUpToDate, v1alpha1.ConditionPodsMissingSidecars,
-	v1alpha1.ConditionRolloutBlocked, v1alpha1.ConditionRolloutNotPermitted}
 
 func (r *reconciler) setCondition(op desired.CR, typ string, ok bool, reason, msg string) {
 	st := metav1.ConditionFalse

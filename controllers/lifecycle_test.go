@@ -58,7 +58,7 @@ func fakeLifecycle(t *testing.T, withCertManager bool, objs ...client.Object) (*
 		WithStatusSubresource(&v1alpha1.SidecarInjector{}, &v1alpha1.NodeOversell{}).Build()
 	r := &reconciler{
 		Client: c, APIReader: c, Scheme: s, Recorder: &events.FakeRecorder{},
-		Settings: testSettings, kind: sidecarKind{}, shared: &shared{},
+		Settings: testSettings, kind: sidecarKind{}, shared: &shared{status: newStatusWriter(c, c)},
 		Now: func() time.Time { return t0 },
 	}
 	r.Settings.Certificates.Clock = pki.FixedClock(t0)

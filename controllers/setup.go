@@ -36,6 +36,8 @@ type shared struct {
 	prober *prober
 	// rollouts lets server Deployments roll one at a time (serverrollout.go).
 	rollouts serverRollouts
+	// status writes the CRs' status, each writer its share.
+	status *statusWriter
 }
 
 // Setup registers both reconcilers with mgr. The manager's cache must be
@@ -44,7 +46,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if s.Namespace == "" || s.Image == "" {
 		return errors.New("controllers: operator namespace and server image are required")
 	}
-	sh := &shared{}
+	sh := &shared{status: newStatusWriter(mgr.GetClient(), mgr.GetAPIReader())}
 	if s.CADir != "" {
 		d, err := newCADir(s.CADir, mgr.GetLogger())
 		if err != nil {
@@ -83,7 +85,7 @@ func Setup(mgr ctrl.Manager, s Settings) error {
 	if err := mgr.Add(sh.prober); err != nil {
 		return err
 	}
-	ix, err := setupFleet(mgr, s)
+	ix, err := setupFleet(mgr, s, sh.status)
 	if err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ func newEnv(t *testing.T, cr *v1alpha1.SidecarInjector, objs ...client.Object) *
 	e := &env{t: t, now: t0, inj: injectorOf(t, cr), rec: events.NewFakeRecorder(100)}
 	e.c = fake.NewClientBuilder().WithScheme(s).WithObjects(append(objs, cr)...).
 		WithStatusSubresource(&v1alpha1.SidecarInjector{}, &appsv1.Deployment{}).
-		WithInterceptorFuncs(interceptor.Funcs{Create: e.create, Patch: e.patch, SubResourcePatch: e.statusPatch, List: e.list}).Build()
+		WithInterceptorFuncs(interceptor.Funcs{Create: e.create, Patch: e.patch, SubResourceApply: e.statusApply, List: e.list}).Build()
 	e.restartOperator()
 	return e
 }
@@ -158,14 +158,20 @@ func (e *env) kindOf(obj client.Object) (string, bool) {
 	return "", false
 }
 
-func (e *env) statusPatch(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-	if _, ok := obj.(*v1alpha1.SidecarInjector); ok && sub == "status" {
-		e.writes = append(e.writes, "status "+obj.GetName())
+// statusApply records a SidecarInjector's status write (the write-ahead
+// applies its share, rollout.Status).
+func (e *env) statusApply(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+	u, ok := obj.(interface {
+		GetKind() string
+		GetName() string
+	})
+	if ok && u.GetKind() == "SidecarInjector" && sub == "status" {
+		e.writes = append(e.writes, "status "+u.GetName())
 		if e.failStatus {
 			return fmt.Errorf("etcdserver: request timed out")
 		}
 	}
-	return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+	return c.SubResource(sub).Apply(ctx, obj, opts...)
 }
 
 func (e *env) list(ctx context.Context, c client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -107,24 +106,27 @@ func (r *Roller) ineffective(s *step, at time.Time, id, key string) bool {
 }
 
 // writeAhead adds id to the CR's status.rollout.inProgress on the API
-// server (a merge patch of that field alone; the whole rollout status when
-// there is none yet). The CR's new resourceVersion is kept for the step's
-// own status write.
+// server: an apply of the fleet's share of the status (Status) as the
+// step read it, or as the step's last write-ahead left it, with id added
+// (and a rollout status for the revision when there is none yet). The
+// CR's new resourceVersion is kept for the step's own status write.
 func (r *Roller) writeAhead(ctx context.Context, s *step, id string) error {
-	ro := map[string]any{"inProgress": inProgressList(append(slices.Clone(s.inProgress), id))}
-	if s.cr.Status.Rollout == nil {
-		ro["revision"], ro["strategy"] = s.rev, s.spec.Strategy
-		ro["total"], ro["updated"], ro["unavailable"] = 0, 0, 0
+	base := s.cr
+	if s.written != nil {
+		base = s.written
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"rollout": ro}})
-	if err != nil {
+	want := base.DeepCopy()
+	ro := &v1alpha1.RolloutStatus{Revision: s.rev, Strategy: s.spec.Strategy}
+	if base.Status.Rollout != nil {
+		ro = base.Status.Rollout.DeepCopy()
+	}
+	ro.InProgress = inProgressList(append(slices.Clone(s.inProgress), id))
+	want.Status.Rollout = ro
+	if err := Status.ApplyStatus(ctx, r.client, r.reader, base, want, FieldManager); err != nil {
 		return err
 	}
-	tmp := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: s.cr.Name}}
-	if err := r.client.Status().Patch(ctx, tmp, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return err
-	}
-	s.resourceVersion = tmp.ResourceVersion
+	s.written = want
+	s.resourceVersion = want.ResourceVersion
 	return nil
 }
 

@@ -11,8 +11,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
+	"github.com/hookwright/hookwright/internal/apply"
 	"github.com/hookwright/hookwright/internal/fleet"
 )
+
+// FieldManager is the field manager of what the fleet reconciler and the
+// rollout write of a SidecarInjector's status: status.fleet,
+// status.rollout and the conditions PodsUpToDate, PodsMissingSidecars,
+// RolloutBlocked and RolloutNotPermitted. One manager for both, so that a
+// write-ahead's inProgress entry the next status write no longer sends is
+// removed.
+const FieldManager = "hookwright-fleet"
+
+// Status shares a SidecarInjector's status between its writers:
+// FieldManager's share, and the rest the lifecycle reconciler's
+// (apply.StatusManager). Each applies only its share, so neither merges
+// the other's conditions.
+var Status = apply.StatusSplit{Parts: []apply.StatusPart{{
+	Manager: FieldManager,
+	Fields:  []string{"fleet", "rollout"},
+	Conditions: []string{v1alpha1.ConditionPodsUpToDate, v1alpha1.ConditionPodsMissingSidecars,
+		v1alpha1.ConditionRolloutBlocked, v1alpha1.ConditionRolloutNotPermitted},
+}}}
 
 // Reasons of the rollout conditions, and its Events.
 const (

@@ -91,8 +91,10 @@ type step struct {
 	imaged, resized []string
 	acted           int
 	pdbs            map[string][]policyv1.PodDisruptionBudget
-	// resourceVersion is the CR's after a write-ahead, else "".
+	// resourceVersion is the CR's after a write-ahead, else "";
+	// written is the CR as the last write-ahead left it.
 	resourceVersion string
+	written         *v1alpha1.SidecarInjector
 	// wake is the soonest a pod in flight may be done by the clock alone
 	// (its Ready condition settling), 0 when none.
 	wake time.Duration
