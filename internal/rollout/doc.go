@@ -21,7 +21,9 @@
 //   - disruption.go: what holds a disruption back (PodDisruptionBudgets,
 //     a webhook not ready to inject the restarted pods);
 //   - memo.go: every cache kept between steps, behind one mutex;
-//   - status.go: status.rollout, the conditions, Events and metrics.
+//   - status.go: status.rollout, the conditions, Events and metrics, and
+//     the fleet's share of the status (Status, FieldManager) that the
+//     fleet reconciler and the write-ahead apply.
 //
 // The rollout's state lives in the cluster (the pods' rollout
 // annotation, the owners' restarted-for annotation, status.rollout), so
