@@ -259,7 +259,7 @@ func (x *Index) Record(pod *corev1.Pod) *Pod {
 		held = x.slots[i]
 	}
 	x.mu.RUnlock()
-	if held != nil && pod.ResourceVersion != "" && held.ResourceVersion() == pod.ResourceVersion && held.UID() == pod.UID {
+	if held != nil && pod.ResourceVersion != "" && held.hasIDs(pod.UID, pod.ResourceVersion) {
 		return held
 	}
 	return FromPod(pod)

@@ -500,26 +500,30 @@ func benchReplace(b *testing.B, mk func(int) *corev1.Pod, shuffled ...bool) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/pod")
 }
 
+// idCases are UIDs and resourceVersions in the API server's form
+// (packed) and in others (kept as written).
+var idCases = []struct {
+	uid, rv string
+	packed  bool
+}{
+	{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "1234567", true},
+	{"", "", true},
+	{"ffffffff-ffff-ffff-ffff-ffffffffffff", "0", true},
+	{"0B5C2F63-3C1E-4D4E-9A34-000000000042", "1", false}, // uppercase: kept as written
+	{"00000000-0000-0000-0000-000000000000", "1", false}, // the zero UUID
+	{"uid-apps-a", "1", false},
+	{"0b5c2f63-3c1e-4d4e-9a34-00000000004g", "1", false},
+	{"0b5c2f63x3c1e-4d4e-9a34-000000000042", "1", false},
+	{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "0012", false}, // leading zeros
+	{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "18446744073709551615", false},
+	{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "-1", false},
+	{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "opaque", false},
+}
+
 // TestIDsRoundTrip: a record gives back the UID and resourceVersion it
 // was built from, packed or not.
 func TestIDsRoundTrip(t *testing.T) {
-	for _, c := range []struct {
-		uid, rv string
-		packed  bool
-	}{
-		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "1234567", true},
-		{"", "", true},
-		{"ffffffff-ffff-ffff-ffff-ffffffffffff", "0", true},
-		{"0B5C2F63-3C1E-4D4E-9A34-000000000042", "1", false}, // uppercase: kept as written
-		{"00000000-0000-0000-0000-000000000000", "1", false}, // the zero UUID
-		{"uid-apps-a", "1", false},
-		{"0b5c2f63-3c1e-4d4e-9a34-00000000004g", "1", false},
-		{"0b5c2f63x3c1e-4d4e-9a34-000000000042", "1", false},
-		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "0012", false}, // leading zeros
-		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "18446744073709551615", false},
-		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "-1", false},
-		{"0b5c2f63-3c1e-4d4e-9a34-000000000042", "opaque", false},
-	} {
+	for _, c := range idCases {
 		p := pod("apps", "a", nil)
 		p.UID, p.ResourceVersion = types.UID(c.uid), c.rv
 		r := FromPod(p)
@@ -532,6 +536,27 @@ func TestIDsRoundTrip(t *testing.T) {
 		if (r.odd == nil) != c.packed {
 			t.Errorf("%q %q: packed %v, want %v", c.uid, c.rv, r.odd == nil, c.packed)
 		}
+	}
+}
+
+// TestHasIDs: a record's hasIDs answers as comparing UID() and
+// ResourceVersion() would, for every pair of packed and odd IDs.
+func TestHasIDs(t *testing.T) {
+	for _, a := range idCases {
+		p := pod("apps", "a", nil)
+		p.UID, p.ResourceVersion = types.UID(a.uid), a.rv
+		r := FromPod(p)
+		for _, b := range idCases {
+			want := r.UID() == types.UID(b.uid) && r.ResourceVersion() == b.rv
+			if got := r.hasIDs(types.UID(b.uid), b.rv); got != want {
+				t.Errorf("record %q %q asked %q %q: %v, want %v", a.uid, a.rv, b.uid, b.rv, got, want)
+			}
+		}
+	}
+	r := FromPod(realisticPod(0))
+	uid, rv := r.UID(), r.ResourceVersion()
+	if n := testing.AllocsPerRun(100, func() { r.hasIDs(uid, rv) }); n != 0 {
+		t.Errorf("hasIDs: %v allocations, want none", n)
 	}
 }
 
@@ -603,5 +628,25 @@ func TestRecordReusedForUnchangedPod(t *testing.T) {
 	}
 	if s := x.Stats(); s.Pods != 2 {
 		t.Fatalf("%d pods indexed, want 2", s.Pods)
+	}
+}
+
+// BenchmarkRecordUnchanged: a re-sync's transform of a pod the index
+// holds unchanged (the held record handed back).
+func BenchmarkRecordUnchanged(b *testing.B) {
+	const n = 20000
+	x := New()
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = realisticPod(i)
+		pods[i].UID = types.UID(fmt.Sprintf("0b5c2f63-3c1e-4d4e-9a34-%012d", i))
+		pods[i].ResourceVersion = fmt.Sprint(1000 + i)
+		x.Upsert(FromPod(pods[i]))
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if x.Record(pods[i%n]) == nil {
+			b.Fatal("no record")
+		}
 	}
 }

@@ -149,6 +149,12 @@ func packUUID(s string) (out [16]byte, ok bool) {
 }
 
 func formatUUID(u [16]byte) string {
+	b := uuidText(u)
+	return string(b[:])
+}
+
+// uuidText is u in the 8-4-4-4-12 lowercase form.
+func uuidText(u [16]byte) [36]byte {
 	var b [36]byte
 	hex.Encode(b[:8], u[:4])
 	b[8] = '-'
@@ -159,7 +165,35 @@ func formatUUID(u [16]byte) string {
 	hex.Encode(b[19:23], u[8:10])
 	b[23] = '-'
 	hex.Encode(b[24:], u[10:])
-	return string(b[:])
+	return b
+}
+
+// hasIDs reports whether UID() and ResourceVersion() are uid and rv,
+// without making either string: a re-sync asks it of every pod.
+func (p *Pod) hasIDs(uid types.UID, rv string) bool {
+	return p.hasUID(uid) && p.hasRV(rv)
+}
+
+func (p *Pod) hasUID(uid types.UID) bool {
+	if p.odd != nil && p.odd.uid != "" {
+		return p.odd.uid == uid
+	}
+	if p.uid == [16]byte{} {
+		return uid == ""
+	}
+	b := uuidText(p.uid)
+	return string(b[:]) == string(uid)
+}
+
+func (p *Pod) hasRV(rv string) bool {
+	if p.odd != nil && p.odd.rv != "" {
+		return p.odd.rv == rv
+	}
+	if p.rv == 0 {
+		return rv == ""
+	}
+	var b [20]byte
+	return string(strconv.AppendUint(b[:0], p.rv-1, 10)) == rv
 }
 
 // packRV packs a decimal resourceVersion without leading zeros (etcd's
