@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,10 +96,14 @@ type podIndexer struct {
 	podsSynced, nsSynced atomic.Bool
 	// lastEvent is when the index last changed (a pod or namespace event).
 	lastEvent atomic.Int64
+	// paged is set when the pod list was paged (the server did not
+	// stream), for the log line of the list's end.
+	paged atomic.Bool
+	log   logr.Logger
 }
 
 func newPodIndexer(cs kubernetes.Interface) *podIndexer {
-	return &podIndexer{idx: podindex.New(), cs: cs}
+	return &podIndexer{idx: podindex.New(), cs: cs, log: logr.Discard()}
 }
 
 // NeedLeaderElection: only the leader builds and holds the index.
@@ -137,9 +142,11 @@ func (p *podIndexer) notify(ch podindex.Changes) {
 func (p *podIndexer) Start(ctx context.Context) error {
 	liveIndex.Store(p.idx)
 	defer liveIndex.CompareAndSwap(p.idx, nil)
+	p.log = log.FromContext(ctx).WithName("pod-index")
 	pods := p.cs.CoreV1().Pods(metav1.NamespaceAll)
 	podLW := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			p.paged.Store(true)
 			return pagedList(ctx, o, func(o metav1.ListOptions) (metav1.ListMeta, []*podindex.Pod, error) {
 				o.FieldSelector = podFieldSelector
 				l, err := pods.List(ctx, o)
@@ -274,6 +281,13 @@ func (s *podStore) Replace(items []any, _ string) error {
 		recs = append(recs, r)
 	}
 	ch := s.p.idx.Replace(recs)
+	how := "streamed"
+	if s.p.paged.Swap(false) {
+		how = "paged"
+	}
+	// Once per list: which path a takeover or a re-sync took shows in the
+	// log (a server that refuses WatchList costs it more).
+	s.p.log.Info("pod index listed", "pods", len(recs), "list", how, "changed", len(ch))
 	s.p.podsSynced.Store(true)
 	indexLists.Inc()
 	s.p.notify(ch)
