@@ -57,6 +57,11 @@ func TestMain(m *testing.M) {
 		// at 50,000 (4.6 GiB, Go's default GOGC): bounded on this
 		// shared machine, where 162,500 pods would take 14 GiB.
 		opts.APIServerEnv = []string{"GOMEMLIMIT=10GiB"}
+		// make scale-pods SWEEP_WATCHLIST=false: a server that does not
+		// stream lists, for the index's paged path.
+		if os.Getenv(sweepWatchListEnv) == "false" {
+			opts.APIServerArgs = map[string][]string{"feature-gates": {"WatchList=false"}}
+		}
 	}
 	env, err = cluster.New(ctx, opts)
 	if err != nil {

@@ -277,3 +277,25 @@ func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
 		return peak
 	}
 }
+
+// listPath is how the operator's pod index took its last complete list,
+// from its log line "pod index listed" (controllers/podindex.go):
+// "streamed" (WatchList), "paged", or "" before any.
+func (o *operator) listPath() string {
+	b, err := os.ReadFile(o.proc.Log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if !strings.Contains(lines[i], "pod index listed") {
+			continue
+		}
+		for _, how := range []string{"streamed", "paged"} {
+			if strings.Contains(lines[i], `"`+how+`"`) || strings.Contains(lines[i], "="+how) {
+				return how
+			}
+		}
+	}
+	return ""
+}

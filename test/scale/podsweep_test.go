@@ -365,6 +365,16 @@ func TestPodSweep(t *testing.T) {
 	})
 	sweepConverges(t, ctx, crs, after, 5*time.Minute)
 	exact := time.Since(start)
+	// The stream where the server offers it (WatchList, on by default
+	// from kube-apiserver 1.34), else the paged list.
+	wantPath := "streamed"
+	if os.Getenv(sweepWatchListEnv) == "false" {
+		wantPath = "paged"
+	}
+	listed := sb.listPath()
+	if listed != wantPath {
+		t.Errorf("the new leader's pod index was %q, want %s", listed, wantPath)
+	}
 	// Nothing else moved: the new leader's counts equal the written ones
 	// for every other injector, so it writes none of them.
 	if err := cluster.During(ctx, sz.quiet, time.Second, func(context.Context) error { return nil }); err != nil {
@@ -382,8 +392,8 @@ func TestPodSweep(t *testing.T) {
 	for _, si := range crs[1:] {
 		others += w3by[si.Name] - w2by[si.Name]
 	}
-	t.Logf("takeover: %d pods deleted %s after the kill; new leader %s, index of %d pods %s, counts exact %s after it; %d writes of injector 0, %d of the others",
-		len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), running, synced.Round(time.Millisecond), exact.Round(time.Millisecond),
+	t.Logf("takeover: %d pods deleted %s after the kill; new leader %s, index of %d pods (%s) %s, counts exact %s after it; %d writes of injector 0, %d of the others",
+		len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), running, listed, synced.Round(time.Millisecond), exact.Round(time.Millisecond),
 		w3by[crs[0].Name]-w2by[crs[0].Name], others)
 	if others != 0 {
 		t.Errorf("a takeover wrote the %d SidecarInjectors whose pods did not change %d times: %s", len(crs)-1, others, cmp.Diff(before, statuses(t, ctx)))
@@ -413,7 +423,7 @@ func TestPodSweep(t *testing.T) {
 			"| index: pods / estimated bytes / bytes per pod | %.0f / %.0f / %.0f |\n| leader VmRSS per pod (quiet last − create first) | %.0f B |\n"+
 			"| standby VmRSS before the takeover: max | %.1f MiB |\n"+
 			"| takeover (kill -9): %d pods deleted while no leader | %s after the kill |\n| … standby leads | %s after the kill |\n"+
-			"| … its index holds every pod | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
+			"| … its index holds every pod (%s) | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
 			"%s\n"+
 			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
 			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n"+
@@ -423,7 +433,7 @@ func TestPodSweep(t *testing.T) {
 			created.Round(time.Second), converge.Round(time.Millisecond), sz.quiet, quietWrites, templ.Round(time.Millisecond),
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
 			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
-			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
+			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), listed, synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
 			resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
 		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
 			t.Error(err)
@@ -433,6 +443,10 @@ func TestPodSweep(t *testing.T) {
 
 // sweepPodsEnv is the pod sweep's size (make scale-pods SWEEP_PODS=N).
 const sweepPodsEnv = "HOOKWRIGHT_SWEEP_PODS"
+
+// sweepWatchListEnv "false" starts the sweep's API server without
+// WatchList (make scale-pods SWEEP_WATCHLIST=false).
+const sweepWatchListEnv = "HOOKWRIGHT_SWEEP_WATCHLIST"
 
 // resyncFigures are the forced re-sync's measurements.
 type resyncFigures struct {
