@@ -51,7 +51,7 @@
 //     removed and found (cgroups, mounts, host files, packet filter rules,
 //     kernel settings)?
 //   - process.go: how does the harness run a child process (StartProcess,
-//     Settle, its log, a free port)?
+//     Settle, its log, a free port) and await its probe server (ProbeOK)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
 //     Permanent, and Watch for what a poll can miss)? Every wait and
 //     repeated check in test/... uses these.

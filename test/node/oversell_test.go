@@ -51,17 +51,7 @@ func startOversellServer(t *testing.T, ctx context.Context) (*cluster.Process, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	if err := cluster.WaitFor(ctx, time.Minute, "oversell /readyz", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	if err := cluster.WaitFor(ctx, time.Minute, "oversell /readyz", p.ProbeOK(probe, "/readyz")); err != nil {
 		t.Fatal(err)
 	}
 	createNS(ctx, t, oversellNS)

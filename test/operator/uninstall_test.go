@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -144,17 +143,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
-	if err := cluster.WaitFor(ctx, time.Minute, "stand-in manager ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	if err := cluster.WaitFor(ctx, time.Minute, "stand-in manager ready", p.ProbeOK(probe, "/readyz")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -3,7 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -60,17 +59,7 @@ func startServer(t *testing.T, ctx context.Context, name, certDir string, extra 
 		}
 		_ = p.Stop(5 * time.Second)
 	})
-	waitFor(t, ctx, time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, ctx, time.Minute, name+" server ready", p.ProbeOK(probe, "/readyz"))
 	return &server{proc: p, addr: fmt.Sprintf("127.0.0.1:%d", port), metricsPort: metrics}
 }
 

@@ -99,17 +99,7 @@ func startManager(t *testing.T, ctx context.Context, ns string, waitCRs, leaderE
 		}
 		_ = p.Stop(10 * time.Second)
 	})
-	waitFor(t, ctx, 2*time.Minute, "manager ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, ctx, 2*time.Minute, "manager ready", p.ProbeOK(probe, "/readyz"))
 	return &operator{proc: p, metricsPort: metrics, pprofPort: pprof}
 }
 

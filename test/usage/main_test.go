@@ -17,7 +17,6 @@ package usage
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -274,17 +273,7 @@ func startServer(t *testing.T, name string, args []string, sec *corev1.Secret, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	waitFor(t, cluster.TestContext(t, time.Minute), time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, cluster.TestContext(t, time.Minute), time.Minute, name+" server ready", p.ProbeOK(probe, "/readyz"))
 	if err := env.RouteService(svc, fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
