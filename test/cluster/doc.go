@@ -55,6 +55,9 @@
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
 //     Permanent, and Watch for what a poll can miss)? Every wait and
 //     repeated check in test/... uses these.
+//   - oversell.go: what do the suites that oversell nodes share: the
+//     webhook configuration for an oversell server a test runs itself
+//     (OversellWebhook)?
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,

@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -47,27 +45,9 @@ func startOversell(t *testing.T) *webhookServer {
 		t.Fatal(err)
 	}
 	s := startWebhookServer(t, true, "oversell", oversellNS, "oversell")
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-it"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "oversell.hookwright.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: oversellNS, Name: "oversell", Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
-				CABundle: s.ca.CertPEM,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](2),
-			// TestOversellOverlappingNodeOversells' nodes have their own webhooks.
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: overlapLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
-		}},
-	}
+	mwc := cluster.OversellWebhook("hookwright-oversell-it", "oversell.hookwright.io", oversellNS, "oversell", s.ca.CertPEM, 2)
+	// TestOversellOverlappingNodeOversells' nodes have their own webhooks.
+	mwc.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: overlapLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}

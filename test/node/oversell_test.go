@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,25 +57,7 @@ func startOversellServer(t *testing.T, ctx context.Context) (*cluster.Process, s
 	if _, err := env.ExposeLocal(ctx, oversellNS, "oversell", 443, fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-node"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "oversell.hookwright.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: oversellNS, Name: "oversell", Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
-				CABundle: ca.CertPEM,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](2),
-		}},
-	}
+	mwc := cluster.OversellWebhook("hookwright-oversell-node", "oversell.hookwright.io", oversellNS, "oversell", ca.CertPEM, 2)
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}
