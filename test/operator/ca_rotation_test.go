@@ -99,15 +99,10 @@ func TestCADirAndCARotation(t *testing.T) {
 	idle := sampleInjector(t, "rot-idle")
 	idle.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "never"}}
 	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+		create(t, ctx, o)
 	}
 	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
-		waitConditions(t, ctx, o, func() []metav1.Condition { return o.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		waitConfigured(t, ctx, o, 60*time.Second)
 	}
 	base := desired.SidecarKind.BaseName(si.Name)
 	configs := []string{base, desired.SidecarKind.BaseName(idle.Name)}

@@ -28,10 +28,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	c := env.Client
 	si := sampleInjector(t, "cfg")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionServerAvailable: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,

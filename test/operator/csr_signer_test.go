@@ -184,10 +184,7 @@ func csrService(t *testing.T, ctx context.Context, ns, name string) *corev1.Serv
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
 	}
-	if err := env.Client.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), svc) })
+	create(t, ctx, svc)
 	return svc
 }
 
@@ -391,10 +388,7 @@ spec:
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
-	if err := env.Client.Create(ctx, mwc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	create(t, ctx, mwc)
 	err = cluster.WaitFor(ctx, 30*time.Second, "dry-run create mutated by the webhook", func(ctx context.Context) (bool, error) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "probe"}}
 		if err := env.Client.Create(ctx, cm, client.DryRunAll); err != nil {

@@ -102,10 +102,7 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
 	si.Spec.Server.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	const ns = "failsafe-apps"
 	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"failsafe-test": "on"}); err != nil {
 		t.Fatal(err)
@@ -178,10 +175,7 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 	si := sampleInjector(t, "recovery")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	const ns = "recovery-apps"
 	for _, n := range []string{ns, excludedNS} {
 		if _, err := env.CreateNamespace(ctx, n, sel); err != nil {
@@ -191,9 +185,7 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 			_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		})
 	}
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	o, srv := armFail(t, ctx, si, "injector-recovery")
 	env.UnrouteService(o.Svc)
 	if err := srv.proc.Stop(5 * time.Second); err != nil {
@@ -276,13 +268,8 @@ func TestBreakGlassWithOperatorStopped(t *testing.T) {
 	c := env.Client
 	si := sampleInjector(t, "breakglass")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"breakglass-test": "on"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 
 	stopOperator()
 	restarted := false
@@ -361,10 +348,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	const pcName, pcValue = "hookwright-test-servers", int32(100000)
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: pcValue,
 		Description: "test/operator TestServerPriorityClassAndSpread"}
-	if err := c.Create(ctx, pc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+	create(t, ctx, pc)
 
 	// The CRD's own validation, and the validating webhook's warning.
 	bad := sampleInjector(t, "prio-reserved")
@@ -399,10 +383,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 
 	si := sampleInjector(t, "prio")
 	si.Spec.Server.PriorityClassName = pcName
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	op := desired.SidecarCR(si)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
 	err = cluster.WaitFor(ctx, 60*time.Second, "the server Deployment", func(ctx context.Context) (bool, error) {
@@ -468,17 +449,11 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	const pcName = "hookwright-test-cleared"
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: 1000,
 		Description: "test/operator TestServerPriorityClassCleared"}
-	if err := c.Create(ctx, pc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+	create(t, ctx, pc)
 
 	si := sampleInjector(t, "prio-cleared")
 	si.Spec.Server.PriorityClassName = pcName
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
 	deploy := o.Deploy
 	templateClass := func(want string) func(context.Context) (bool, error) {

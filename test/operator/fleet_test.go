@@ -32,13 +32,8 @@ func TestFleetStatus(t *testing.T) {
 	si := sampleInjector(t, "fleet")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "fleet"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	const ns = "fleet-apps"
 	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"sidecar-injection": "fleet"}); err != nil {
 		t.Fatal(err)

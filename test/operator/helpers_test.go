@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -118,6 +119,41 @@ func waitConditions(t *testing.T, ctx context.Context, obj client.Object, conds 
 	if err != nil {
 		t.Fatalf("%v; conditions: %s", err, fmtConds(last))
 	}
+}
+
+// configured is what a CR's conditions say once the operator has issued
+// its serving certificate and written its webhook configuration.
+var configured = map[string]metav1.ConditionStatus{
+	v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+}
+
+// waitConfigured is waitConditions for configured on a SidecarInjector or
+// a NodeOversell.
+func waitConfigured(t *testing.T, ctx context.Context, cr client.Object, timeout time.Duration) {
+	t.Helper()
+	waitConditions(t, ctx, cr, conditionsOf(cr), configured, timeout)
+}
+
+// conditionsOf reads the status conditions of cr, a SidecarInjector or a
+// NodeOversell, for waitConditions.
+func conditionsOf(cr client.Object) func() []metav1.Condition {
+	switch cr := cr.(type) {
+	case *v1alpha1.SidecarInjector:
+		return func() []metav1.Condition { return cr.Status.Conditions }
+	case *v1alpha1.NodeOversell:
+		return func() []metav1.Condition { return cr.Status.Conditions }
+	}
+	panic(fmt.Sprintf("conditionsOf: %T is not a CR of this operator", cr))
+}
+
+// create creates obj and deletes it when the test ends: a failed test
+// must not leave a webhook that intercepts later tests.
+func create(t *testing.T, ctx context.Context, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
 }
 
 func fmtConds(cs []metav1.Condition) string {

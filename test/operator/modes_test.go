@@ -47,11 +47,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 			Server:            v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
 		},
 	}
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
@@ -91,9 +87,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	}
 	// The user's Secret is watched (metadata): creating it reconciles the
 	// CR without any change of the CR (the resync is 5 min).
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConditions(t, ctx, si, conds, configured, 30*time.Second)
 	t.Logf("user Secret created → WebhookConfigured in %s", time.Since(created).Round(time.Millisecond))
 	o.MWC.Name = base
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
@@ -151,11 +145,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "movable"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: metav1.ConditionTrue}, 30*time.Second)
 	base := desired.SidecarKind.BaseName(si.Name)
@@ -199,9 +189,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConditions(t, ctx, si, conds, configured, 30*time.Second)
 	moved := ownedKeys(base, "mesh-servers")
 	oldNS := owned{SA: o.SA, Deploy: o.Deploy, PDB: o.PDB, Svc: o.Svc, Secret: o.Secret}
 	err = cluster.WaitFor(ctx, 30*time.Second, "objects moved to mesh-servers, old ones and the PDB removed", func(ctx context.Context) (bool, error) {
@@ -249,11 +237,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "fought"}, Spec: v1alpha1.SidecarInjectorSpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"conflict-test": "never"}},
 	}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
 	base := desired.SidecarKind.BaseName(si.Name)
@@ -370,10 +354,7 @@ func TestPauseReconcile(t *testing.T) {
 	ctx := cluster.TestContext(t, 2*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "paused"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)

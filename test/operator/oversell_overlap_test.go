@@ -46,13 +46,8 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 				Priority:     prio,
 			},
 		}
-		if err := c.Create(ctx, no); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
-		waitConditions(t, ctx, no, func() []metav1.Condition { return no.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		create(t, ctx, no)
+		waitConfigured(t, ctx, no, 60*time.Second)
 		base := desired.OversellKind.BaseName(no.Name)
 		o := ownedKeys(base, operatorNS)
 		o.fetch(t, ctx, "NodeOversell", no.UID)

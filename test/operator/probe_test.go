@@ -197,17 +197,10 @@ func TestWebhookReachable(t *testing.T) {
 		},
 	}
 	for _, o := range []client.Object{si, no} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+		create(t, ctx, o)
 	}
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
-	waitConditions(t, ctx, no, func() []metav1.Condition { return no.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
+	waitConfigured(t, ctx, no, 60*time.Second)
 
 	// No route to either Service yet: the API server cannot call them. The
 	// SidecarInjector asks for Fail but is published with Ignore until

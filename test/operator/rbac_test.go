@@ -183,10 +183,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": prefix + "server-namespace-role"},
 		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": prefix + "controller-manager", "namespace": opNS}},
 	}}
-	if err := env.Client.Create(ctx, rb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+	create(t, ctx, rb)
 	for _, x := range []q{
 		{"create", "apps", "deployments", extraNS, ""},
 		{"list", "", "secrets", extraNS, ""},

@@ -116,10 +116,7 @@ func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v
 		}
 	}
 	si.Spec.Rollout = rollout
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	f := &rolloutFixture{si: si, name: name}
 	t.Cleanup(func() { f.dump(t) })
 	// Restart needs the CR Ready: kwok runs the server Deployment's pods.
@@ -615,10 +612,7 @@ func TestRolloutRestart(t *testing.T) {
 	// A budget allowing no disruption of zapi.
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "zapi", Namespace: nsB}, Spec: policyv1.PodDisruptionBudgetSpec{
 		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "zapi"}}}}
-	if err := env.Client.Create(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pdb) })
+	create(t, ctx, pdb)
 	if err := cluster.WaitFor(ctx, 30*time.Second, "the disruption controller's status of the budget", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), pdb)
 		return pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.ExpectedPods == 1 && pdb.Status.CurrentHealthy == 1, err
@@ -996,10 +990,7 @@ func rolloutClusterRole(t *testing.T, ctx context.Context, prefix string) *rbacv
 				t.Fatalf("%s: %v", file, err)
 			}
 			r.Name = prefix + r.Name
-			if err := env.Client.Create(ctx, r); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), r) })
+			create(t, ctx, r)
 			return r
 		}
 	}
@@ -1032,10 +1023,7 @@ func TestRolloutNotPermitted(t *testing.T) {
 		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "rollout", Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: prefix + "controller-manager", Namespace: operatorNS}}}
-		if err := env.Client.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+		create(t, ctx, rb)
 		// The RBAC authorizer sees a binding a moment after its create.
 		if err := cluster.WaitFor(ctx, 30*time.Second, "the rollout binding in effect in "+ns, func(ctx context.Context) (bool, error) {
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: append(groups, "system:authenticated"),

@@ -54,15 +54,10 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		si.Spec = spec
 	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
-		if err := env.Client.Create(ctx, si); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+		create(t, ctx, si)
 	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
-		waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		waitConfigured(t, ctx, si, 60*time.Second)
 	}
 	caKey := client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}
 	caSec := &corev1.Secret{}

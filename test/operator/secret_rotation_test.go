@@ -47,17 +47,9 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	}
 	ca1, data1 := issue("byo-rot-1")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: operatorNS}, Type: corev1.SecretTypeTLS, Data: data1}
-	if err := c.Create(ctx, sec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sec) })
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	create(t, ctx, sec)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	if b, err := mwcBundle(ctx, base); err != nil || !bytes.Equal(b, ca1.CertPEM) {
 		t.Fatalf("caBundle is not the user's ca.crt: %v", err)
 	}

@@ -68,10 +68,7 @@ func TestServerDeploymentsRollOneAtATime(t *testing.T) {
 	}
 	t.Cleanup(func() { restartWithImage("") })
 	for _, si := range sis {
-		if err := c.Create(ctx, si); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+		create(t, ctx, si)
 	}
 
 	steady := func(ctx context.Context, image string) (bool, error) {

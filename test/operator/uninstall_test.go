@@ -54,10 +54,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		},
 	}
 	for _, cr := range []client.Object{si, no} {
-		if err := c.Create(ctx, cr); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cr) })
+		create(t, ctx, cr)
 	}
 	if _, err := env.CreateNamespace(ctx, appsNS, map[string]string{"uninstall-test": "on"}); err != nil {
 		t.Fatal(err)
@@ -65,9 +62,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appsNS}})
 	})
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	o, srv := armFail(t, ctx, si, "injector-uninstall")
 	if err := cluster.WaitFor(ctx, time.Minute, "NodeOversell configuration", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Name: desired.OversellKind.BaseName(no.Name)}, &admissionregistrationv1.MutatingWebhookConfiguration{})
