@@ -235,6 +235,18 @@ func (f *rolloutFixture) change(t *testing.T, ctx context.Context, newStep bool,
 	}
 }
 
+// fleetIs waits until the CR's status.fleet counts satisfy ok, failing
+// with the last counts read.
+func (f *rolloutFixture) fleetIs(t *testing.T, ctx context.Context, timeout time.Duration, what string, ok func(v1alpha1.FleetCounts) bool) {
+	t.Helper()
+	if err := cluster.WaitFor(ctx, timeout, what, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
+		return ok(fleetCounts(f.si)), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
+	}
+}
+
 // rolloutIs waits until status.rollout (for revision rev) satisfies ok.
 func (f *rolloutFixture) rolloutIs(t *testing.T, ctx context.Context, what, rev string, timeout time.Duration, ok func(*v1alpha1.RolloutStatus, *v1alpha1.SidecarInjector) bool) *v1alpha1.RolloutStatus {
 	t.Helper()
@@ -713,13 +725,9 @@ func TestRolloutRestart(t *testing.T) {
 			t.Errorf("pod %s touched: labels %v annotations %v", p, pod.Labels, pod.Annotations)
 		}
 	}
-	if err := cluster.WaitFor(ctx, 30*time.Second, "fleet counts: all but the bare and Job pods current", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.CurrentPods == 5 && c.OutdatedPods == 2 && c.MissingPods == 0, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, 30*time.Second, "fleet counts: all but the bare and Job pods current", func(c v1alpha1.FleetCounts) bool {
+		return c.CurrentPods == 5 && c.OutdatedPods == 2 && c.MissingPods == 0
+	})
 	var reasons map[string]int
 	if err := cluster.WaitFor(ctx, 30*time.Second, "RolloutBatch Events", func(ctx context.Context) (bool, error) {
 		var err error
@@ -826,13 +834,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
 	waitDeployments(t, ctx, "the missing pods replaced by injected ones", rev, web)
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.MissingPods == 0 && c.CurrentPods == 2, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "no pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 0 && c.CurrentPods == 2 })
 	f.rolloutIs(t, ctx, "rollout complete", rev, 30*time.Second, func(rs *v1alpha1.RolloutStatus, _ *v1alpha1.SidecarInjector) bool {
 		return rs.Total == 2 && rs.Updated == 2 && rs.Unavailable == 0
 	})
@@ -1157,12 +1159,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 	const ns = "ro-a"
 	f.namespace(t, ctx, ns, nil)
 	web := deploy(t, ctx, ns, "web", 1, nil)
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "the pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		return fleetCounts(f.si).MissingPods == 1, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "the pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 1 })
 	f.change(t, ctx, false, func(s *v1alpha1.SidecarInjectorSpec) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
@@ -1190,13 +1187,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 	f.serve(t, ctx)
 	waitDeployments(t, ctx, "the pod replaced by an injected one after the outage", f.si.Status.Revision, web)
 	t.Logf("rolled %s after the server was back", time.Since(back).Round(time.Millisecond))
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.MissingPods == 0 && c.CurrentPods == 1, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "no pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 0 && c.CurrentPods == 1 })
 	f.condition(t, ctx, v1alpha1.ConditionRolloutBlocked, metav1.ConditionFalse, "Complete", "", 30*time.Second)
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
 }
