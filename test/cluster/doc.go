@@ -61,7 +61,8 @@
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
-//     the hookwright binary, config/samples)?
+//     the hookwright binary, config/samples: LoadSample, SampleInjector
+//     and SetProxyImage, the template change for a new revision)?
 //   - certs.go, toywebhook.go, atomicdir.go: fixtures: a test CA and its
 //     serving certificates, a minimal mutating webhook, and a directory
 //     written the kubelet's way (atomic ..data swap).

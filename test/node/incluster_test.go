@@ -154,11 +154,7 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 
 	const ns, name, injector = "hook", "injector", "node-injector"
 	createNS(ctx, t, ns)
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = injector
+	si := cluster.SampleInjector(t, injector)
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}

@@ -325,11 +325,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteNamespace(t, rolloutNS) })
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = "rollout"
+	si := cluster.SampleInjector(t, "rollout")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rollout.test.hookwright.io": "enabled"}}
 	si.Spec.NativeSidecars = v1alpha1.NativeSidecarEnabled
 	si.Spec.Server.Replicas = ptr.To[int32](1)

@@ -94,9 +94,9 @@ func TestCADirAndCARotation(t *testing.T) {
 	// Two SelfSigned injectors: "rot" serves pods of rot-apps through a
 	// local server; "rot-idle" selects no namespace, but its configuration
 	// must carry every CA change all the same.
-	si := sampleInjector(t, "rot")
+	si := cluster.SampleInjector(t, "rot")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "enabled"}}
-	idle := sampleInjector(t, "rot-idle")
+	idle := cluster.SampleInjector(t, "rot-idle")
 	idle.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "never"}}
 	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
 		create(t, ctx, o)

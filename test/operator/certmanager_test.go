@@ -60,7 +60,7 @@ func certManagerCRDs(t *testing.T) string {
 func TestCertManagerMode(t *testing.T) {
 	ctx := cluster.TestContext(t, 6*time.Minute)
 	const name = "cm"
-	si := sampleInjector(t, name)
+	si := cluster.SampleInjector(t, name)
 	// issuerRef belongs to mode CertManager (CEL rule on the CRD).
 	si.Spec.Certificate = v1alpha1.CertificateSpec{IssuerRef: &v1alpha1.IssuerReference{Name: "corp-ca"}}
 	if err := env.Client.Create(ctx, si.DeepCopy(), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "issuerRef is only used when mode is CertManager") {

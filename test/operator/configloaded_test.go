@@ -26,7 +26,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "cfg")
+	si := cluster.SampleInjector(t, "cfg")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never"}}
 	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }

@@ -98,7 +98,7 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "unready")
+	si := cluster.SampleInjector(t, "unready")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
 	si.Spec.Server.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}}
@@ -172,7 +172,7 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	sel := map[string]string{"failsafe-recovery": "on"}
-	si := sampleInjector(t, "recovery")
+	si := cluster.SampleInjector(t, "recovery")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
 	create(t, ctx, si)
@@ -266,7 +266,7 @@ func selectorWebhookSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
 func TestBreakGlassWithOperatorStopped(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "breakglass")
+	si := cluster.SampleInjector(t, "breakglass")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"breakglass-test": "on"}}
 	create(t, ctx, si)
 	waitConfigured(t, ctx, si, 60*time.Second)
@@ -351,7 +351,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	create(t, ctx, pc)
 
 	// The CRD's own validation, and the validating webhook's warning.
-	bad := sampleInjector(t, "prio-reserved")
+	bad := cluster.SampleInjector(t, "prio-reserved")
 	bad.Spec.Server.PriorityClassName = "system-high"
 	if err := c.Create(ctx, bad, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("priorityClassName system-high: %v, want Invalid (reserved prefix)", err)
@@ -363,7 +363,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	critical := sampleInjector(t, "prio-critical")
+	critical := cluster.SampleInjector(t, "prio-critical")
 	critical.Spec.Server.PriorityClassName = v1alpha1.PriorityClusterCritical
 	var got []string
 	err = cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
@@ -381,7 +381,7 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	}
 	t.Logf("critical class warning: %q", got)
 
-	si := sampleInjector(t, "prio")
+	si := cluster.SampleInjector(t, "prio")
 	si.Spec.Server.PriorityClassName = pcName
 	create(t, ctx, si)
 	op := desired.SidecarCR(si)
@@ -451,7 +451,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 		Description: "test/operator TestServerPriorityClassCleared"}
 	create(t, ctx, pc)
 
-	si := sampleInjector(t, "prio-cleared")
+	si := cluster.SampleInjector(t, "prio-cleared")
 	si.Spec.Server.PriorityClassName = pcName
 	create(t, ctx, si)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)

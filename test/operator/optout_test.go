@@ -25,7 +25,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "optout")
+	si := cluster.SampleInjector(t, "optout")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "optout"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
 	create(t, ctx, si)

@@ -178,7 +178,7 @@ func TestWebhookReachable(t *testing.T) {
 	c := env.Client
 	// The sample's templates, selecting the probe namespace and pods with
 	// tier web or api.
-	si := sampleInjector(t, "probe-si")
+	si := cluster.SampleInjector(t, "probe-si")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"probe-test": "on"}}
 	si.Spec.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}},

@@ -233,7 +233,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	}
 	// RBAC's escalation check lets it write an injector server's
 	// ClusterRole with the fail-open rules (desired.failOpenRules).
-	si := sampleInjector(t, "rbac-escalation")
+	si := cluster.SampleInjector(t, "rbac-escalation")
 	role := desired.BuildSidecarInjector(si, desired.Settings{Namespace: opNS, Image: serverImage, OperatorDeployment: "hookwright-controller-manager"}).ClusterRole
 	role.Name, role.OwnerReferences = prefix+"server-role", nil
 	if len(role.Rules) < 4 {

@@ -103,7 +103,7 @@ func (f *rolloutFixture) dump(t *testing.T) {
 
 func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v1alpha1.RolloutSpec) *rolloutFixture {
 	t.Helper()
-	si := sampleInjector(t, name)
+	si := cluster.SampleInjector(t, name)
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": name}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
 	for i := range si.Spec.Templates {

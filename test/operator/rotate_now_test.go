@@ -47,7 +47,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	csr := csrInjector("rotnow-csr", v1alpha1.DefaultCSRSignerName, true)
 	csr.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotate-now-test": "csr"}}
 	// The sample's sidecar templates, so both servers inject.
-	sample := sampleInjector(t, "sample")
+	sample := cluster.SampleInjector(t, "sample")
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
 		spec := *sample.Spec.DeepCopy()
 		spec.NamespaceSelector, spec.Server, spec.Certificate = si.Spec.NamespaceSelector, si.Spec.Server, si.Spec.Certificate

@@ -29,7 +29,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	const name, secretName, ns = "byo-rot", "byo-rot-serving", "byo-rot-apps"
-	si := sampleInjector(t, name)
+	si := cluster.SampleInjector(t, name)
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"byo-rotation": "enabled"}}
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: secretName}
 	si.Spec.Server.Replicas = ptr.To[int32](1)

@@ -50,7 +50,7 @@ func TestServerDeploymentsRollOneAtATime(t *testing.T) {
 	deps := map[string]string{} // Deployment name -> CR name
 	var sis []*v1alpha1.SidecarInjector
 	for _, n := range names {
-		si := sampleInjector(t, n)
+		si := cluster.SampleInjector(t, n)
 		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"roll-test": "none"}}
 		sis = append(sis, si)
 		deps[desired.SidecarKind.BaseName(n)] = n

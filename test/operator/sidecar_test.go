@@ -21,22 +21,12 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-func sampleInjector(t *testing.T, name string) *v1alpha1.SidecarInjector {
-	t.Helper()
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = name
-	return si
-}
-
 func injected(p *corev1.Pod) bool { return p.Annotations[v1alpha1.SidecarStatusKey] != "" }
 
 func TestSidecarInjectorLifecycle(t *testing.T) {
 	ctx := cluster.TestContext(t, 6*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "mesh")
+	si := cluster.SampleInjector(t, "mesh")
 	create(t, ctx, si)
 	created := time.Now()
 	conds := func() []metav1.Condition { return si.Status.Conditions }

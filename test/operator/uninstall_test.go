@@ -43,7 +43,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		deploy = "hookwright-controller-manager"
 		appsNS = "uninstall-apps"
 	)
-	si := sampleInjector(t, "uninstall-keep")
+	si := cluster.SampleInjector(t, "uninstall-keep")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"uninstall-test": "on"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
 	no := &v1alpha1.NodeOversell{

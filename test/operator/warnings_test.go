@@ -78,7 +78,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	warns.Take()
 
 	// The sample selects namespaces and quotes every pod value.
-	si := sampleInjector(t, "calm-injector")
+	si := cluster.SampleInjector(t, "calm-injector")
 	if err := c.Create(ctx, si.DeepCopy(), dry); err != nil {
 		t.Fatal(err)
 	}

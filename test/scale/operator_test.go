@@ -234,6 +234,15 @@ func procStatus(pid int, key string) float64 {
 	return 0
 }
 
+// running fails once the manager has exited: cluster.During's check for
+// a window in which it must keep running.
+func (o *operator) running(context.Context) error {
+	if done, perr := o.proc.Exited(); done {
+		return fmt.Errorf("manager exited: %v", perr)
+	}
+	return nil
+}
+
 // rssPeak samples the operator's VmRSS every second until stopped and
 // returns the highest (VmHWM covers the process's whole life, so it
 // cannot tell one fleet's peak from an earlier one's).
