@@ -42,7 +42,8 @@
 //     aggregation layer, kwok's emulated kubelet metrics, SetPodUsage,
 //     StopMetricsServer)?
 //   - node.go: how does a real node start and stop (RealNodeSpec,
-//     StartRealNode, RealNode.Stop)?
+//     StartRealNode, RealNode.Stop), and what must the machine have
+//     (RealNodePrerequisites, RealNodeRepoRoot)?
 //   - node_kubelet.go: how are its kubelet and kube-proxy configured and run?
 //   - node_containerd.go: how are its containerd, CNI and images set up?
 //   - node_net.go: where does its network live, and why can no pod or

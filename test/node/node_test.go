@@ -79,14 +79,7 @@ var kubeletOptions = cluster.KubeletOptions{
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// A missing prerequisite fails the package, naming it: there is no
-	// fallback.
-	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
+	if _, err := cluster.RealNodeRepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

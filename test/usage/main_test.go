@@ -60,12 +60,8 @@ var (
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
-	root, err := cluster.RepoRoot()
+	_, err := cluster.RealNodeRepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
