@@ -172,9 +172,7 @@ func TestCADirAndCARotation(t *testing.T) {
 		followSecret(loopCtx, o.Secret, srv, 0, func() { reloads.Add(1) })
 	}()
 	// Admissions every 20 ms: a server-side dry-run pod through the injector.
-	var attempted, failed, notInjected atomic.Int64
-	var errMu sync.Mutex
-	var firstErrs []string
+	var adm admissionLoad
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -190,27 +188,20 @@ func TestCADirAndCARotation(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "rot-apps"},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}}},
 			}
-			attempted.Add(1)
+			adm.attempted.Add(1)
 			err := c.Create(loopCtx, p, client.DryRunAll)
 			switch {
 			case loopCtx.Err() != nil:
-				attempted.Add(-1)
+				adm.attempted.Add(-1)
 				return
-			case err != nil:
-				failed.Add(1)
-				errMu.Lock()
-				if len(firstErrs) < 5 {
-					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
-				}
-				errMu.Unlock()
-			case !injected(p):
-				notInjected.Add(1)
+			default:
+				adm.record(err, p)
 			}
 		}
 	}()
 	// A baseline of admissions before rotating (about 2 s of them on an
 	// idle machine), counted rather than slept.
-	waitCount(t, ctx, "admissions before rotating", &attempted, 100)
+	waitCount(t, ctx, "admissions before rotating", &adm.attempted, 100)
 
 	caSec := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
@@ -311,7 +302,7 @@ func TestCADirAndCARotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; steps seen %v", err, at)
 	}
-	failedRotation := failed.Load()
+	failedRotation := adm.failed.Load()
 
 	// A deleted CA Secret (its key is lost): a new CA signs at once, but no
 	// serving certificate from it is served before every configuration
@@ -367,13 +358,11 @@ func TestCADirAndCARotation(t *testing.T) {
 	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
 	// Admissions against the new CA only (about 2 s of them on an idle
 	// machine), counted rather than slept.
-	waitCount(t, ctx, "admissions in all, through the new CA alone", &attempted, attempted.Load()+100)
+	waitCount(t, ctx, "admissions in all, through the new CA alone", &adm.attempted, adm.attempted.Load()+100)
 	stop()
 	wg.Wait()
-	errMu.Lock()
-	defer errMu.Unlock()
 	t.Logf("admissions during the rotation and the CA Secret replacement: %d attempted, %d failed (%d during the rotation), %d not injected; %d certificate reloads of the local server; first errors %v",
-		attempted.Load(), failed.Load(), failedRotation, notInjected.Load(), reloads.Load(), firstErrs)
+		adm.attempted.Load(), adm.failed.Load(), failedRotation, adm.notInjected.Load(), reloads.Load(), adm.errs())
 	// The staged next CA lives only PromoteDelay (2 s) in the CA Secret:
 	// a poll slowed by load may miss it. The operator's CARotation Event
 	// for the step, on the CA Secret, is its own record that it wrote it.
@@ -395,12 +384,12 @@ func TestCADirAndCARotation(t *testing.T) {
 			t.Errorf("step %s not observed; seen %v", s, at)
 		}
 	}
-	if failed.Load() != 0 || notInjected.Load() != 0 {
+	if adm.failed.Load() != 0 || adm.notInjected.Load() != 0 {
 		t.Fatalf("%d of %d admissions failed and %d were not injected during the CA rotation and replacement: %v\ninjector log:\n%s",
-			failed.Load(), attempted.Load(), notInjected.Load(), firstErrs, srv.proc.Tail(3000))
+			adm.failed.Load(), adm.attempted.Load(), adm.notInjected.Load(), adm.errs(), srv.proc.Tail(3000))
 	}
-	if attempted.Load() < 100 {
-		t.Fatalf("only %d admissions attempted", attempted.Load())
+	if adm.attempted.Load() < 100 {
+		t.Fatalf("only %d admissions attempted", adm.attempted.Load())
 	}
 	if len(statusSteps) == 0 {
 		t.Error("CertificateReady never named a rotation step")

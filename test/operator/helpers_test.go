@@ -3,7 +3,9 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,6 +234,43 @@ func timeWithin(t *testing.T, ctx context.Context, what string, limit time.Durat
 	}
 	t.Logf("figure: %s in %s (limit %s)", what, took.Round(time.Millisecond), limit)
 	return took
+}
+
+// admissionLoad counts the admissions a test sends through a webhook
+// while it rotates what serves it, keeping the first five failures, timed.
+type admissionLoad struct {
+	attempted, failed, notInjected atomic.Int64
+	mu                             sync.Mutex
+	firstErrs                      []string
+}
+
+// fail counts a failed admission, keeping msg if it is one of the first
+// five.
+func (l *admissionLoad) fail(msg string) {
+	l.failed.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.firstErrs) < 5 {
+		l.firstErrs = append(l.firstErrs, time.Now().Format("15:04:05.000")+" "+msg)
+	}
+}
+
+// record counts the outcome of a dry-run create of p through an injector:
+// failed with err, or admitted but not injected.
+func (l *admissionLoad) record(err error, p *corev1.Pod) {
+	switch {
+	case err != nil:
+		l.fail(err.Error())
+	case !injected(p):
+		l.notInjected.Add(1)
+	}
+}
+
+// errs is the failures kept so far.
+func (l *admissionLoad) errs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.firstErrs)
 }
 
 // operatorBusy names the operator's controllers that run a reconcile or

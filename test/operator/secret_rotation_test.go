@@ -96,9 +96,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		defer wg.Done()
 		followSecret(loopCtx, followed, srv, kubeletDelay, func() { reloaded.Store(time.Now().UnixNano()) })
 	}()
-	var attempted, failed atomic.Int64
-	var errMu sync.Mutex
-	var firstErrs []string
+	var adm admissionLoad
 	go func() {
 		defer wg.Done()
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -109,25 +107,20 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			attempted.Add(1)
+			adm.attempted.Add(1)
 			ok, err := admitOne(loopCtx)
 			switch {
 			case loopCtx.Err() != nil:
-				attempted.Add(-1)
+				adm.attempted.Add(-1)
 				return
 			case err != nil || !ok:
-				failed.Add(1)
-				errMu.Lock()
-				if len(firstErrs) < 5 {
-					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+errString(err, "not injected"))
-				}
-				errMu.Unlock()
+				adm.fail(errString(err, "not injected"))
 			}
 		}
 	}()
 	// A baseline before the issuer rotates (about 1 s of admissions on an
 	// idle machine), counted rather than slept.
-	waitCount(t, ctx, "admissions before the issuer rotates", &attempted, 25)
+	waitCount(t, ctx, "admissions before the issuer rotates", &adm.attempted, 25)
 
 	ca2, data2 := issue("byo-rot-2")
 	replaced := time.Now()
@@ -152,7 +145,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		// Admissions after the previous CA left (about 1 s of them on an
 		// idle machine), counted rather than slept: with the baseline, the
 		// 50 the check below wants however slow each admission is.
-		waitCount(t, ctx, "admissions in all, through the previous CA leaving", &attempted, max(attempted.Load()+25, 50))
+		waitCount(t, ctx, "admissions in all, through the previous CA leaving", &adm.attempted, max(adm.attempted.Load()+25, 50))
 	}
 	stop()
 	wg.Wait()
@@ -160,15 +153,15 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Secret replaced: both CAs published after %s, the new one alone after %s; server reloaded %s after the replacement; %d admissions, %d failed",
-		both.Round(time.Millisecond), done.Round(time.Millisecond), time.Unix(0, reloaded.Load()).Sub(replaced).Round(time.Millisecond), attempted.Load(), failed.Load())
+		both.Round(time.Millisecond), done.Round(time.Millisecond), time.Unix(0, reloaded.Load()).Sub(replaced).Round(time.Millisecond), adm.attempted.Load(), adm.failed.Load())
 	if both == 0 {
 		t.Error("the caBundle never carried both CAs")
 	}
-	if reloaded.Load() == 0 || attempted.Load() < 50 {
-		t.Fatalf("no reload or too few admissions (%d)", attempted.Load())
+	if reloaded.Load() == 0 || adm.attempted.Load() < 50 {
+		t.Fatalf("no reload or too few admissions (%d)", adm.attempted.Load())
 	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", failed.Load(), attempted.Load(), firstErrs)
+	if adm.failed.Load() > 0 {
+		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", adm.failed.Load(), adm.attempted.Load(), adm.errs())
 	}
 }
 
