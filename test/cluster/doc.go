@@ -65,8 +65,9 @@
 //     the hookwright binary, config/samples: LoadSample, SampleInjector
 //     and SetProxyImage, the template change for a new revision)?
 //   - certs.go, toywebhook.go, atomicdir.go: fixtures: a test CA and its
-//     serving certificates, a minimal mutating webhook, and a directory
-//     written the kubelet's way (atomic ..data swap).
+//     serving certificates (MustServiceCA: both at once, for a Service), a
+//     minimal mutating webhook, and a directory written the kubelet's way
+//     (atomic ..data swap).
 //
 // It must not import controllers or webhooks: the harness runs them only
 // as the pods a cluster would run.

@@ -159,14 +159,7 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	ca, err := cluster.NewTestCA("node-injector-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Serving(cluster.ServiceDNSNames(ns, name)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, crt, key := cluster.MustServiceCA(t, "node-injector-ca", ns, name)
 	// What the operator gives a server: its own ServiceAccount allowed to
 	// read its SidecarInjector (controllers/desired.go).
 	mustCreate(ctx, t,

@@ -68,14 +68,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 		t.Fatalf("replicas 1 has a PDB: %v", err)
 	}
 
-	ca, err := cluster.NewTestCA("byo-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, crt, key := cluster.MustServiceCA(t, "byo-ca", operatorNS, base)
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "byo-serving", Namespace: operatorNS},
 		Type:       corev1.SecretTypeTLS,
@@ -97,20 +90,13 @@ func TestUserProvidedSecretMode(t *testing.T) {
 		t.Fatal("caBundle is not the user's ca.crt")
 	}
 	// The user replaces the certificate and its CA: caBundle follows.
-	ca2, err := cluster.NewTestCA("byo-ca-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt2, key2, err := ca2.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca2, crt2, key2 := cluster.MustServiceCA(t, "byo-ca-2", operatorNS, base)
 	sec.Data = map[string][]byte{corev1.TLSCertKey: crt2, corev1.TLSPrivateKeyKey: key2, "ca.crt": ca2.CertPEM}
 	replaced := time.Now()
 	if err := env.Client.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	err = cluster.WaitFor(ctx, bound(30*time.Second), "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(30*time.Second), "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
 			return false, err
 		}

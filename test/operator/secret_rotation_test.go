@@ -35,14 +35,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	si.Spec.Server.Replicas = ptr.To[int32](1)
 	base := desired.SidecarKind.BaseName(name)
 	issue := func(cn string) (*cluster.TestCA, map[string][]byte) {
-		ca, err := cluster.NewTestCA(cn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca, crt, key := cluster.MustServiceCA(t, cn, operatorNS, base)
 		return ca, map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM}
 	}
 	ca1, data1 := issue("byo-rot-1")
