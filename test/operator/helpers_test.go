@@ -169,7 +169,14 @@ func fmtConds(cs []metav1.Condition) string {
 // timeUntil polls cond every 5 ms and returns how long it took to hold.
 func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, bound(30*time.Second), what, func(ctx context.Context) (bool, error) {
+	return pollTimed(t, ctx, what, bound(30*time.Second), cond)
+}
+
+// pollTimed polls cond every 5 ms for up to limit and returns how long it
+// took to hold; a NotFound error counts as not yet, any other fails t.
+func pollTimed(t *testing.T, ctx context.Context, what string, limit time.Duration, cond func(context.Context) (bool, error)) time.Duration {
+	t.Helper()
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, limit, what, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, cluster.Permanent(err)
@@ -222,16 +229,7 @@ func eventReasons(ctx context.Context, kind, name string) (map[string]int, error
 // logged as a figure, not asserted.
 func timeWithin(t *testing.T, ctx context.Context, what string, limit time.Duration, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, limit, what, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return false, cluster.Permanent(err)
-		}
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	took := pollTimed(t, ctx, what, limit, cond)
 	t.Logf("figure: %s in %s (limit %s)", what, took.Round(time.Millisecond), limit)
 	return took
 }
