@@ -61,6 +61,8 @@
 //     (OversellWebhook)?
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
+//   - inprocess.go: what does an operator that a suite runs in its own
+//     process report (ReconcileTotal, from controller-runtime's registry)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
 //     the hookwright binary, config/samples: LoadSample, SampleInjector
 //     and SetProxyImage, the template change for a new revision)?

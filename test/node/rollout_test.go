@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/hack/ociimage"
@@ -856,22 +855,9 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 // operator, which runs in this process.
 func fleetReconciles(t *testing.T) float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
+	n, err := cluster.ReconcileTotal("sidecar-fleet")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "sidecar-fleet" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
 	}
 	return n
 }

@@ -490,7 +490,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	before := writes.Of(deployPath)
 	restartOperator(t, env.Config, allowedServerNamespaces)
 	settle(t, ctx)
-	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
+	reconciled, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the label", func(context.Context) (bool, error) {
-		n, err := reconcileTotal(desired.SidecarKind.Short)
+		n, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 		return n > reconciled, err
 	})
 	if err != nil {

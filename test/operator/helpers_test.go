@@ -337,29 +337,6 @@ func metricKey(m *dto.Metric) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-// reconcileTotal is controller_runtime_reconcile_total of one controller
-// (every result): the reconciles it finished.
-func reconcileTotal(controller string) (float64, error) {
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		return 0, err
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n, nil
-}
-
 // waitCount waits until the counter n reaches want (a count of real
 // events, e.g. admissions a load loop made) and returns the count then.
 func waitCount(t *testing.T, ctx context.Context, what string, n *atomic.Int64, want int64) int64 {

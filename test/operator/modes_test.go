@@ -362,7 +362,7 @@ func TestPauseReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; conditions: %s", err, fmtConds(si.Status.Conditions))
 	}
-	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
+	reconciled, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestPauseReconcile(t *testing.T) {
 	// Not repaired while paused: judged once the operator has reconciled
 	// (the tamper queues the CR) and gone idle, and for 2 s more.
 	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the tamper", func(context.Context) (bool, error) {
-		n, err := reconcileTotal(desired.SidecarKind.Short)
+		n, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 		return n > reconciled, err
 	})
 	if err != nil {
