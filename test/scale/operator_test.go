@@ -247,20 +247,35 @@ func (o *operator) running(context.Context) error {
 // returns the highest (VmHWM covers the process's whole life, so it
 // cannot tell one fleet's peak from an earlier one's).
 func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
-	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	peak := 0.0
+	stopSampling := sampleEverySecond(ctx, func() {
+		if v := procStatus(o.proc.Pid(), "VmRSS"); v > 0 {
+			mu.Lock()
+			peak = max(peak, v)
+			mu.Unlock()
+		}
+	})
+	return func() float64 {
+		stopSampling()
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
+
+// sampleEverySecond calls sample at once and then every second, in a
+// goroutine of its own, until ctx ends or stop is called; stop returns
+// once the last call has.
+func sampleEverySecond(ctx context.Context, sample func()) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			if v := procStatus(o.proc.Pid(), "VmRSS"); v > 0 {
-				mu.Lock()
-				peak = max(peak, v)
-				mu.Unlock()
-			}
+			sample()
 			select {
 			case <-ctx.Done():
 				return
@@ -268,11 +283,5 @@ func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
 			}
 		}
 	}()
-	return func() float64 {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return peak
-	}
+	return func() { cancel(); <-done }
 }

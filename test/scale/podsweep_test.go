@@ -762,27 +762,15 @@ func (r *rssSeries) switchTo(op *operator) {
 }
 
 func (r *rssSeries) run(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			r.mu.Lock()
-			if v := procStatus(r.op.proc.Pid(), "VmRSS"); v > 0 {
-				r.by[r.phase] = append(r.by[r.phase], v/(1<<20))
-			}
-			r.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	stopSampling := sampleEverySecond(ctx, func() {
+		r.mu.Lock()
+		if v := procStatus(r.op.proc.Pid(), "VmRSS"); v > 0 {
+			r.by[r.phase] = append(r.by[r.phase], v/(1<<20))
 		}
-	}()
+		r.mu.Unlock()
+	})
 	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
+	return func() { once.Do(stopSampling) }
 }
 
 // first and last are a phase's first and last samples (MiB; 0 if none).
