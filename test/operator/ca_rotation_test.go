@@ -176,28 +176,19 @@ func TestCADirAndCARotation(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-tick.C:
-			}
+		adm.at50PerSecond(loopCtx, func(ctx context.Context) error {
 			p := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "rot-apps"},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}}},
 			}
-			adm.attempted.Add(1)
-			err := c.Create(loopCtx, p, client.DryRunAll)
-			switch {
-			case loopCtx.Err() != nil:
-				adm.attempted.Add(-1)
-				return
-			default:
-				adm.record(err, p)
+			if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+				return err
 			}
-		}
+			if !injected(p) {
+				return errNotInjected
+			}
+			return nil
+		})
 	}()
 	// A baseline of admissions before rotating (about 2 s of them on an
 	// idle machine), counted rather than slept.

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -261,6 +262,35 @@ func (l *admissionLoad) record(err error, p *corev1.Pod) {
 		l.fail(err.Error())
 	case !injected(p):
 		l.notInjected.Add(1)
+	}
+}
+
+// errNotInjected is an admission that was allowed but not injected.
+var errNotInjected = errors.New("not injected")
+
+// at50PerSecond calls admit every 20 ms, a fixed rate, until ctx ends,
+// counting each call attempted (taken back if ctx ended during it) and
+// its outcome: an error is a failure, errNotInjected counted apart.
+func (l *admissionLoad) at50PerSecond(ctx context.Context, admit func(context.Context) error) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		l.attempted.Add(1)
+		err := admit(ctx)
+		switch {
+		case ctx.Err() != nil:
+			l.attempted.Add(-1)
+			return
+		case errors.Is(err, errNotInjected):
+			l.notInjected.Add(1)
+		case err != nil:
+			l.fail(err.Error())
+		}
 	}
 }
 

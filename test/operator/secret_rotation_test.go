@@ -3,6 +3,7 @@ package operator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,24 +93,14 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	var adm admissionLoad
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-tick.C:
+		adm.at50PerSecond(loopCtx, func(ctx context.Context) error {
+			ok, err := admitOne(ctx)
+			if err == nil && !ok {
+				// Not injected is a failure here, as any.
+				err = errors.New("not injected")
 			}
-			adm.attempted.Add(1)
-			ok, err := admitOne(loopCtx)
-			switch {
-			case loopCtx.Err() != nil:
-				adm.attempted.Add(-1)
-				return
-			case err != nil || !ok:
-				adm.fail(errString(err, "not injected"))
-			}
-		}
+			return err
+		})
 	}()
 	// A baseline before the issuer rotates (about 1 s of admissions on an
 	// idle machine), counted rather than slept.
@@ -156,11 +147,4 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	if adm.failed.Load() > 0 {
 		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", adm.failed.Load(), adm.attempted.Load(), adm.errs())
 	}
-}
-
-func errString(err error, def string) string {
-	if err == nil {
-		return def
-	}
-	return err.Error()
 }
