@@ -119,19 +119,29 @@ func failedReason(csr *certificatesv1.CertificateSigningRequest) string {
 // runs older servers, cluster.KubeVersionEnv).
 func trustBundlesServed() bool { return env.MinorAtLeast(37) }
 
+// caSecretActive reads the CA Secret and its active CA: nil, with no
+// error, while it has none that parses.
+func caSecretActive(ctx context.Context) (*corev1.Secret, *x509.Certificate, error) {
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		return nil, nil, err
+	}
+	active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
+	if err != nil {
+		return sec, nil, nil
+	}
+	return sec, active, nil
+}
+
 // publishedTrustBundle waits for the signer's ClusterTrustBundle to carry
 // the CA Secret's active CA and returns it. Only where trustBundlesServed.
 func publishedTrustBundle(t *testing.T, ctx context.Context) *certificatesv1.ClusterTrustBundle {
 	t.Helper()
 	ctb := &certificatesv1.ClusterTrustBundle{}
 	err := cluster.WaitFor(ctx, 60*time.Second, "ClusterTrustBundle with the active CA", func(ctx context.Context) (bool, error) {
-		sec := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		_, active, err := caSecretActive(ctx)
+		if active == nil {
 			return false, err
-		}
-		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
-		if err != nil {
-			return false, nil
 		}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: csrsigner.TrustBundleName(v1alpha1.DefaultCSRSignerName)}, ctb); err != nil {
 			return false, err
@@ -156,13 +166,9 @@ func signerTrust(t *testing.T, ctx context.Context) string {
 	}
 	var bundle []byte
 	err := cluster.WaitFor(ctx, 60*time.Second, "ClusterTrustBundleUnavailable event and the CA Secret's bundle", func(ctx context.Context) (bool, error) {
-		sec := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		sec, active, err := caSecretActive(ctx)
+		if active == nil {
 			return false, err
-		}
-		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
-		if err != nil {
-			return false, nil
 		}
 		r, err := eventReasons(ctx, "Secret", desired.CASecretName)
 		if err != nil {

@@ -47,15 +47,7 @@ func waitPolicy(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector,
 			}
 			published = *w.FailurePolicy
 		}
-		if last == nil || last.Status != st || published != fp {
-			return false, nil
-		}
-		for _, r := range reasons {
-			if last.Reason == r {
-				return true, nil
-			}
-		}
-		return len(reasons) == 0, nil
+		return last != nil && last.Status == st && published == fp && reasonIn(last.Reason, reasons), nil
 	})
 	if err != nil {
 		t.Fatalf("%v; published %q, condition %+v; conditions: %s", err, published, last, fmtConds(si.Status.Conditions))

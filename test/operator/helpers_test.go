@@ -130,23 +130,10 @@ var configured = map[string]metav1.ConditionStatus{
 	v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
 }
 
-// waitConfigured is waitConditions for configured on a SidecarInjector or
-// a NodeOversell.
-func waitConfigured(t *testing.T, ctx context.Context, cr client.Object, timeout time.Duration) {
+// waitConfigured is waitConditions for configured.
+func waitConfigured(t *testing.T, ctx context.Context, cr v1alpha1.Object, timeout time.Duration) {
 	t.Helper()
-	waitConditions(t, ctx, cr, conditionsOf(cr), configured, timeout)
-}
-
-// conditionsOf reads the status conditions of cr, a SidecarInjector or a
-// NodeOversell, for waitConditions.
-func conditionsOf(cr client.Object) func() []metav1.Condition {
-	switch cr := cr.(type) {
-	case *v1alpha1.SidecarInjector:
-		return func() []metav1.Condition { return cr.Status.Conditions }
-	case *v1alpha1.NodeOversell:
-		return func() []metav1.Condition { return cr.Status.Conditions }
-	}
-	panic(fmt.Sprintf("conditionsOf: %T is not a CR of this operator", cr))
+	waitConditions(t, ctx, cr, func() []metav1.Condition { return *cr.StatusConditions() }, configured, timeout)
 }
 
 // create creates obj and deletes it when the test ends: a failed test
@@ -157,6 +144,12 @@ func create(t *testing.T, ctx context.Context, obj client.Object) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+}
+
+// reasonIn is whether a condition's reason is one of reasons; any reason
+// is, when reasons is empty.
+func reasonIn(reason string, reasons []string) bool {
+	return len(reasons) == 0 || slices.Contains(reasons, reason)
 }
 
 func fmtConds(cs []metav1.Condition) string {
@@ -299,6 +292,17 @@ func (l *admissionLoad) errs() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.firstErrs)
+}
+
+// gather reads the metrics of the operator, which runs in this process
+// (controller-runtime's registry); it fails t on error.
+func gather(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }
 
 // operatorBusy names the operator's controllers that run a reconcile or

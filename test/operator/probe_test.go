@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -24,10 +23,7 @@ import (
 // operator runs in this process) for one CR, by result.
 func probeCounts(t *testing.T, kind, name string) map[string]float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := map[string]float64{}
 	for _, f := range fams {
 		if f.GetName() != "hookwright_webhook_probe_total" {
@@ -58,10 +54,7 @@ func total(m map[string]float64) float64 {
 // kind since before (sum and count).
 func probeLatency(t *testing.T, kind string) (sum float64, count uint64) {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	for _, f := range fams {
 		if f.GetName() != "hookwright_webhook_probe_duration_seconds" {
 			continue
@@ -87,15 +80,7 @@ func waitReachable(t *testing.T, ctx context.Context, obj v1alpha1.Object, st me
 			return false, err
 		}
 		last = apimeta.FindStatusCondition(*obj.StatusConditions(), v1alpha1.ConditionWebhookReachable)
-		if last == nil || last.Status != st {
-			return false, nil
-		}
-		for _, r := range reasons {
-			if last.Reason == r {
-				return true, nil
-			}
-		}
-		return len(reasons) == 0, nil
+		return last != nil && last.Status == st && reasonIn(last.Reason, reasons), nil
 	})
 	if err != nil {
 		t.Fatalf("%v; last: %+v", err, last)

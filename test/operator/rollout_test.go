@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -756,10 +755,7 @@ func TestRolloutRestart(t *testing.T) {
 // <state>", "blocked".
 func rolloutMetrics(t *testing.T, name string) map[string]float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := map[string]float64{}
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {
