@@ -189,6 +189,17 @@ func TestNodeRegistersAsItsKubelet(t *testing.T) {
 	}
 }
 
+// readyServingPod is hardenedPod labelled app=name, Ready once its server
+// answers /healthz (probed every second).
+func readyServingPod(ns, name string) *corev1.Pod {
+	p := hardenedPod(ns, name, map[string]string{"app": name})
+	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+		PeriodSeconds: 1,
+	}
+	return p
+}
+
 // hardenedPod is the security context the operator's pods ask for.
 func hardenedPod(ns, name string, labels map[string]string, args ...string) *corev1.Pod {
 	p := &corev1.Pod{
@@ -261,11 +272,7 @@ func TestHardenedPodRunsAndServesOnItsPodIP(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "hardened"
 	createNS(ctx, t, ns)
-	pod := hardenedPod(ns, "web", map[string]string{"app": "web"})
-	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-		PeriodSeconds: 1,
-	}
+	pod := readyServingPod(ns, "web")
 	created := time.Now()
 	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -396,11 +403,7 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "svc"
 	createNS(ctx, t, ns)
-	server := hardenedPod(ns, "server", map[string]string{"app": "server"})
-	server.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-		PeriodSeconds: 1,
-	}
+	server := readyServingPod(ns, "server")
 	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, server, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -80,9 +80,14 @@ func pushStandins(ctx context.Context, t *testing.T) {
 // containerStatus is a container's status, regular or init (a native
 // sidecar's is among the init containers').
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for _, l := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+	return named(name, func(s *corev1.ContainerStatus) string { return s.Name }, p.Status.ContainerStatuses, p.Status.InitContainerStatuses)
+}
+
+// named is the first element of lists whose nameOf is name, or nil.
+func named[T any](name string, nameOf func(*T) string, lists ...[]T) *T {
+	for _, l := range lists {
 		for i := range l {
-			if l[i].Name == name {
+			if nameOf(&l[i]) == name {
 				return &l[i]
 			}
 		}
@@ -112,15 +117,10 @@ func inFlightWhy(p *corev1.Pod, st *corev1.ContainerStatus, restartsBefore int32
 	return b.String()
 }
 
+// specContainer is the container of p's spec, regular or init, named
+// name.
 func specContainer(p *corev1.Pod, name string) *corev1.Container {
-	for _, l := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
-		for i := range l {
-			if l[i].Name == name {
-				return &l[i]
-			}
-		}
-	}
-	return nil
+	return named(name, func(c *corev1.Container) string { return c.Name }, p.Spec.Containers, p.Spec.InitContainers)
 }
 
 // podSnap is what the test compares of a pod before and after a change.

@@ -43,6 +43,22 @@ func realNodeOversell(name string, replicas int32) *v1alpha1.NodeOversell {
 	}
 }
 
+// standinInjector is a SidecarInjector named name, failurePolicy Fail,
+// that adds one stand-in container, extra, to the pods of the namespaces
+// labelled label=enabled.
+func standinInjector(name, label string) *v1alpha1.SidecarInjector {
+	return &v1alpha1.SidecarInjector{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.SidecarInjectorSpec{
+			Policy:            v1alpha1.PolicyEnabled,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "enabled"}},
+			FailurePolicy:     v1alpha1.FailurePolicyFail,
+			Templates:         []v1alpha1.NamedTemplate{{Name: "extra", Template: "spec:\n  containers:\n  - name: extra\n    image: " + ociimage.StandinName + "\n"}},
+			DefaultTemplates:  []string{"extra"},
+		},
+	}
+}
+
 // waitAvailable waits until the CR's Deployment has want available
 // replicas and returns it.
 func waitAvailable(ctx context.Context, t *testing.T, kind desired.Kind, cr string, want int32) *appsv1.Deployment {
@@ -162,16 +178,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 	}
 
 	no := realNodeOversell("kill", 2)
-	si := &v1alpha1.SidecarInjector{
-		ObjectMeta: metav1.ObjectMeta{Name: "kill"},
-		Spec: v1alpha1.SidecarInjectorSpec{
-			Policy:            v1alpha1.PolicyEnabled,
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fault-injection": "enabled"}},
-			FailurePolicy:     v1alpha1.FailurePolicyFail,
-			Templates:         []v1alpha1.NamedTemplate{{Name: "extra", Template: "spec:\n  containers:\n  - name: extra\n    image: " + ociimage.StandinName + "\n"}},
-			DefaultTemplates:  []string{"extra"},
-		},
-	}
+	si := standinInjector("kill", "fault-injection")
 	for _, o := range []client.Object{no, si} {
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
