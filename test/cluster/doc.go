@@ -26,7 +26,7 @@
 //     started and awaited?
 //   - clients.go: how does a test act on the cluster: as whom (Impersonate,
 //     KubeletConfig), in which namespace (CreateNamespace), hearing which
-//     warnings (Warnings)?
+//     warnings (Warnings, WarningsClient)?
 //   - egress.go: how does the API server's egress leave it (the CONNECT
 //     proxy and its EgressSelectorConfiguration)?
 //   - routes.go: where does that egress go (ExposeLocal and RouteService to

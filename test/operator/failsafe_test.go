@@ -16,7 +16,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -348,17 +347,11 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	if err := c.Create(ctx, bad, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("priorityClassName system-high: %v, want Invalid (reserved prefix)", err)
 	}
-	warns := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = warns
-	wc, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wc, warns := env.WarningsClient(t)
 	critical := cluster.SampleInjector(t, "prio-critical")
 	critical.Spec.Server.PriorityClassName = v1alpha1.PriorityClusterCritical
 	var got []string
-	err = cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
 		warns.Take()
 		if err := wc.Create(ctx, critical.DeepCopy(), client.DryRunAll); err != nil {
 			return false, err

@@ -193,7 +193,7 @@ func TestUsageRatioKwok(t *testing.T) {
 func TestHoldsKwok(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 6*time.Minute)
-	wc, warnings := warnClient(t)
+	wc, warnings := env.WarningsClient(t)
 	var pods0, pods1 []*corev1.Pod
 	for i := range 6 {
 		pods0 = append(pods0, pod(fmt.Sprintf("hold0-%d", i), "hold-0", cpuMem("1", "100Mi"), nil, nil))

@@ -28,7 +28,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -161,20 +160,6 @@ func startOperator(ctx context.Context) error {
 		}
 	}()
 	return nil
-}
-
-// warnClient is a client whose API server warnings (kubectl's "Warning:
-// ..." lines) are recorded, one per test (the tests run in parallel).
-func warnClient(t *testing.T) (client.Client, *cluster.Warnings) {
-	t.Helper()
-	w := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = w
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, w
 }
 
 // newOversell creates a NodeOversell (one server replica), starts its
