@@ -115,9 +115,7 @@ func TestServerFailsOpenWhenOperatorGone(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
-	si := cluster.SampleInjector(t, "failopen")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failopen-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "failopen", "failopen-test", "on", v1alpha1.FailurePolicyFail)
 	create(t, ctx, si)
 	mutating := desired.SidecarKind.BaseName(si.Name)
 	waitConfigured(t, ctx, si, 60*time.Second)

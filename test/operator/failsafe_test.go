@@ -89,9 +89,7 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := cluster.SampleInjector(t, "unready")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "unready", "failsafe-test", "on", v1alpha1.FailurePolicyFail)
 	si.Spec.Server.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}}
 	create(t, ctx, si)
 	const ns = "failsafe-apps"

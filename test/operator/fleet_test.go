@@ -28,9 +28,7 @@ import (
 func TestFleetStatus(t *testing.T) {
 	ctx := cluster.TestContext(t, 5*time.Minute)
 	c := env.Client
-	si := cluster.SampleInjector(t, "fleet")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "fleet"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
+	si := scopedInjector(t, "fleet", "sidecar-injection", "fleet", v1alpha1.FailurePolicyIgnore)
 	create(t, ctx, si)
 	waitConfigured(t, ctx, si, 60*time.Second)
 	const ns = "fleet-apps"

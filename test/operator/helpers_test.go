@@ -136,6 +136,16 @@ func waitConfigured(t *testing.T, ctx context.Context, cr v1alpha1.Object, timeo
 	waitConditions(t, ctx, cr, func() []metav1.Condition { return *cr.StatusConditions() }, configured, timeout)
 }
 
+// scopedInjector is the sample SidecarInjector named name, for the
+// namespaces labelled key=value, with failurePolicy fp.
+func scopedInjector(t *testing.T, name, key, value string, fp v1alpha1.FailurePolicy) *v1alpha1.SidecarInjector {
+	t.Helper()
+	si := cluster.SampleInjector(t, name)
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
+	si.Spec.FailurePolicy = fp
+	return si
+}
+
 // create creates obj and deletes it when the test ends: a failed test
 // must not leave a webhook that intercepts later tests.
 func create(t *testing.T, ctx context.Context, obj client.Object) {

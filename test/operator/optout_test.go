@@ -25,9 +25,7 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := cluster.SampleInjector(t, "optout")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "optout"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "optout", "sidecar-injection", "optout", v1alpha1.FailurePolicyFail)
 	create(t, ctx, si)
 	waitConfigured(t, ctx, si, 60*time.Second)
 	const ns = "optout-apps"

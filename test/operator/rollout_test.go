@@ -102,9 +102,7 @@ func (f *rolloutFixture) dump(t *testing.T) {
 
 func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v1alpha1.RolloutSpec) *rolloutFixture {
 	t.Helper()
-	si := cluster.SampleInjector(t, name)
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": name}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
+	si := scopedInjector(t, name, "sidecar-injection", name, v1alpha1.FailurePolicyIgnore)
 	for i := range si.Spec.Templates {
 		if si.Spec.Templates[i].Name == "proxy" {
 			tmpl := si.Spec.Templates[i].Template

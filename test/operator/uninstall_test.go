@@ -43,9 +43,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		deploy = "hookwright-controller-manager"
 		appsNS = "uninstall-apps"
 	)
-	si := cluster.SampleInjector(t, "uninstall-keep")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"uninstall-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "uninstall-keep", "uninstall-test", "on", v1alpha1.FailurePolicyFail)
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "uninstall-keep"},
 		Spec: v1alpha1.NodeOversellSpec{
