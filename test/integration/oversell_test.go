@@ -55,6 +55,22 @@ func startOversell(t *testing.T) *webhookServer {
 	return s
 }
 
+// handBeats plays node's kubelet with beats the test sends by hand (Beat;
+// the period is an hour); the kubelet's node informer keeps running. The
+// caller stops it.
+func handBeats(t *testing.T, ctx context.Context, node cluster.KubeletNode) *cluster.Heartbeater {
+	t.Helper()
+	hb, err := env.NewHeartbeater(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.Period = time.Hour
+	if err := hb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return hb
+}
+
 func createNodeOversell(t *testing.T, ctx context.Context, name string, sel map[string]string, cpu, mem string) *v1alpha1.NodeOversell {
 	t.Helper()
 	no := &v1alpha1.NodeOversell{
@@ -148,15 +164,7 @@ func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
 	sel := map[string]string{"oversell-it": "writers"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
 	real := corev1.ResourceList{corev1.ResourceCPU: mustQ("3800m"), corev1.ResourceMemory: mustQ("7Gi"), corev1.ResourcePods: mustQ("110")}
-	hb, err := env.NewHeartbeater(ctx, cluster.KubeletNode{Name: "n1", Labels: sel, Capacity: capacity, Allocatable: real})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Beats are sent by hand (Beat); the kubelet's node informer keeps running.
-	hb.Period = time.Hour
-	if err := hb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hb := handBeats(t, ctx, cluster.KubeletNode{Name: "n1", Labels: sel, Capacity: capacity, Allocatable: real})
 	defer hb.Stop()
 
 	createNodeOversell(t, ctx, "writers", sel, "2", "1.5")
@@ -404,14 +412,7 @@ func TestOversellHotReloadLatency(t *testing.T) {
 	startOversell(t)
 	sel := map[string]string{"oversell-it": "reload"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
-	hb, err := env.NewHeartbeater(ctx, cluster.KubeletNode{Name: "reload-1", Labels: sel, Capacity: capacity, Allocatable: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb.Period = time.Hour
-	if err := hb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hb := handBeats(t, ctx, cluster.KubeletNode{Name: "reload-1", Labels: sel, Capacity: capacity, Allocatable: capacity})
 	defer hb.Stop()
 	no := createNodeOversell(t, ctx, "reload", sel, "2", "1")
 	defer func() { _ = env.Client.Delete(context.Background(), no) }()
