@@ -130,6 +130,25 @@ type podSnap struct {
 	proxyRestarts, nginxRest int32
 }
 
+// snaps is a podSnap of each of pods, by name.
+func snaps(pods []corev1.Pod) map[string]podSnap {
+	m := map[string]podSnap{}
+	for i := range pods {
+		m[pods[i].Name] = snap(&pods[i])
+	}
+	return m
+}
+
+// webSnaps is snaps of the web pods now.
+func webSnaps(ctx context.Context, t *testing.T) map[string]podSnap {
+	t.Helper()
+	pods, err := webPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snaps(pods)
+}
+
 func snap(p *corev1.Pod) podSnap {
 	s := podSnap{uid: p.UID}
 	if c := specContainer(p, "proxy"); c != nil {
@@ -386,10 +405,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 }
 
 func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := snaps(pods)
 	oldRev := pods[0].Labels[v1alpha1.SidecarRevisionKey]
 
 	// Paused first: the new revision is counted outdated, nothing touched.
@@ -590,14 +606,7 @@ func watchRecords(ctx context.Context, rv, oldRev string, names []string) func(t
 }
 
 func rolloutInPlaceResize(ctx context.Context, t *testing.T) {
-	pods, err := webPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := webSnaps(ctx, t)
 	wantCPU, wantMem := resource.MustParse("100m"), resource.MustParse("320Mi")
 	start := time.Now()
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"resources":{"requests":{"cpu":"100m"},"limits":{"memory":"320Mi"}}}}}}`)
@@ -756,14 +765,7 @@ func waitPDB(ctx context.Context, t *testing.T, pdb *policyv1.PodDisruptionBudge
 }
 
 func rolloutBadImage(ctx context.Context, t *testing.T) {
-	pods, err := webPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := webSnaps(ctx, t)
 	// readyTimeoutSeconds 30: should the pull error not be seen, the
 	// rollout still stops, and the rest is checked (see below).
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"image":"`+rolloutProxyBad+`"}},"rollout":{"strategy":"InPlace","maxUnavailable":1,"readyTimeoutSeconds":30}}}`)
@@ -837,7 +839,7 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	// gets the image in place, the other is current again as it is.
 	fixed := time.Now()
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"image":"`+rolloutProxyNew+`"}}}}`)
-	si, pods = waitRollout(ctx, t, "rollout resumed after the CR's change", 3*time.Minute, complete)
+	si, pods := waitRollout(ctx, t, "rollout resumed after the CR's change", 3*time.Minute, complete)
 	for i := range pods {
 		p := &pods[i]
 		b, s := before[p.Name], snap(p)
