@@ -63,6 +63,7 @@
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - inprocess.go: what does an operator that a suite runs in its own
 //     process report (ReconcileTotal, from controller-runtime's registry)?
+//   - pods.go: what does a test read of a pod (PodReady)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
 //     the hookwright binary, config/samples: LoadSample, SampleInjector
 //     and SetProxyImage, the template change for a new revision)?

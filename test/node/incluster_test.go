@@ -201,9 +201,9 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 		if p.Status.Phase == corev1.PodFailed {
 			return true
 		}
-		return podReady(p)
+		return cluster.PodReady(p)
 	})
-	if !podReady(p) {
+	if !cluster.PodReady(p) {
 		t.Fatalf("injector pod failed: %+v\nits log:\n%s", p.Status, podLog(ctx, p))
 	}
 	t.Logf("figure: injector pod created -> scheduled %s, scheduled -> Ready %s",

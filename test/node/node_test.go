@@ -248,15 +248,6 @@ func waitPod(ctx context.Context, t *testing.T, ns, name, what string, cond func
 	return last
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func tail(path string, n int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -282,7 +273,7 @@ func TestHardenedPodRunsAndServesOnItsPodIP(t *testing.T) {
 		if scheduled.IsZero() && p.Spec.NodeName != "" {
 			scheduled = time.Now()
 		}
-		return podReady(p)
+		return cluster.PodReady(p)
 	})
 	ready := time.Now()
 	t.Logf("figure: pod created -> scheduled %s, scheduled -> Ready %s", scheduled.Sub(created).Round(time.Millisecond), ready.Sub(scheduled).Round(time.Millisecond))
@@ -418,7 +409,7 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPod(ctx, t, ns, "server", "Ready", podReady)
+	waitPod(ctx, t, ns, "server", "Ready", cluster.PodReady)
 
 	// kube-proxy wrote the Service's rules in the node's namespace.
 	if err := cluster.WaitFor(ctx, time.Minute, "kube-proxy rule for "+svc.Spec.ClusterIP, func(ctx context.Context) (bool, error) {
@@ -529,7 +520,7 @@ func TestPodPullsFromTheLocalRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := waitPod(ctx, t, ns, "pulled", "Ready", func(p *corev1.Pod) bool {
-		return podReady(p) || p.Status.Phase == corev1.PodRunning
+		return cluster.PodReady(p) || p.Status.Phase == corev1.PodRunning
 	})
 	body := httpGet(ctx, t, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/")
 	if !strings.Contains(body, "hello from pulled") {

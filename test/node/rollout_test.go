@@ -177,8 +177,8 @@ func webPods(ctx context.Context) ([]corev1.Pod, error) {
 // webReady says why p is not Running with nginx and the proxy native
 // sidecar ready and proxy-init completed ("" when it is).
 func webReady(p *corev1.Pod) string {
-	if p.Status.Phase != corev1.PodRunning || !podReady(p) {
-		return fmt.Sprintf("pod %s %s, Ready %t", p.Name, p.Status.Phase, podReady(p))
+	if p.Status.Phase != corev1.PodRunning || !cluster.PodReady(p) {
+		return fmt.Sprintf("pod %s %s, Ready %t", p.Name, p.Status.Phase, cluster.PodReady(p))
 	}
 	for _, n := range []string{"nginx", "proxy"} {
 		st := containerStatus(p, n)

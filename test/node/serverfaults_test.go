@@ -287,7 +287,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 			// whole again.
 			for _, v := range victims {
 				waitPod(ctx, t, operatorNS, v.pod, "restarted and Ready", func(p *corev1.Pod) bool {
-					return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > v.restarts && podReady(p)
+					return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > v.restarts && cluster.PodReady(p)
 				})
 				waitAvailable(ctx, t, v.kind, v.cr, tc.replicas)
 			}
@@ -399,7 +399,7 @@ func busiestServerPod(ctx context.Context, t *testing.T, kind desired.Kind, cr s
 		t.Fatal(err)
 	}
 	// Not those on their way out (a scale-down).
-	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !podReady(&p) })
+	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !cluster.PodReady(&p) })
 	before := map[string]float64{}
 	for _, p := range pods.Items {
 		before[p.Name] = webhookRequests(ctx, t, p.Status.PodIP, kind)

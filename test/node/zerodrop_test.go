@@ -626,7 +626,7 @@ func TestOversellServerFrozen(t *testing.T) {
 	}
 	// The server resumes (or, killed by its liveness probe meanwhile,
 	// restarts): both replicas serve again.
-	waitPod(ctx, t, operatorNS, victim.Name, "Ready again", podReady)
+	waitPod(ctx, t, operatorNS, victim.Name, "Ready again", cluster.PodReady)
 	waitAvailable(ctx, t, desired.OversellKind, no.Name, 2)
 
 	patches := kubeletPatches(t, frozen, end)

@@ -45,7 +45,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		}
 		pods = pods[:0]
 		for _, p := range list.Items {
-			if p.Status.PodIP != "" && p.DeletionTimestamp == nil && isReady(&p) {
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil && cluster.PodReady(&p) {
 				pods = append(pods, p)
 			}
 		}
@@ -134,13 +134,4 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		t.Fatalf("%v: conditions%s", err, fmtConds(si.Status.Conditions))
 	}
 	t.Logf("third replica added: %s", apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
-}
-
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
