@@ -62,7 +62,8 @@
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
 //   - inprocess.go: what does an operator that a suite runs in its own
-//     process report (ReconcileTotal, from controller-runtime's registry)?
+//     process report (ReconcileTotal, from controller-runtime's registry;
+//     Labelled, its metrics by label)?
 //   - pods.go: what does a test read of a pod (PodReady)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
 //     the hookwright binary, config/samples: LoadSample, SampleInjector

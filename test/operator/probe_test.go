@@ -54,18 +54,8 @@ func total(m map[string]float64) float64 {
 // kind since before (sum and count).
 func probeLatency(t *testing.T, kind string) (sum float64, count uint64) {
 	t.Helper()
-	fams := gather(t)
-	for _, f := range fams {
-		if f.GetName() != "hookwright_webhook_probe_duration_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, p := range m.GetLabel() {
-				if p.GetName() == "kind" && p.GetValue() == kind {
-					return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
+	for m := range cluster.Labelled(gather(t), "hookwright_webhook_probe_duration_seconds", "kind", kind) {
+		return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
 	}
 	return 0, 0
 }
