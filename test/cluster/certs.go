@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -99,6 +100,22 @@ func (ca *TestCA) WriteServing(dir string, dnsNames ...string) error {
 		}
 	}
 	return nil
+}
+
+// MustServiceCA is a new test CA named commonName and the serving
+// certificate and key it signs for the Service ns/name (ServiceDNSNames);
+// it fails t on error.
+func MustServiceCA(t testing.TB, commonName, ns, name string) (ca *TestCA, certPEM, keyPEM []byte) {
+	t.Helper()
+	ca, err := NewTestCA(commonName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err = ca.Serving(ServiceDNSNames(ns, name)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, certPEM, keyPEM
 }
 
 // ServiceDNSNames are the SANs a webhook server behind Service ns/name needs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,6 +46,21 @@ func (c *Cluster) CreateNamespace(ctx context.Context, name string, labels map[s
 		}
 	}
 	return ns, nil
+}
+
+// WarningsClient is an admin client whose API server warnings (kubectl's
+// "Warning: ..." lines) are recorded in the Warnings it returns, one per
+// test (tests run in parallel); it fails t on error.
+func (c *Cluster) WarningsClient(t testing.TB) (client.Client, *Warnings) {
+	t.Helper()
+	w := &Warnings{}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandlerWithContext = w
+	wc, err := client.New(cfg, client.Options{Scheme: c.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wc, w
 }
 
 // Warnings records the warnings the API server returns to a client (what

@@ -26,7 +26,7 @@
 //     started and awaited?
 //   - clients.go: how does a test act on the cluster: as whom (Impersonate,
 //     KubeletConfig), in which namespace (CreateNamespace), hearing which
-//     warnings (Warnings)?
+//     warnings (Warnings, WarningsClient)?
 //   - egress.go: how does the API server's egress leave it (the CONNECT
 //     proxy and its EgressSelectorConfiguration)?
 //   - routes.go: where does that egress go (ExposeLocal and RouteService to
@@ -42,7 +42,8 @@
 //     aggregation layer, kwok's emulated kubelet metrics, SetPodUsage,
 //     StopMetricsServer)?
 //   - node.go: how does a real node start and stop (RealNodeSpec,
-//     StartRealNode, RealNode.Stop)?
+//     StartRealNode, RealNode.Stop), and what must the machine have
+//     (RealNodePrerequisites, RealNodeRepoRoot)?
 //   - node_kubelet.go: how are its kubelet and kube-proxy configured and run?
 //   - node_containerd.go: how are its containerd, CNI and images set up?
 //   - node_net.go: where does its network live, and why can no pod or
@@ -51,17 +52,26 @@
 //     removed and found (cgroups, mounts, host files, packet filter rules,
 //     kernel settings)?
 //   - process.go: how does the harness run a child process (StartProcess,
-//     Settle, its log, a free port)?
+//     Settle, its log, a free port) and await its probe server (ProbeOK)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
 //     Permanent, and Watch for what a poll can miss)? Every wait and
 //     repeated check in test/... uses these.
+//   - oversell.go: what do the suites that oversell nodes share: the
+//     webhook configuration for an oversell server a test runs itself
+//     (OversellWebhook)?
 //   - ratiolog.go: which cpu ratios did a node's target go through, and
 //     when by the operator's own stamps (WatchRatios, CheckRatioSteps)?
+//   - inprocess.go: what does an operator that a suite runs in its own
+//     process report (ReconcileTotal, from controller-runtime's registry;
+//     Labelled, its metrics by label)?
+//   - pods.go: what does a test read of a pod (PodReady)?
 //   - repo.go: what does the harness take from the repository (RepoRoot,
-//     the hookwright binary, config/samples)?
+//     the hookwright binary, config/samples: LoadSample, SampleInjector
+//     and SetProxyImage, the template change for a new revision)?
 //   - certs.go, toywebhook.go, atomicdir.go: fixtures: a test CA and its
-//     serving certificates, a minimal mutating webhook, and a directory
-//     written the kubelet's way (atomic ..data swap).
+//     serving certificates (MustServiceCA: both at once, for a Service), a
+//     minimal mutating webhook, and a directory written the kubelet's way
+//     (atomic ..data swap).
 //
 // It must not import controllers or webhooks: the harness runs them only
 // as the pods a cluster would run.

@@ -156,6 +156,18 @@ type RealNode struct {
 	leaks        []string
 }
 
+// RealNodeRepoRoot is RepoRoot for a package whose tests start a real
+// node: it also checks RealNodePrerequisites in the repository's bin/, so
+// that a missing one fails the package at once, named: there is no
+// fallback.
+func RealNodeRepoRoot() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return root, RealNodePrerequisites(filepath.Join(root, "bin"))
+}
+
 // RealNodePrerequisites checks what a real node needs and names every
 // missing piece. A test (or the demo) that wants a real node fails with
 // this error: nothing plays a kubelet in its place.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,6 +133,26 @@ func (p *Process) exitErr(tail int64) error {
 		return Permanent(fmt.Errorf("%s exited (%v); log tail:\n%s", p.Name, err, p.Tail(tail)))
 	}
 	return nil
+}
+
+// ProbeOK is a Condition on p's health probe server: true once
+// http://127.0.0.1:port<path> answers 200 OK (a refused or failed request
+// is remembered and polling goes on), and a Permanent error with its log's
+// tail once p has ended, so a wait on a process that died at start fails
+// at once.
+func (p *Process) ProbeOK(port int, path string) Condition {
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, path)
+	return func(context.Context) (bool, error) {
+		if done, perr := p.Exited(); done {
+			return false, Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
+		}
+		res, err := http.Get(url)
+		if err != nil {
+			return false, err
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	}
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/hack/ociimage"
 )
 
@@ -50,6 +53,29 @@ func LoadSample(file string, obj any) error {
 		return fmt.Errorf("sample %s: %w", file, err)
 	}
 	return nil
+}
+
+// SampleInjector is config/samples' SidecarInjector, named name; it fails
+// t if the sample does not decode.
+func SampleInjector(t testing.TB, name string) *v1alpha1.SidecarInjector {
+	t.Helper()
+	si := &v1alpha1.SidecarInjector{}
+	if err := LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
+		t.Fatal(err)
+	}
+	si.Name = name
+	return si
+}
+
+// SetProxyImage sets proxy.image in si's values, as the sample has them:
+// the template change a test makes to give a SidecarInjector a new
+// revision and its injected pods an outdated one.
+func SetProxyImage(si *v1alpha1.SidecarInjector, image string) {
+	var v map[string]any
+	_ = json.Unmarshal(si.Spec.Values.Raw, &v)
+	v["proxy"].(map[string]any)["image"] = image
+	b, _ := json.Marshal(v)
+	si.Spec.Values = &apiextensionsv1.JSON{Raw: b}
 }
 
 var (

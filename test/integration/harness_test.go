@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,14 +40,8 @@ var (
 func TestMain(m *testing.M) {
 	ctx := context.Background()
 	start := time.Now()
-	root, err := cluster.RepoRoot()
+	root, err := cluster.RealNodeRepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// A missing prerequisite fails the package, naming it: there is no
-	// fallback to local processes.
-	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -47,32 +45,30 @@ func startOversell(t *testing.T) *webhookServer {
 		t.Fatal(err)
 	}
 	s := startWebhookServer(t, true, "oversell", oversellNS, "oversell")
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-it"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "oversell.hookwright.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: oversellNS, Name: "oversell", Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
-				CABundle: s.ca.CertPEM,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](2),
-			// TestOversellOverlappingNodeOversells' nodes have their own webhooks.
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: overlapLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
-		}},
-	}
+	mwc := cluster.OversellWebhook("hookwright-oversell-it", "oversell.hookwright.io", oversellNS, "oversell", s.ca.CertPEM, 2)
+	// TestOversellOverlappingNodeOversells' nodes have their own webhooks.
+	mwc.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: overlapLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}}
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}
 	oversellSrv = s
 	return s
+}
+
+// handBeats plays node's kubelet with beats the test sends by hand (Beat;
+// the period is an hour); the kubelet's node informer keeps running. The
+// caller stops it.
+func handBeats(t *testing.T, ctx context.Context, node cluster.KubeletNode) *cluster.Heartbeater {
+	t.Helper()
+	hb, err := env.NewHeartbeater(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.Period = time.Hour
+	if err := hb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return hb
 }
 
 func createNodeOversell(t *testing.T, ctx context.Context, name string, sel map[string]string, cpu, mem string) *v1alpha1.NodeOversell {
@@ -168,15 +164,7 @@ func TestOversellWritersOutageRatioAndDeletion(t *testing.T) {
 	sel := map[string]string{"oversell-it": "writers"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
 	real := corev1.ResourceList{corev1.ResourceCPU: mustQ("3800m"), corev1.ResourceMemory: mustQ("7Gi"), corev1.ResourcePods: mustQ("110")}
-	hb, err := env.NewHeartbeater(ctx, cluster.KubeletNode{Name: "n1", Labels: sel, Capacity: capacity, Allocatable: real})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Beats are sent by hand (Beat); the kubelet's node informer keeps running.
-	hb.Period = time.Hour
-	if err := hb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hb := handBeats(t, ctx, cluster.KubeletNode{Name: "n1", Labels: sel, Capacity: capacity, Allocatable: real})
 	defer hb.Stop()
 
 	createNodeOversell(t, ctx, "writers", sel, "2", "1.5")
@@ -424,14 +412,7 @@ func TestOversellHotReloadLatency(t *testing.T) {
 	startOversell(t)
 	sel := map[string]string{"oversell-it": "reload"}
 	capacity := corev1.ResourceList{corev1.ResourceCPU: mustQ("4"), corev1.ResourceMemory: mustQ("8Gi"), corev1.ResourcePods: mustQ("110")}
-	hb, err := env.NewHeartbeater(ctx, cluster.KubeletNode{Name: "reload-1", Labels: sel, Capacity: capacity, Allocatable: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hb.Period = time.Hour
-	if err := hb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	hb := handBeats(t, ctx, cluster.KubeletNode{Name: "reload-1", Labels: sel, Capacity: capacity, Allocatable: capacity})
 	defer hb.Stop()
 	no := createNodeOversell(t, ctx, "reload", sel, "2", "1")
 	defer func() { _ = env.Client.Delete(context.Background(), no) }()

@@ -58,14 +58,7 @@ func startWebhookServer(t *testing.T, shared bool, subcommand, namespace, servic
 	if _, err := env.CreateNamespace(ctx, namespace, nil); err != nil && !apierrors.IsAlreadyExists(errors.Unwrap(err)) {
 		t.Fatal(err)
 	}
-	ca, err := cluster.NewTestCA(service + "-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Serving(cluster.ServiceDNSNames(namespace, service)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, crt, key := cluster.MustServiceCA(t, service+"-ca", namespace, service)
 	s := &webhookServer{name: service, namespace: namespace, ca: ca}
 	role := "hw-it-" + namespace + "-" + service
 	objs := []client.Object{

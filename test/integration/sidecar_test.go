@@ -13,7 +13,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -119,19 +118,13 @@ func TestSidecarInjectionThroughAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	warns := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = warns
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, warns := env.WarningsClient(t)
 
 	// A pod in the labelled namespace is injected (the configuration takes
 	// effect asynchronously, so retry until the first injected pod).
 	var pod *corev1.Pod
 	i := 0
-	err = cluster.WaitFor(ctx, 30*time.Second, "an injected pod in namespace lab", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 30*time.Second, "an injected pod in namespace lab", func(ctx context.Context) (bool, error) {
 		i++
 		pod = testPod("lab", fmt.Sprintf("web-%d", i), nil, false)
 		if err := c.Create(ctx, pod); err != nil {

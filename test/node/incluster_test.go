@@ -154,23 +154,12 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 
 	const ns, name, injector = "hook", "injector", "node-injector"
 	createNS(ctx, t, ns)
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = injector
+	si := cluster.SampleInjector(t, injector)
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	ca, err := cluster.NewTestCA("node-injector-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Serving(cluster.ServiceDNSNames(ns, name)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, crt, key := cluster.MustServiceCA(t, "node-injector-ca", ns, name)
 	// What the operator gives a server: its own ServiceAccount allowed to
 	// read its SidecarInjector (controllers/desired.go).
 	mustCreate(ctx, t,
@@ -212,9 +201,9 @@ func TestAPIServerCallsAWebhookInAPod(t *testing.T) {
 		if p.Status.Phase == corev1.PodFailed {
 			return true
 		}
-		return podReady(p)
+		return cluster.PodReady(p)
 	})
-	if !podReady(p) {
+	if !cluster.PodReady(p) {
 		t.Fatalf("injector pod failed: %+v\nits log:\n%s", p.Status, podLog(ctx, p))
 	}
 	t.Logf("figure: injector pod created -> scheduled %s, scheduled -> Ready %s",

@@ -79,14 +79,7 @@ var kubeletOptions = cluster.KubeletOptions{
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// A missing prerequisite fails the package, naming it: there is no
-	// fallback.
-	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
+	if _, err := cluster.RealNodeRepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -196,6 +189,17 @@ func TestNodeRegistersAsItsKubelet(t *testing.T) {
 	}
 }
 
+// readyServingPod is hardenedPod labelled app=name, Ready once its server
+// answers /healthz (probed every second).
+func readyServingPod(ns, name string) *corev1.Pod {
+	p := hardenedPod(ns, name, map[string]string{"app": name})
+	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
+		PeriodSeconds: 1,
+	}
+	return p
+}
+
 // hardenedPod is the security context the operator's pods ask for.
 func hardenedPod(ns, name string, labels map[string]string, args ...string) *corev1.Pod {
 	p := &corev1.Pod{
@@ -244,15 +248,6 @@ func waitPod(ctx context.Context, t *testing.T, ns, name, what string, cond func
 	return last
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func tail(path string, n int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -268,11 +263,7 @@ func TestHardenedPodRunsAndServesOnItsPodIP(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "hardened"
 	createNS(ctx, t, ns)
-	pod := hardenedPod(ns, "web", map[string]string{"app": "web"})
-	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-		PeriodSeconds: 1,
-	}
+	pod := readyServingPod(ns, "web")
 	created := time.Now()
 	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -282,7 +273,7 @@ func TestHardenedPodRunsAndServesOnItsPodIP(t *testing.T) {
 		if scheduled.IsZero() && p.Spec.NodeName != "" {
 			scheduled = time.Now()
 		}
-		return podReady(p)
+		return cluster.PodReady(p)
 	})
 	ready := time.Now()
 	t.Logf("figure: pod created -> scheduled %s, scheduled -> Ready %s", scheduled.Sub(created).Round(time.Millisecond), ready.Sub(scheduled).Round(time.Millisecond))
@@ -403,11 +394,7 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	ns := "svc"
 	createNS(ctx, t, ns)
-	server := hardenedPod(ns, "server", map[string]string{"app": "server"})
-	server.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}},
-		PeriodSeconds: 1,
-	}
+	server := readyServingPod(ns, "server")
 	if _, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, server, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +409,7 @@ func TestServiceReachesPodThroughKubeProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPod(ctx, t, ns, "server", "Ready", podReady)
+	waitPod(ctx, t, ns, "server", "Ready", cluster.PodReady)
 
 	// kube-proxy wrote the Service's rules in the node's namespace.
 	if err := cluster.WaitFor(ctx, time.Minute, "kube-proxy rule for "+svc.Spec.ClusterIP, func(ctx context.Context) (bool, error) {
@@ -533,7 +520,7 @@ func TestPodPullsFromTheLocalRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := waitPod(ctx, t, ns, "pulled", "Ready", func(p *corev1.Pod) bool {
-		return podReady(p) || p.Status.Phase == corev1.PodRunning
+		return cluster.PodReady(p) || p.Status.Phase == corev1.PodRunning
 	})
 	body := httpGet(ctx, t, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/")
 	if !strings.Contains(body, "hello from pulled") {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,42 +50,14 @@ func startOversellServer(t *testing.T, ctx context.Context) (*cluster.Process, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	if err := cluster.WaitFor(ctx, time.Minute, "oversell /readyz", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	if err := cluster.WaitFor(ctx, time.Minute, "oversell /readyz", p.ProbeOK(probe, "/readyz")); err != nil {
 		t.Fatal(err)
 	}
 	createNS(ctx, t, oversellNS)
 	if _, err := env.ExposeLocal(ctx, oversellNS, "oversell", 443, fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-oversell-node"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "oversell.hookwright.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: oversellNS, Name: "oversell", Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
-				CABundle: ca.CertPEM,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](2),
-		}},
-	}
+	mwc := cluster.OversellWebhook("hookwright-oversell-node", "oversell.hookwright.io", oversellNS, "oversell", ca.CertPEM, 2)
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}

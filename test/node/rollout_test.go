@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/hack/ociimage"
@@ -81,9 +80,14 @@ func pushStandins(ctx context.Context, t *testing.T) {
 // containerStatus is a container's status, regular or init (a native
 // sidecar's is among the init containers').
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for _, l := range [][]corev1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+	return named(name, func(s *corev1.ContainerStatus) string { return s.Name }, p.Status.ContainerStatuses, p.Status.InitContainerStatuses)
+}
+
+// named is the first element of lists whose nameOf is name, or nil.
+func named[T any](name string, nameOf func(*T) string, lists ...[]T) *T {
+	for _, l := range lists {
 		for i := range l {
-			if l[i].Name == name {
+			if nameOf(&l[i]) == name {
 				return &l[i]
 			}
 		}
@@ -113,15 +117,10 @@ func inFlightWhy(p *corev1.Pod, st *corev1.ContainerStatus, restartsBefore int32
 	return b.String()
 }
 
+// specContainer is the container of p's spec, regular or init, named
+// name.
 func specContainer(p *corev1.Pod, name string) *corev1.Container {
-	for _, l := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
-		for i := range l {
-			if l[i].Name == name {
-				return &l[i]
-			}
-		}
-	}
-	return nil
+	return named(name, func(c *corev1.Container) string { return c.Name }, p.Spec.Containers, p.Spec.InitContainers)
 }
 
 // podSnap is what the test compares of a pod before and after a change.
@@ -129,6 +128,25 @@ type podSnap struct {
 	uid                      types.UID
 	proxyImage               string
 	proxyRestarts, nginxRest int32
+}
+
+// snaps is a podSnap of each of pods, by name.
+func snaps(pods []corev1.Pod) map[string]podSnap {
+	m := map[string]podSnap{}
+	for i := range pods {
+		m[pods[i].Name] = snap(&pods[i])
+	}
+	return m
+}
+
+// webSnaps is snaps of the web pods now.
+func webSnaps(ctx context.Context, t *testing.T) map[string]podSnap {
+	t.Helper()
+	pods, err := webPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snaps(pods)
 }
 
 func snap(p *corev1.Pod) podSnap {
@@ -159,8 +177,8 @@ func webPods(ctx context.Context) ([]corev1.Pod, error) {
 // webReady says why p is not Running with nginx and the proxy native
 // sidecar ready and proxy-init completed ("" when it is).
 func webReady(p *corev1.Pod) string {
-	if p.Status.Phase != corev1.PodRunning || !podReady(p) {
-		return fmt.Sprintf("pod %s %s, Ready %t", p.Name, p.Status.Phase, podReady(p))
+	if p.Status.Phase != corev1.PodRunning || !cluster.PodReady(p) {
+		return fmt.Sprintf("pod %s %s, Ready %t", p.Name, p.Status.Phase, cluster.PodReady(p))
 	}
 	for _, n := range []string{"nginx", "proxy"} {
 		st := containerStatus(p, n)
@@ -325,11 +343,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteNamespace(t, rolloutNS) })
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = "rollout"
+	si := cluster.SampleInjector(t, "rollout")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rollout.test.hookwright.io": "enabled"}}
 	si.Spec.NativeSidecars = v1alpha1.NativeSidecarEnabled
 	si.Spec.Server.Replicas = ptr.To[int32](1)
@@ -391,10 +405,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 }
 
 func rolloutInPlaceImage(ctx context.Context, t *testing.T, pods []corev1.Pod) {
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := snaps(pods)
 	oldRev := pods[0].Labels[v1alpha1.SidecarRevisionKey]
 
 	// Paused first: the new revision is counted outdated, nothing touched.
@@ -595,14 +606,7 @@ func watchRecords(ctx context.Context, rv, oldRev string, names []string) func(t
 }
 
 func rolloutInPlaceResize(ctx context.Context, t *testing.T) {
-	pods, err := webPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := webSnaps(ctx, t)
 	wantCPU, wantMem := resource.MustParse("100m"), resource.MustParse("320Mi")
 	start := time.Now()
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"resources":{"requests":{"cpu":"100m"},"limits":{"memory":"320Mi"}}}}}}`)
@@ -761,14 +765,7 @@ func waitPDB(ctx context.Context, t *testing.T, pdb *policyv1.PodDisruptionBudge
 }
 
 func rolloutBadImage(ctx context.Context, t *testing.T) {
-	pods, err := webPods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := map[string]podSnap{}
-	for i := range pods {
-		before[pods[i].Name] = snap(&pods[i])
-	}
+	before := webSnaps(ctx, t)
 	// readyTimeoutSeconds 30: should the pull error not be seen, the
 	// rollout still stops, and the rest is checked (see below).
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"image":"`+rolloutProxyBad+`"}},"rollout":{"strategy":"InPlace","maxUnavailable":1,"readyTimeoutSeconds":30}}}`)
@@ -842,7 +839,7 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 	// gets the image in place, the other is current again as it is.
 	fixed := time.Now()
 	patchSI(ctx, t, `{"spec":{"values":{"proxy":{"image":"`+rolloutProxyNew+`"}}}}`)
-	si, pods = waitRollout(ctx, t, "rollout resumed after the CR's change", 3*time.Minute, complete)
+	si, pods := waitRollout(ctx, t, "rollout resumed after the CR's change", 3*time.Minute, complete)
 	for i := range pods {
 		p := &pods[i]
 		b, s := before[p.Name], snap(p)
@@ -860,22 +857,9 @@ func rolloutBadImage(ctx context.Context, t *testing.T) {
 // operator, which runs in this process.
 func fleetReconciles(t *testing.T) float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
+	n, err := cluster.ReconcileTotal("sidecar-fleet")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "sidecar-fleet" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
 	}
 	return n
 }

@@ -43,6 +43,22 @@ func realNodeOversell(name string, replicas int32) *v1alpha1.NodeOversell {
 	}
 }
 
+// standinInjector is a SidecarInjector named name, failurePolicy Fail,
+// that adds one stand-in container, extra, to the pods of the namespaces
+// labelled label=enabled.
+func standinInjector(name, label string) *v1alpha1.SidecarInjector {
+	return &v1alpha1.SidecarInjector{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.SidecarInjectorSpec{
+			Policy:            v1alpha1.PolicyEnabled,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "enabled"}},
+			FailurePolicy:     v1alpha1.FailurePolicyFail,
+			Templates:         []v1alpha1.NamedTemplate{{Name: "extra", Template: "spec:\n  containers:\n  - name: extra\n    image: " + ociimage.StandinName + "\n"}},
+			DefaultTemplates:  []string{"extra"},
+		},
+	}
+}
+
 // waitAvailable waits until the CR's Deployment has want available
 // replicas and returns it.
 func waitAvailable(ctx context.Context, t *testing.T, kind desired.Kind, cr string, want int32) *appsv1.Deployment {
@@ -162,16 +178,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 	}
 
 	no := realNodeOversell("kill", 2)
-	si := &v1alpha1.SidecarInjector{
-		ObjectMeta: metav1.ObjectMeta{Name: "kill"},
-		Spec: v1alpha1.SidecarInjectorSpec{
-			Policy:            v1alpha1.PolicyEnabled,
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"fault-injection": "enabled"}},
-			FailurePolicy:     v1alpha1.FailurePolicyFail,
-			Templates:         []v1alpha1.NamedTemplate{{Name: "extra", Template: "spec:\n  containers:\n  - name: extra\n    image: " + ociimage.StandinName + "\n"}},
-			DefaultTemplates:  []string{"extra"},
-		},
-	}
+	si := standinInjector("kill", "fault-injection")
 	for _, o := range []client.Object{no, si} {
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -280,7 +287,7 @@ func TestKillServerContainerUnderLoad(t *testing.T) {
 			// whole again.
 			for _, v := range victims {
 				waitPod(ctx, t, operatorNS, v.pod, "restarted and Ready", func(p *corev1.Pod) bool {
-					return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > v.restarts && podReady(p)
+					return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > v.restarts && cluster.PodReady(p)
 				})
 				waitAvailable(ctx, t, v.kind, v.cr, tc.replicas)
 			}
@@ -392,7 +399,7 @@ func busiestServerPod(ctx context.Context, t *testing.T, kind desired.Kind, cr s
 		t.Fatal(err)
 	}
 	// Not those on their way out (a scale-down).
-	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !podReady(&p) })
+	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || !cluster.PodReady(&p) })
 	before := map[string]float64{}
 	for _, p := range pods.Items {
 		before[p.Name] = webhookRequests(ctx, t, p.Status.PodIP, kind)

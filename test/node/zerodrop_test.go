@@ -223,16 +223,7 @@ func TestInjectorZeroDropThroughServerRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	si := &v1alpha1.SidecarInjector{
-		ObjectMeta: metav1.ObjectMeta{Name: "zerodrop"},
-		Spec: v1alpha1.SidecarInjectorSpec{
-			Policy:            v1alpha1.PolicyEnabled,
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"zerodrop": "enabled"}},
-			FailurePolicy:     v1alpha1.FailurePolicyFail,
-			Templates:         []v1alpha1.NamedTemplate{{Name: "extra", Template: "spec:\n  containers:\n  - name: extra\n    image: " + ociimage.StandinName + "\n"}},
-			DefaultTemplates:  []string{"extra"},
-		},
-	}
+	si := standinInjector("zerodrop", "zerodrop")
 	if err := env.Client.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +626,7 @@ func TestOversellServerFrozen(t *testing.T) {
 	}
 	// The server resumes (or, killed by its liveness probe meanwhile,
 	// restarts): both replicas serve again.
-	waitPod(ctx, t, operatorNS, victim.Name, "Ready again", podReady)
+	waitPod(ctx, t, operatorNS, victim.Name, "Ready again", cluster.PodReady)
 	waitAvailable(ctx, t, desired.OversellKind, no.Name, 2)
 
 	patches := kubeletPatches(t, frozen, end)

@@ -214,7 +214,7 @@ func checkInstalled(ctx context.Context, t *testing.T, o *olm.OLM, in *olm.Insta
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil || !podReady(&p) {
+			if p.DeletionTimestamp != nil || !cluster.PodReady(&p) {
 				continue
 			}
 			node := &corev1.Node{}
@@ -296,13 +296,4 @@ func ruleAttributes(r rbacv1.PolicyRule, namespace string) []*authorizationv1.Re
 		}
 	}
 	return out
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

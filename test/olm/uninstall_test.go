@@ -3,7 +3,6 @@ package olm_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,17 +72,7 @@ func startLocal(ctx context.Context, t *testing.T, name string, ctr corev1.Conta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
-	err = cluster.WaitFor(ctx, 2*time.Minute, name+" ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	err = cluster.WaitFor(ctx, 2*time.Minute, name+" ready", p.ProbeOK(probe, "/readyz"))
 	if err != nil {
 		t.Fatalf("%v\nargs: %s\nlog:\n%s", err, strings.Join(args, " "), p.Tail(3000))
 	}

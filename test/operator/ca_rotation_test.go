@@ -94,20 +94,15 @@ func TestCADirAndCARotation(t *testing.T) {
 	// Two SelfSigned injectors: "rot" serves pods of rot-apps through a
 	// local server; "rot-idle" selects no namespace, but its configuration
 	// must carry every CA change all the same.
-	si := sampleInjector(t, "rot")
+	si := cluster.SampleInjector(t, "rot")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "enabled"}}
-	idle := sampleInjector(t, "rot-idle")
+	idle := cluster.SampleInjector(t, "rot-idle")
 	idle.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotation-test": "never"}}
 	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+		create(t, ctx, o)
 	}
 	for _, o := range []*v1alpha1.SidecarInjector{si, idle} {
-		waitConditions(t, ctx, o, func() []metav1.Condition { return o.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		waitConfigured(t, ctx, o, 60*time.Second)
 	}
 	base := desired.SidecarKind.BaseName(si.Name)
 	configs := []string{base, desired.SidecarKind.BaseName(idle.Name)}
@@ -177,45 +172,27 @@ func TestCADirAndCARotation(t *testing.T) {
 		followSecret(loopCtx, o.Secret, srv, 0, func() { reloads.Add(1) })
 	}()
 	// Admissions every 20 ms: a server-side dry-run pod through the injector.
-	var attempted, failed, notInjected atomic.Int64
-	var errMu sync.Mutex
-	var firstErrs []string
+	var adm admissionLoad
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-tick.C:
-			}
+		adm.at50PerSecond(loopCtx, func(ctx context.Context) error {
 			p := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "rot-apps"},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx:1.23-alpine"}}},
 			}
-			attempted.Add(1)
-			err := c.Create(loopCtx, p, client.DryRunAll)
-			switch {
-			case loopCtx.Err() != nil:
-				attempted.Add(-1)
-				return
-			case err != nil:
-				failed.Add(1)
-				errMu.Lock()
-				if len(firstErrs) < 5 {
-					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
-				}
-				errMu.Unlock()
-			case !injected(p):
-				notInjected.Add(1)
+			if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+				return err
 			}
-		}
+			if !injected(p) {
+				return errNotInjected
+			}
+			return nil
+		})
 	}()
 	// A baseline of admissions before rotating (about 2 s of them on an
 	// idle machine), counted rather than slept.
-	waitCount(t, ctx, "admissions before rotating", &attempted, 100)
+	waitCount(t, ctx, "admissions before rotating", &adm.attempted, 100)
 
 	caSec := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, caSec); err != nil {
@@ -316,7 +293,7 @@ func TestCADirAndCARotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; steps seen %v", err, at)
 	}
-	failedRotation := failed.Load()
+	failedRotation := adm.failed.Load()
 
 	// A deleted CA Secret (its key is lost): a new CA signs at once, but no
 	// serving certificate from it is served before every configuration
@@ -372,13 +349,11 @@ func TestCADirAndCARotation(t *testing.T) {
 	t.Logf("+%s deleted CA Secret: serving certificate from the new CA and the lost CA gone from every configuration", time.Since(deleted).Round(time.Millisecond))
 	// Admissions against the new CA only (about 2 s of them on an idle
 	// machine), counted rather than slept.
-	waitCount(t, ctx, "admissions in all, through the new CA alone", &attempted, attempted.Load()+100)
+	waitCount(t, ctx, "admissions in all, through the new CA alone", &adm.attempted, adm.attempted.Load()+100)
 	stop()
 	wg.Wait()
-	errMu.Lock()
-	defer errMu.Unlock()
 	t.Logf("admissions during the rotation and the CA Secret replacement: %d attempted, %d failed (%d during the rotation), %d not injected; %d certificate reloads of the local server; first errors %v",
-		attempted.Load(), failed.Load(), failedRotation, notInjected.Load(), reloads.Load(), firstErrs)
+		adm.attempted.Load(), adm.failed.Load(), failedRotation, adm.notInjected.Load(), reloads.Load(), adm.errs())
 	// The staged next CA lives only PromoteDelay (2 s) in the CA Secret:
 	// a poll slowed by load may miss it. The operator's CARotation Event
 	// for the step, on the CA Secret, is its own record that it wrote it.
@@ -400,12 +375,12 @@ func TestCADirAndCARotation(t *testing.T) {
 			t.Errorf("step %s not observed; seen %v", s, at)
 		}
 	}
-	if failed.Load() != 0 || notInjected.Load() != 0 {
+	if adm.failed.Load() != 0 || adm.notInjected.Load() != 0 {
 		t.Fatalf("%d of %d admissions failed and %d were not injected during the CA rotation and replacement: %v\ninjector log:\n%s",
-			failed.Load(), attempted.Load(), notInjected.Load(), firstErrs, srv.proc.Tail(3000))
+			adm.failed.Load(), adm.attempted.Load(), adm.notInjected.Load(), adm.errs(), srv.proc.Tail(3000))
 	}
-	if attempted.Load() < 100 {
-		t.Fatalf("only %d admissions attempted", attempted.Load())
+	if adm.attempted.Load() < 100 {
+		t.Fatalf("only %d admissions attempted", adm.attempted.Load())
 	}
 	if len(statusSteps) == 0 {
 		t.Error("CertificateReady never named a rotation step")

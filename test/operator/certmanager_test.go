@@ -60,7 +60,7 @@ func certManagerCRDs(t *testing.T) string {
 func TestCertManagerMode(t *testing.T) {
 	ctx := cluster.TestContext(t, 6*time.Minute)
 	const name = "cm"
-	si := sampleInjector(t, name)
+	si := cluster.SampleInjector(t, name)
 	// issuerRef belongs to mode CertManager (CEL rule on the CRD).
 	si.Spec.Certificate = v1alpha1.CertificateSpec{IssuerRef: &v1alpha1.IssuerReference{Name: "corp-ca"}}
 	if err := env.Client.Create(ctx, si.DeepCopy(), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "issuerRef is only used when mode is CertManager") {
@@ -68,11 +68,7 @@ func TestCertManagerMode(t *testing.T) {
 	}
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateCertManager}
 	si.Spec.Server.Replicas = ptr.To[int32](1)
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	base := desired.SidecarKind.BaseName(name)
 
 	// 1. No cert-manager CRDs.
@@ -179,9 +175,7 @@ func TestCertManagerMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	t.Logf("CertificateReady and WebhookConfigured %s after the Certificate became Ready", time.Since(start).Round(time.Millisecond))
 	if c := apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionCertificateReady); !strings.Contains(c.Message, notAfter.UTC().Format(time.RFC3339)) {
 		t.Fatalf("CertificateReady message %q lacks notAfter", c.Message)

@@ -26,12 +26,9 @@ func TestConfigLoadedFromServers(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "cfg")
+	si := cluster.SampleInjector(t, "cfg")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"configloaded-test": "never"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionServerAvailable: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
@@ -48,7 +45,7 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		}
 		pods = pods[:0]
 		for _, p := range list.Items {
-			if p.Status.PodIP != "" && p.DeletionTimestamp == nil && isReady(&p) {
+			if p.Status.PodIP != "" && p.DeletionTimestamp == nil && cluster.PodReady(&p) {
 				pods = append(pods, p)
 			}
 		}
@@ -137,13 +134,4 @@ func TestConfigLoadedFromServers(t *testing.T) {
 		t.Fatalf("%v: conditions%s", err, fmtConds(si.Status.Conditions))
 	}
 	t.Logf("third replica added: %s", apimeta.FindStatusCondition(si.Status.Conditions, v1alpha1.ConditionConfigLoaded).Message)
-}
-
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -120,10 +120,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 	si := csrInjector("csr-auto", v1alpha1.DefaultCSRSignerName, true)
 	logOnFailure(t, "csr-auto")
 	start := time.Now()
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	base := desired.SidecarKind.BaseName(si.Name)
 	secKey := client.ObjectKey{Namespace: operatorNS, Name: base + "-tls"}
 	// CSR created → certificate in the serving Secret.
@@ -146,9 +143,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 	}
 	t.Logf("CR created → CSR seen %s, CSR seen → certificate served %s (polled every 50 ms)",
 		csrSeen.Sub(start).Round(time.Millisecond), served.Sub(csrSeen).Round(time.Millisecond))
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConfigured(t, ctx, si, 30*time.Second)
 	if c := certReady(si); c.Reason != csrplan.ReasonIssued {
 		t.Fatalf("CertificateReady %+v", c)
 	}
@@ -226,10 +221,7 @@ func TestCSRModeApprovedByOperator(t *testing.T) {
 func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	si := csrInjector("csr-manual", v1alpha1.DefaultCSRSignerName, false)
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	base := desired.SidecarKind.BaseName(si.Name)
 	c := waitReason(t, ctx, si, csrplan.ReasonWaitingForApproval, 60*time.Second)
 	l, err := csrsOf(ctx, si)
@@ -253,9 +245,7 @@ func TestCSRModeManualApprovalAndDenial(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	approved := time.Now()
 	setApproval(t, ctx, name, certificatesv1.CertificateApproved)
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConfigured(t, ctx, si, 30*time.Second)
 	t.Logf("approval → CertificateReady and WebhookConfigured in %s", time.Since(approved).Round(time.Millisecond))
 	servedCert(t, ctx, base)
 
@@ -301,10 +291,7 @@ func TestCSRModeExternalSigner(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	const signer = "signer.example.com/webhooks"
 	si := csrInjector("csr-external", signer, true)
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	base := desired.SidecarKind.BaseName(si.Name)
 	if !trustBundlesServed() {
 		// Another signer's trust is only its ClusterTrustBundles: without
@@ -326,10 +313,7 @@ func TestCSRModeExternalSigner(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "signer.example.com:webhooks:root"},
 		Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: string(ca.CertPEM)},
 	}
-	if err := env.Client.Create(ctx, ctb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ctb) })
+	create(t, ctx, ctb)
 	l, err := csrsOf(ctx, si)
 	if err != nil || len(l) != 1 {
 		t.Fatalf("CSRs %d: %v", len(l), err)
@@ -348,9 +332,7 @@ func TestCSRModeExternalSigner(t *testing.T) {
 	if _, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConfigured(t, ctx, si, 30*time.Second)
 	t.Logf("external signer's certificate → CertificateReady in %s", time.Since(signed).Round(time.Millisecond))
 	sec := servedCert(t, ctx, base)
 	if string(sec.Data["ca.crt"]) != string(ca.CertPEM) {

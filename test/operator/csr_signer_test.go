@@ -119,19 +119,29 @@ func failedReason(csr *certificatesv1.CertificateSigningRequest) string {
 // runs older servers, cluster.KubeVersionEnv).
 func trustBundlesServed() bool { return env.MinorAtLeast(37) }
 
+// caSecretActive reads the CA Secret and its active CA: nil, with no
+// error, while it has none that parses.
+func caSecretActive(ctx context.Context) (*corev1.Secret, *x509.Certificate, error) {
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		return nil, nil, err
+	}
+	active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
+	if err != nil {
+		return sec, nil, nil
+	}
+	return sec, active, nil
+}
+
 // publishedTrustBundle waits for the signer's ClusterTrustBundle to carry
 // the CA Secret's active CA and returns it. Only where trustBundlesServed.
 func publishedTrustBundle(t *testing.T, ctx context.Context) *certificatesv1.ClusterTrustBundle {
 	t.Helper()
 	ctb := &certificatesv1.ClusterTrustBundle{}
 	err := cluster.WaitFor(ctx, 60*time.Second, "ClusterTrustBundle with the active CA", func(ctx context.Context) (bool, error) {
-		sec := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		_, active, err := caSecretActive(ctx)
+		if active == nil {
 			return false, err
-		}
-		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
-		if err != nil {
-			return false, nil
 		}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: csrsigner.TrustBundleName(v1alpha1.DefaultCSRSignerName)}, ctb); err != nil {
 			return false, err
@@ -156,13 +166,9 @@ func signerTrust(t *testing.T, ctx context.Context) string {
 	}
 	var bundle []byte
 	err := cluster.WaitFor(ctx, 60*time.Second, "ClusterTrustBundleUnavailable event and the CA Secret's bundle", func(ctx context.Context) (bool, error) {
-		sec := &corev1.Secret{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}, sec); err != nil {
+		sec, active, err := caSecretActive(ctx)
+		if active == nil {
 			return false, err
-		}
-		active, err := pki.ParseCertPEM(sec.Data[pki.SecretKeyActiveCert])
-		if err != nil {
-			return false, nil
 		}
 		r, err := eventReasons(ctx, "Secret", desired.CASecretName)
 		if err != nil {
@@ -184,10 +190,7 @@ func csrService(t *testing.T, ctx context.Context, ns, name string) *corev1.Serv
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
 	}
-	if err := env.Client.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), svc) })
+	create(t, ctx, svc)
 	return svc
 }
 
@@ -391,10 +394,7 @@ spec:
 			AdmissionReviewVersions: []string{"v1"},
 		}},
 	}
-	if err := env.Client.Create(ctx, mwc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	create(t, ctx, mwc)
 	err = cluster.WaitFor(ctx, 30*time.Second, "dry-run create mutated by the webhook", func(ctx context.Context) (bool, error) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: nsName, Name: "probe"}}
 		if err := env.Client.Create(ctx, cm, client.DryRunAll); err != nil {

@@ -115,17 +115,10 @@ func TestServerFailsOpenWhenOperatorGone(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
-	si := sampleInjector(t, "failopen")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failopen-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	si := scopedInjector(t, "failopen", "failopen-test", "on", v1alpha1.FailurePolicyFail)
+	create(t, ctx, si)
 	mutating := desired.SidecarKind.BaseName(si.Name)
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	o, srv := armFail(t, ctx, si, "injector-failopen")
 	if args := o.Deploy.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--operator-deployment="+operatorNS+"/"+operatorDeploymentName) {
 		t.Fatalf("server args %v lack --operator-deployment", args)

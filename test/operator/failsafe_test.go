@@ -16,7 +16,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -47,15 +46,7 @@ func waitPolicy(t *testing.T, ctx context.Context, si *v1alpha1.SidecarInjector,
 			}
 			published = *w.FailurePolicy
 		}
-		if last == nil || last.Status != st || published != fp {
-			return false, nil
-		}
-		for _, r := range reasons {
-			if last.Reason == r {
-				return true, nil
-			}
-		}
-		return len(reasons) == 0, nil
+		return last != nil && last.Status == st && published == fp && reasonIn(last.Reason, reasons), nil
 	})
 	if err != nil {
 		t.Fatalf("%v; published %q, condition %+v; conditions: %s", err, published, last, fmtConds(si.Status.Conditions))
@@ -98,14 +89,9 @@ func TestFailOnlyOnceReachable(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "unready")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"failsafe-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "unready", "failsafe-test", "on", v1alpha1.FailurePolicyFail)
 	si.Spec.Server.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	const ns = "failsafe-apps"
 	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"failsafe-test": "on"}); err != nil {
 		t.Fatal(err)
@@ -175,13 +161,10 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	sel := map[string]string{"failsafe-recovery": "on"}
-	si := sampleInjector(t, "recovery")
+	si := cluster.SampleInjector(t, "recovery")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: sel}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	const ns = "recovery-apps"
 	for _, n := range []string{ns, excludedNS} {
 		if _, err := env.CreateNamespace(ctx, n, sel); err != nil {
@@ -191,9 +174,7 @@ func TestRecoveryPodsAdmittedWhileDown(t *testing.T) {
 			_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		})
 	}
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	o, srv := armFail(t, ctx, si, "injector-recovery")
 	env.UnrouteService(o.Svc)
 	if err := srv.proc.Stop(5 * time.Second); err != nil {
@@ -274,15 +255,10 @@ func selectorWebhookSelector(sel *metav1.LabelSelector) *metav1.LabelSelector {
 func TestBreakGlassWithOperatorStopped(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "breakglass")
+	si := cluster.SampleInjector(t, "breakglass")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"breakglass-test": "on"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 
 	stopOperator()
 	restarted := false
@@ -361,28 +337,19 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	const pcName, pcValue = "hookwright-test-servers", int32(100000)
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: pcValue,
 		Description: "test/operator TestServerPriorityClassAndSpread"}
-	if err := c.Create(ctx, pc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+	create(t, ctx, pc)
 
 	// The CRD's own validation, and the validating webhook's warning.
-	bad := sampleInjector(t, "prio-reserved")
+	bad := cluster.SampleInjector(t, "prio-reserved")
 	bad.Spec.Server.PriorityClassName = "system-high"
 	if err := c.Create(ctx, bad, client.DryRunAll); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("priorityClassName system-high: %v, want Invalid (reserved prefix)", err)
 	}
-	warns := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = warns
-	wc, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	critical := sampleInjector(t, "prio-critical")
+	wc, warns := env.WarningsClient(t)
+	critical := cluster.SampleInjector(t, "prio-critical")
 	critical.Spec.Server.PriorityClassName = v1alpha1.PriorityClusterCritical
 	var got []string
-	err = cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, 60*time.Second, "the critical class warning", func(ctx context.Context) (bool, error) {
 		warns.Take()
 		if err := wc.Create(ctx, critical.DeepCopy(), client.DryRunAll); err != nil {
 			return false, err
@@ -397,12 +364,9 @@ func TestServerPriorityClassAndSpread(t *testing.T) {
 	}
 	t.Logf("critical class warning: %q", got)
 
-	si := sampleInjector(t, "prio")
+	si := cluster.SampleInjector(t, "prio")
 	si.Spec.Server.PriorityClassName = pcName
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	op := desired.SidecarCR(si)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
 	err = cluster.WaitFor(ctx, 60*time.Second, "the server Deployment", func(ctx context.Context) (bool, error) {
@@ -468,17 +432,11 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	const pcName = "hookwright-test-cleared"
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: pcName}, Value: 1000,
 		Description: "test/operator TestServerPriorityClassCleared"}
-	if err := c.Create(ctx, pc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+	create(t, ctx, pc)
 
-	si := sampleInjector(t, "prio-cleared")
+	si := cluster.SampleInjector(t, "prio-cleared")
 	si.Spec.Server.PriorityClassName = pcName
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
 	deploy := o.Deploy
 	templateClass := func(want string) func(context.Context) (bool, error) {
@@ -515,7 +473,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 	before := writes.Of(deployPath)
 	restartOperator(t, env.Config, allowedServerNamespaces)
 	settle(t, ctx)
-	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
+	reconciled, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +486,7 @@ func TestServerPriorityClassCleared(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the label", func(context.Context) (bool, error) {
-		n, err := reconcileTotal(desired.SidecarKind.Short)
+		n, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 		return n > reconciled, err
 	})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,16 +28,9 @@ import (
 func TestFleetStatus(t *testing.T) {
 	ctx := cluster.TestContext(t, 5*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "fleet")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "fleet"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	si := scopedInjector(t, "fleet", "sidecar-injection", "fleet", v1alpha1.FailurePolicyIgnore)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	const ns = "fleet-apps"
 	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"sidecar-injection": "fleet"}); err != nil {
 		t.Fatal(err)
@@ -181,13 +173,7 @@ func TestFleetStatus(t *testing.T) {
 	}
 
 	// A template change: a new revision, the injected pods outdated.
-	if err := update(ctx, si, func() {
-		var v map[string]any
-		_ = json.Unmarshal(si.Spec.Values.Raw, &v)
-		v["proxy"].(map[string]any)["image"] = "ghcr.io/hookwright/proxy:1.5.0"
-		b, _ := json.Marshal(v)
-		si.Spec.Values = &apiextensionsv1.JSON{Raw: b}
-	}); err != nil {
+	if err := update(ctx, si, func() { cluster.SetProxyImage(si, "ghcr.io/hookwright/proxy:1.5.0") }); err != nil {
 		t.Fatal(err)
 	}
 	fleetIs("injected pods outdated after a template change", v1alpha1.FleetCounts{MatchedPods: 5, InjectedPods: 2, OutdatedPods: 2, MissingPods: 3})

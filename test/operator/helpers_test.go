@@ -2,8 +2,11 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/certificates/pki"
 	"github.com/hookwright/hookwright/internal/desired"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -120,6 +124,44 @@ func waitConditions(t *testing.T, ctx context.Context, obj client.Object, conds 
 	}
 }
 
+// configured is what a CR's conditions say once the operator has issued
+// its serving certificate and written its webhook configuration.
+var configured = map[string]metav1.ConditionStatus{
+	v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
+}
+
+// waitConfigured is waitConditions for configured.
+func waitConfigured(t *testing.T, ctx context.Context, cr v1alpha1.Object, timeout time.Duration) {
+	t.Helper()
+	waitConditions(t, ctx, cr, func() []metav1.Condition { return *cr.StatusConditions() }, configured, timeout)
+}
+
+// scopedInjector is the sample SidecarInjector named name, for the
+// namespaces labelled key=value, with failurePolicy fp.
+func scopedInjector(t *testing.T, name, key, value string, fp v1alpha1.FailurePolicy) *v1alpha1.SidecarInjector {
+	t.Helper()
+	si := cluster.SampleInjector(t, name)
+	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{key: value}}
+	si.Spec.FailurePolicy = fp
+	return si
+}
+
+// create creates obj and deletes it when the test ends: a failed test
+// must not leave a webhook that intercepts later tests.
+func create(t *testing.T, ctx context.Context, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+}
+
+// reasonIn is whether a condition's reason is one of reasons; any reason
+// is, when reasons is empty.
+func reasonIn(reason string, reasons []string) bool {
+	return len(reasons) == 0 || slices.Contains(reasons, reason)
+}
+
 func fmtConds(cs []metav1.Condition) string {
 	var b strings.Builder
 	for _, c := range cs {
@@ -131,7 +173,14 @@ func fmtConds(cs []metav1.Condition) string {
 // timeUntil polls cond every 5 ms and returns how long it took to hold.
 func timeUntil(t *testing.T, ctx context.Context, what string, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, bound(30*time.Second), what, func(ctx context.Context) (bool, error) {
+	return pollTimed(t, ctx, what, bound(30*time.Second), cond)
+}
+
+// pollTimed polls cond every 5 ms for up to limit and returns how long it
+// took to hold; a NotFound error counts as not yet, any other fails t.
+func pollTimed(t *testing.T, ctx context.Context, what string, limit time.Duration, cond func(context.Context) (bool, error)) time.Duration {
+	t.Helper()
+	took, err := cluster.Poll(ctx, 5*time.Millisecond, limit, what, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, cluster.Permanent(err)
@@ -184,18 +233,86 @@ func eventReasons(ctx context.Context, kind, name string) (map[string]int, error
 // logged as a figure, not asserted.
 func timeWithin(t *testing.T, ctx context.Context, what string, limit time.Duration, cond func(context.Context) (bool, error)) time.Duration {
 	t.Helper()
-	took, err := cluster.Poll(ctx, 5*time.Millisecond, limit, what, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return false, cluster.Permanent(err)
+	took := pollTimed(t, ctx, what, limit, cond)
+	t.Logf("figure: %s in %s (limit %s)", what, took.Round(time.Millisecond), limit)
+	return took
+}
+
+// admissionLoad counts the admissions a test sends through a webhook
+// while it rotates what serves it, keeping the first five failures, timed.
+type admissionLoad struct {
+	attempted, failed, notInjected atomic.Int64
+	mu                             sync.Mutex
+	firstErrs                      []string
+}
+
+// fail counts a failed admission, keeping msg if it is one of the first
+// five.
+func (l *admissionLoad) fail(msg string) {
+	l.failed.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.firstErrs) < 5 {
+		l.firstErrs = append(l.firstErrs, time.Now().Format("15:04:05.000")+" "+msg)
+	}
+}
+
+// record counts the outcome of a dry-run create of p through an injector:
+// failed with err, or admitted but not injected.
+func (l *admissionLoad) record(err error, p *corev1.Pod) {
+	switch {
+	case err != nil:
+		l.fail(err.Error())
+	case !injected(p):
+		l.notInjected.Add(1)
+	}
+}
+
+// errNotInjected is an admission that was allowed but not injected.
+var errNotInjected = errors.New("not injected")
+
+// at50PerSecond calls admit every 20 ms, a fixed rate, until ctx ends,
+// counting each call attempted (taken back if ctx ended during it) and
+// its outcome: an error is a failure, errNotInjected counted apart.
+func (l *admissionLoad) at50PerSecond(ctx context.Context, admit func(context.Context) error) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
-		return ok, nil
-	})
+		l.attempted.Add(1)
+		err := admit(ctx)
+		switch {
+		case ctx.Err() != nil:
+			l.attempted.Add(-1)
+			return
+		case errors.Is(err, errNotInjected):
+			l.notInjected.Add(1)
+		case err != nil:
+			l.fail(err.Error())
+		}
+	}
+}
+
+// errs is the failures kept so far.
+func (l *admissionLoad) errs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.firstErrs)
+}
+
+// gather reads the metrics of the operator, which runs in this process
+// (controller-runtime's registry); it fails t on error.
+func gather(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("figure: %s in %s (limit %s)", what, took.Round(time.Millisecond), limit)
-	return took
+	return fams
 }
 
 // operatorBusy names the operator's controllers that run a reconcile or
@@ -262,29 +379,6 @@ func metricKey(m *dto.Metric) string {
 		parts = append(parts, l.GetName()+"="+l.GetValue())
 	}
 	return "{" + strings.Join(parts, ",") + "}"
-}
-
-// reconcileTotal is controller_runtime_reconcile_total of one controller
-// (every result): the reconciles it finished.
-func reconcileTotal(controller string) (float64, error) {
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		return 0, err
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n, nil
 }
 
 // waitCount waits until the counter n reaches want (a count of real

@@ -451,17 +451,7 @@ func startLocalServer(t *testing.T, name string, deployArgs []string, certPEM, k
 	s.proc = p
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
 	ctx := cluster.TestContext(t, 60*time.Second)
-	err = cluster.WaitFor(ctx, bound(60*time.Second), name+" /readyz", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", s.probePort))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	err = cluster.WaitFor(ctx, bound(60*time.Second), name+" /readyz", p.ProbeOK(s.probePort, "/readyz"))
 	if err != nil {
 		t.Fatalf("%v\nargs: %s\nlog:\n%s", err, strings.Join(args, " "), p.Tail(3000))
 	}

@@ -33,20 +33,16 @@ func TestManagerBinaryStartsAndLeads(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
+	ready := p.ProbeOK(probe, "/readyz")
 	err = cluster.WaitFor(ctx, 60*time.Second, "manager ready and holding its Lease", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
+		if ok, err := ready(ctx); !ok || err != nil {
 			return false, err
 		}
-		res.Body.Close()
 		lease := &coordinationv1.Lease{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: "hookwright.admission.hookwright.io"}, lease); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return res.StatusCode == http.StatusOK && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
+		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
 	})
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, p.Tail(3000))

@@ -193,17 +193,10 @@ func startMetricsManager(t *testing.T, kubeconfig string, extra []string) int {
 	ctx := cluster.TestContext(t, 90*time.Second)
 	// /healthz, not /readyz: with no read access its caches never sync, so
 	// it is (rightly) never ready; its metrics server runs regardless.
+	healthy := p.ProbeOK(probe, "/healthz")
 	err = cluster.WaitFor(ctx, 90*time.Second, "manager /healthz", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", probe))
-		if err != nil {
+		if ok, err := healthy(ctx); !ok || err != nil {
 			return false, err
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			return false, nil
 		}
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
 		if err != nil {

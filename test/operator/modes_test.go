@@ -47,11 +47,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 			Server:            v1alpha1.ServerSpec{Replicas: ptr.To[int32](1)},
 		},
 	}
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
 		v1alpha1.ConditionCertificateReady: metav1.ConditionFalse, v1alpha1.ConditionWebhookConfigured: metav1.ConditionFalse,
@@ -72,14 +68,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 		t.Fatalf("replicas 1 has a PDB: %v", err)
 	}
 
-	ca, err := cluster.NewTestCA("byo-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, crt, key := cluster.MustServiceCA(t, "byo-ca", operatorNS, base)
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "byo-serving", Namespace: operatorNS},
 		Type:       corev1.SecretTypeTLS,
@@ -91,9 +80,7 @@ func TestUserProvidedSecretMode(t *testing.T) {
 	}
 	// The user's Secret is watched (metadata): creating it reconciles the
 	// CR without any change of the CR (the resync is 5 min).
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConditions(t, ctx, si, conds, configured, 30*time.Second)
 	t.Logf("user Secret created → WebhookConfigured in %s", time.Since(created).Round(time.Millisecond))
 	o.MWC.Name = base
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
@@ -103,20 +90,13 @@ func TestUserProvidedSecretMode(t *testing.T) {
 		t.Fatal("caBundle is not the user's ca.crt")
 	}
 	// The user replaces the certificate and its CA: caBundle follows.
-	ca2, err := cluster.NewTestCA("byo-ca-2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt2, key2, err := ca2.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca2, crt2, key2 := cluster.MustServiceCA(t, "byo-ca-2", operatorNS, base)
 	sec.Data = map[string][]byte{corev1.TLSCertKey: crt2, corev1.TLSPrivateKeyKey: key2, "ca.crt": ca2.CertPEM}
 	replaced := time.Now()
 	if err := env.Client.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	err = cluster.WaitFor(ctx, bound(30*time.Second), "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(30*time.Second), "caBundle follows the user's new ca.crt", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o.MWC), o.MWC); err != nil {
 			return false, err
 		}
@@ -151,11 +131,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "movable"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionCertificateReady: metav1.ConditionTrue}, 30*time.Second)
 	base := desired.SidecarKind.BaseName(si.Name)
@@ -199,9 +175,7 @@ func TestRenewalAndNamespaceMove(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 30*time.Second)
+	waitConditions(t, ctx, si, conds, configured, 30*time.Second)
 	moved := ownedKeys(base, "mesh-servers")
 	oldNS := owned{SA: o.SA, Deploy: o.Deploy, PDB: o.PDB, Svc: o.Svc, Secret: o.Secret}
 	err = cluster.WaitFor(ctx, 30*time.Second, "objects moved to mesh-servers, old ones and the PDB removed", func(ctx context.Context) (bool, error) {
@@ -249,11 +223,7 @@ func TestConflictingWriterBackoff(t *testing.T) {
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "fought"}, Spec: v1alpha1.SidecarInjectorSpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"conflict-test": "never"}},
 	}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
 	base := desired.SidecarKind.BaseName(si.Name)
@@ -370,10 +340,7 @@ func TestPauseReconcile(t *testing.T) {
 	ctx := cluster.TestContext(t, 2*time.Minute)
 	c := env.Client
 	si := &v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "paused"}}
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	conds := func() []metav1.Condition { return si.Status.Conditions }
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue}, 30*time.Second)
 	o := ownedKeys(desired.SidecarKind.BaseName(si.Name), operatorNS)
@@ -395,7 +362,7 @@ func TestPauseReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; conditions: %s", err, fmtConds(si.Status.Conditions))
 	}
-	reconciled, err := reconcileTotal(desired.SidecarKind.Short)
+	reconciled, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +373,7 @@ func TestPauseReconcile(t *testing.T) {
 	// Not repaired while paused: judged once the operator has reconciled
 	// (the tamper queues the CR) and gone idle, and for 2 s more.
 	err = cluster.WaitFor(ctx, 60*time.Second, "a SidecarInjector reconcile after the tamper", func(context.Context) (bool, error) {
-		n, err := reconcileTotal(desired.SidecarKind.Short)
+		n, err := cluster.ReconcileTotal(desired.SidecarKind.Short)
 		return n > reconciled, err
 	})
 	if err != nil {

@@ -142,10 +142,7 @@ func TestUpgradeableDuringNodeOversellRestore(t *testing.T) {
 			Ratios:       v1alpha1.OversellRatios{CPU: "2"},
 		},
 	}
-	if err := env.Client.Create(ctx, no); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
+	create(t, ctx, no)
 	err := cluster.WaitFor(ctx, 60*time.Second, "finalizer added", func(ctx context.Context) (bool, error) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(no), no); err != nil {
 			return false, err

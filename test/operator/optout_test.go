@@ -25,16 +25,9 @@ func TestInjectorOutageSparesOptedOutPods(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "optout")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": "optout"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	si := scopedInjector(t, "optout", "sidecar-injection", "optout", v1alpha1.FailurePolicyFail)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	const ns = "optout-apps"
 	if _, err := env.CreateNamespace(ctx, ns, map[string]string{"sidecar-injection": "optout"}); err != nil {
 		t.Fatal(err)

@@ -46,13 +46,8 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 				Priority:     prio,
 			},
 		}
-		if err := c.Create(ctx, no); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
-		waitConditions(t, ctx, no, func() []metav1.Condition { return no.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		create(t, ctx, no)
+		waitConfigured(t, ctx, no, 60*time.Second)
 		base := desired.OversellKind.BaseName(no.Name)
 		o := ownedKeys(base, operatorNS)
 		o.fetch(t, ctx, "NodeOversell", no.UID)
@@ -111,17 +106,23 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := []byte(`{"status":{"allocatable":{"cpu":"3800m","memory":"7Gi"}}}`)
-	err = cluster.WaitFor(ctx, bound(30*time.Second), "kubelet report amplified once by the winner", func(ctx context.Context) (bool, error) {
-		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
+	// kubeletReportAmplifiedByA sends the kubelet's report until ovd-a is
+	// the one that amplified it.
+	kubeletReportAmplifiedByA := func(what string) {
+		t.Helper()
+		report := []byte(`{"status":{"allocatable":{"cpu":"3800m","memory":"7Gi"}}}`)
+		err := cluster.WaitFor(ctx, bound(30*time.Second), what, func(ctx context.Context) (bool, error) {
+			n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
+			if err != nil {
+				return false, err
+			}
+			return n.Annotations[v1alpha1.OversellAppliedByKey] == "ovd-a", nil
+		})
 		if err != nil {
-			return false, err
+			t.Fatal(err)
 		}
-		return n.Annotations[v1alpha1.OversellAppliedByKey] == "ovd-a", nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	kubeletReportAmplifiedByA("kubelet report amplified once by the winner")
 	expect("ovd-a amplifies through both webhooks", "7600m", "10752Mi", "ovd-a")
 
 	relabel := func(pool string) {
@@ -148,16 +149,7 @@ func TestNodeOversellOverlapAndDeselection(t *testing.T) {
 
 	// Back in both selectors: a kubelet report is amplified once, by ovd-a.
 	relabel("a")
-	err = cluster.WaitFor(ctx, bound(30*time.Second), "kubelet report amplified by ovd-a again", func(ctx context.Context) (bool, error) {
-		n, err := kubelet.CoreV1().Nodes().Patch(ctx, "ovd-node-0", types.StrategicMergePatchType, report, metav1.PatchOptions{}, "status")
-		if err != nil {
-			return false, err
-		}
-		return n.Annotations[v1alpha1.OversellAppliedByKey] == "ovd-a", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeletReportAmplifiedByA("kubelet report amplified by ovd-a again")
 	expect("ovd-a amplifies again", "7600m", "10752Mi", "ovd-a")
 	// Priority changes reach the node through the operator's resync touch.
 	setPriority := func(name string, p int32) {

@@ -94,14 +94,9 @@ func TestNodeOversellResync100Nodes(t *testing.T) {
 			Ratios:       v1alpha1.OversellRatios{CPU: "2"},
 		},
 	}
-	if err := c.Create(ctx, no); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
+	create(t, ctx, no)
 	conds := func() []metav1.Condition { return no.Status.Conditions }
-	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConditions(t, ctx, no, conds, configured, 60*time.Second)
 	base := desired.OversellKind.BaseName(no.Name)
 	o := ownedKeys(base, operatorNS)
 	o.fetch(t, ctx, "NodeOversell", no.UID)

@@ -65,15 +65,9 @@ func TestNodeOversellLifecycle(t *testing.T) {
 			Ratios:       v1alpha1.OversellRatios{CPU: "2", Memory: "1.5"},
 		},
 	}
-	if err := c.Create(ctx, no); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), no) })
+	create(t, ctx, no)
 	conds := func() []metav1.Condition { return no.Status.Conditions }
-	waitConditions(t, ctx, no, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConditions(t, ctx, no, conds, configured, 60*time.Second)
 	if !slices.Contains(no.Finalizers, controllers.OversellFinalizer) {
 		t.Fatalf("finalizers %v", no.Finalizers)
 	}
@@ -175,10 +169,7 @@ func TestNodeOversellLifecycle(t *testing.T) {
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("9")}},
 		}}},
 	}
-	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	create(t, ctx, pod)
 	if err := update(ctx, no, func() { no.Spec.Ratios.CPU = "2" }); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/internal/desired"
@@ -24,10 +23,7 @@ import (
 // operator runs in this process) for one CR, by result.
 func probeCounts(t *testing.T, kind, name string) map[string]float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := map[string]float64{}
 	for _, f := range fams {
 		if f.GetName() != "hookwright_webhook_probe_total" {
@@ -58,21 +54,8 @@ func total(m map[string]float64) float64 {
 // kind since before (sum and count).
 func probeLatency(t *testing.T, kind string) (sum float64, count uint64) {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != "hookwright_webhook_probe_duration_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, p := range m.GetLabel() {
-				if p.GetName() == "kind" && p.GetValue() == kind {
-					return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
+	for m := range cluster.Labelled(gather(t), "hookwright_webhook_probe_duration_seconds", "kind", kind) {
+		return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
 	}
 	return 0, 0
 }
@@ -87,15 +70,7 @@ func waitReachable(t *testing.T, ctx context.Context, obj v1alpha1.Object, st me
 			return false, err
 		}
 		last = apimeta.FindStatusCondition(*obj.StatusConditions(), v1alpha1.ConditionWebhookReachable)
-		if last == nil || last.Status != st {
-			return false, nil
-		}
-		for _, r := range reasons {
-			if last.Reason == r {
-				return true, nil
-			}
-		}
-		return len(reasons) == 0, nil
+		return last != nil && last.Status == st && reasonIn(last.Reason, reasons), nil
 	})
 	if err != nil {
 		t.Fatalf("%v; last: %+v", err, last)
@@ -178,7 +153,7 @@ func TestWebhookReachable(t *testing.T) {
 	c := env.Client
 	// The sample's templates, selecting the probe namespace and pods with
 	// tier web or api.
-	si := sampleInjector(t, "probe-si")
+	si := cluster.SampleInjector(t, "probe-si")
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"probe-test": "on"}}
 	si.Spec.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}},
@@ -197,17 +172,10 @@ func TestWebhookReachable(t *testing.T) {
 		},
 	}
 	for _, o := range []client.Object{si, no} {
-		if err := c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), o) })
+		create(t, ctx, o)
 	}
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
-	waitConditions(t, ctx, no, func() []metav1.Condition { return no.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
+	waitConfigured(t, ctx, no, 60*time.Second)
 
 	// No route to either Service yet: the API server cannot call them. The
 	// SidecarInjector asks for Fail but is published with Ignore until

@@ -183,10 +183,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": prefix + "server-namespace-role"},
 		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": prefix + "controller-manager", "namespace": opNS}},
 	}}
-	if err := env.Client.Create(ctx, rb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+	create(t, ctx, rb)
 	for _, x := range []q{
 		{"create", "apps", "deployments", extraNS, ""},
 		{"list", "", "secrets", extraNS, ""},
@@ -236,7 +233,7 @@ func TestOperatorRBACLeastPrivilege(t *testing.T) {
 	}
 	// RBAC's escalation check lets it write an injector server's
 	// ClusterRole with the fail-open rules (desired.failOpenRules).
-	si := sampleInjector(t, "rbac-escalation")
+	si := cluster.SampleInjector(t, "rbac-escalation")
 	role := desired.BuildSidecarInjector(si, desired.Settings{Namespace: opNS, Image: serverImage, OperatorDeployment: "hookwright-controller-manager"}).ClusterRole
 	role.Name, role.OwnerReferences = prefix+"server-role", nil
 	if len(role.Rules) < 4 {

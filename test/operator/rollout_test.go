@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -103,9 +102,7 @@ func (f *rolloutFixture) dump(t *testing.T) {
 
 func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v1alpha1.RolloutSpec) *rolloutFixture {
 	t.Helper()
-	si := sampleInjector(t, name)
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sidecar-injection": name}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
+	si := scopedInjector(t, name, "sidecar-injection", name, v1alpha1.FailurePolicyIgnore)
 	for i := range si.Spec.Templates {
 		if si.Spec.Templates[i].Name == "proxy" {
 			tmpl := si.Spec.Templates[i].Template
@@ -116,10 +113,7 @@ func newRolloutFixture(t *testing.T, ctx context.Context, name string, rollout v
 		}
 	}
 	si.Spec.Rollout = rollout
-	if err := env.Client.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	create(t, ctx, si)
 	f := &rolloutFixture{si: si, name: name}
 	t.Cleanup(func() { f.dump(t) })
 	// Restart needs the CR Ready: kwok runs the server Deployment's pods.
@@ -235,6 +229,18 @@ func (f *rolloutFixture) change(t *testing.T, ctx context.Context, newStep bool,
 		}
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fleetIs waits until the CR's status.fleet counts satisfy ok, failing
+// with the last counts read.
+func (f *rolloutFixture) fleetIs(t *testing.T, ctx context.Context, timeout time.Duration, what string, ok func(v1alpha1.FleetCounts) bool) {
+	t.Helper()
+	if err := cluster.WaitFor(ctx, timeout, what, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
+		return ok(fleetCounts(f.si)), err
+	}); err != nil {
+		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
 	}
 }
 
@@ -615,10 +621,7 @@ func TestRolloutRestart(t *testing.T) {
 	// A budget allowing no disruption of zapi.
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "zapi", Namespace: nsB}, Spec: policyv1.PodDisruptionBudgetSpec{
 		MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "zapi"}}}}
-	if err := env.Client.Create(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pdb) })
+	create(t, ctx, pdb)
 	if err := cluster.WaitFor(ctx, 30*time.Second, "the disruption controller's status of the budget", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(pdb), pdb)
 		return pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.ExpectedPods == 1 && pdb.Status.CurrentHealthy == 1, err
@@ -719,13 +722,9 @@ func TestRolloutRestart(t *testing.T) {
 			t.Errorf("pod %s touched: labels %v annotations %v", p, pod.Labels, pod.Annotations)
 		}
 	}
-	if err := cluster.WaitFor(ctx, 30*time.Second, "fleet counts: all but the bare and Job pods current", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.CurrentPods == 5 && c.OutdatedPods == 2 && c.MissingPods == 0, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, 30*time.Second, "fleet counts: all but the bare and Job pods current", func(c v1alpha1.FleetCounts) bool {
+		return c.CurrentPods == 5 && c.OutdatedPods == 2 && c.MissingPods == 0
+	})
 	var reasons map[string]int
 	if err := cluster.WaitFor(ctx, 30*time.Second, "RolloutBatch Events", func(ctx context.Context) (bool, error) {
 		var err error
@@ -754,10 +753,7 @@ func TestRolloutRestart(t *testing.T) {
 // <state>", "blocked".
 func rolloutMetrics(t *testing.T, name string) map[string]float64 {
 	t.Helper()
-	fams, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := map[string]float64{}
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {
@@ -832,13 +828,7 @@ func TestRolloutMissingAfterOutage(t *testing.T) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
 	waitDeployments(t, ctx, "the missing pods replaced by injected ones", rev, web)
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.MissingPods == 0 && c.CurrentPods == 2, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "no pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 0 && c.CurrentPods == 2 })
 	f.rolloutIs(t, ctx, "rollout complete", rev, 30*time.Second, func(rs *v1alpha1.RolloutStatus, _ *v1alpha1.SidecarInjector) bool {
 		return rs.Total == 2 && rs.Updated == 2 && rs.Unavailable == 0
 	})
@@ -996,10 +986,7 @@ func rolloutClusterRole(t *testing.T, ctx context.Context, prefix string) *rbacv
 				t.Fatalf("%s: %v", file, err)
 			}
 			r.Name = prefix + r.Name
-			if err := env.Client.Create(ctx, r); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), r) })
+			create(t, ctx, r)
 			return r
 		}
 	}
@@ -1032,10 +1019,7 @@ func TestRolloutNotPermitted(t *testing.T) {
 		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: prefix + "rollout", Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: prefix + "controller-manager", Namespace: operatorNS}}}
-		if err := env.Client.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rb) })
+		create(t, ctx, rb)
 		// The RBAC authorizer sees a binding a moment after its create.
 		if err := cluster.WaitFor(ctx, 30*time.Second, "the rollout binding in effect in "+ns, func(ctx context.Context) (bool, error) {
 			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: append(groups, "system:authenticated"),
@@ -1169,12 +1153,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 	const ns = "ro-a"
 	f.namespace(t, ctx, ns, nil)
 	web := deploy(t, ctx, ns, "web", 1, nil)
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "the pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		return fleetCounts(f.si).MissingPods == 1, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "the pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 1 })
 	f.change(t, ctx, false, func(s *v1alpha1.SidecarInjectorSpec) {
 		s.Rollout = v1alpha1.RolloutSpec{Strategy: v1alpha1.RolloutRestart}
 	})
@@ -1202,13 +1181,7 @@ func TestRolloutDuringOutage(t *testing.T) {
 	f.serve(t, ctx)
 	waitDeployments(t, ctx, "the pod replaced by an injected one after the outage", f.si.Status.Revision, web)
 	t.Logf("rolled %s after the server was back", time.Since(back).Round(time.Millisecond))
-	if err := cluster.WaitFor(ctx, bound(30*time.Second), "no pod missing", func(ctx context.Context) (bool, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.si), f.si)
-		c := fleetCounts(f.si)
-		return c.MissingPods == 0 && c.CurrentPods == 1, err
-	}); err != nil {
-		t.Fatalf("%v: %+v", err, fleetCounts(f.si))
-	}
+	f.fleetIs(t, ctx, bound(30*time.Second), "no pod missing", func(c v1alpha1.FleetCounts) bool { return c.MissingPods == 0 && c.CurrentPods == 1 })
 	f.condition(t, ctx, v1alpha1.ConditionRolloutBlocked, metav1.ConditionFalse, "Complete", "", 30*time.Second)
 	t.Logf("test took %s", time.Since(start).Round(time.Millisecond))
 }

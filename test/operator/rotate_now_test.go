@@ -47,22 +47,17 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	csr := csrInjector("rotnow-csr", v1alpha1.DefaultCSRSignerName, true)
 	csr.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rotate-now-test": "csr"}}
 	// The sample's sidecar templates, so both servers inject.
-	sample := sampleInjector(t, "sample")
+	sample := cluster.SampleInjector(t, "sample")
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
 		spec := *sample.Spec.DeepCopy()
 		spec.NamespaceSelector, spec.Server, spec.Certificate = si.Spec.NamespaceSelector, si.Spec.Server, si.Spec.Certificate
 		si.Spec = spec
 	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
-		if err := env.Client.Create(ctx, si); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+		create(t, ctx, si)
 	}
 	for _, si := range []*v1alpha1.SidecarInjector{self, csr} {
-		waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-			v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-		}, 60*time.Second)
+		waitConfigured(t, ctx, si, 60*time.Second)
 	}
 	caKey := client.ObjectKey{Namespace: operatorNS, Name: desired.CASecretName}
 	caSec := &corev1.Secret{}
@@ -110,9 +105,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	// Load: server-side dry-run pod creates at 50 per second, alternating
 	// between the two injectors' namespaces; every one must be admitted
 	// and injected.
-	var attempted, failed, notInjected atomic.Int64
-	var errMu sync.Mutex
-	var firstErrs []string
+	var adm admissionLoad
 	loadStart := time.Now()
 	wg.Add(1)
 	go func() {
@@ -144,18 +137,8 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 				if loopCtx.Err() != nil {
 					return
 				}
-				attempted.Add(1)
-				switch {
-				case err != nil:
-					failed.Add(1)
-					errMu.Lock()
-					if len(firstErrs) < 5 {
-						firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+err.Error())
-					}
-					errMu.Unlock()
-				case !injected(p):
-					notInjected.Add(1)
-				}
+				adm.attempted.Add(1)
+				adm.record(err, p)
 			}()
 		}
 	}()
@@ -186,7 +169,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	}()
 	// A baseline of admissions before rotating (about 2 s of load on an
 	// idle machine), counted rather than slept.
-	waitCount(t, ctx, "admissions before rotating", &attempted, 100)
+	waitCount(t, ctx, "admissions before rotating", &adm.attempted, 100)
 	probesBefore := []float64{total(probeCounts(t, desired.SidecarKind.Name, self.Name)), total(probeCounts(t, desired.SidecarKind.Name, csr.Name))}
 
 	// The invariant, sampled while the rotation runs.
@@ -265,7 +248,7 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 	if err == nil {
 		// Admissions after the old CA left (about 3 s of load on an idle
 		// machine), counted rather than slept.
-		waitCount(t, ctx, "admissions in all, through the old CA leaving", &attempted, attempted.Load()+150)
+		waitCount(t, ctx, "admissions in all, through the old CA leaving", &adm.attempted, adm.attempted.Load()+150)
 	}
 	rotation := time.Since(start)
 	stop()
@@ -281,16 +264,16 @@ func TestRotateNowWithCSRAndSelfSigned(t *testing.T) {
 		t.Fatalf("served certificates not trusted by their caBundle: %v", firstBroken)
 	}
 	t.Logf("load for %s (rotation %s of it): %d admissions attempted (%.1f/s), %d failed, %d not injected; WebhookReachable sampled %d times, not True %d",
-		load.Round(time.Millisecond), rotation.Round(time.Millisecond), attempted.Load(), float64(attempted.Load())/load.Seconds(), failed.Load(), notInjected.Load(),
+		load.Round(time.Millisecond), rotation.Round(time.Millisecond), adm.attempted.Load(), float64(adm.attempted.Load())/load.Seconds(), adm.failed.Load(), adm.notInjected.Load(),
 		reachSamples.Load(), notReachable.Load())
 	for i, si := range crs {
 		n := total(probeCounts(t, desired.SidecarKind.Name, si.Name)) - probesBefore[i]
 		t.Logf("%s: %.0f probes in the %s of the rotation (each CA step changes the published caBundle or certificate: probed again, 5 s apart at least)", si.Name, n, rotation.Round(time.Millisecond))
 	}
-	if failed.Load() > 0 || notInjected.Load() > 0 {
-		t.Fatalf("%d admissions failed, %d not injected during the rotation: %v", failed.Load(), notInjected.Load(), firstErrs)
+	if adm.failed.Load() > 0 || adm.notInjected.Load() > 0 {
+		t.Fatalf("%d admissions failed, %d not injected during the rotation: %v", adm.failed.Load(), adm.notInjected.Load(), adm.errs())
 	}
-	if attempted.Load() == 0 {
+	if adm.attempted.Load() == 0 {
 		t.Fatal("no admission attempted")
 	}
 	if notReachable.Load() > 0 {

@@ -3,6 +3,7 @@ package operator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,35 +30,20 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 	ctx := cluster.TestContext(t, 4*time.Minute)
 	c := env.Client
 	const name, secretName, ns = "byo-rot", "byo-rot-serving", "byo-rot-apps"
-	si := sampleInjector(t, name)
+	si := cluster.SampleInjector(t, name)
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"byo-rotation": "enabled"}}
 	si.Spec.Certificate = v1alpha1.CertificateSpec{Mode: v1alpha1.CertificateSecret, SecretName: secretName}
 	si.Spec.Server.Replicas = ptr.To[int32](1)
 	base := desired.SidecarKind.BaseName(name)
 	issue := func(cn string) (*cluster.TestCA, map[string][]byte) {
-		ca, err := cluster.NewTestCA(cn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crt, key, err := ca.Serving(cluster.ServiceDNSNames(operatorNS, base)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca, crt, key := cluster.MustServiceCA(t, cn, operatorNS, base)
 		return ca, map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key, "ca.crt": ca.CertPEM}
 	}
 	ca1, data1 := issue("byo-rot-1")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: operatorNS}, Type: corev1.SecretTypeTLS, Data: data1}
-	if err := c.Create(ctx, sec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sec) })
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	create(t, ctx, sec)
+	create(t, ctx, si)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	if b, err := mwcBundle(ctx, base); err != nil || !bytes.Equal(b, ca1.CertPEM) {
 		t.Fatalf("caBundle is not the user's ca.crt: %v", err)
 	}
@@ -104,38 +90,21 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		defer wg.Done()
 		followSecret(loopCtx, followed, srv, kubeletDelay, func() { reloaded.Store(time.Now().UnixNano()) })
 	}()
-	var attempted, failed atomic.Int64
-	var errMu sync.Mutex
-	var firstErrs []string
+	var adm admissionLoad
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-tick.C:
+		adm.at50PerSecond(loopCtx, func(ctx context.Context) error {
+			ok, err := admitOne(ctx)
+			if err == nil && !ok {
+				// Not injected is a failure here, as any.
+				err = errors.New("not injected")
 			}
-			attempted.Add(1)
-			ok, err := admitOne(loopCtx)
-			switch {
-			case loopCtx.Err() != nil:
-				attempted.Add(-1)
-				return
-			case err != nil || !ok:
-				failed.Add(1)
-				errMu.Lock()
-				if len(firstErrs) < 5 {
-					firstErrs = append(firstErrs, time.Now().Format("15:04:05.000")+" "+errString(err, "not injected"))
-				}
-				errMu.Unlock()
-			}
-		}
+			return err
+		})
 	}()
 	// A baseline before the issuer rotates (about 1 s of admissions on an
 	// idle machine), counted rather than slept.
-	waitCount(t, ctx, "admissions before the issuer rotates", &attempted, 25)
+	waitCount(t, ctx, "admissions before the issuer rotates", &adm.attempted, 25)
 
 	ca2, data2 := issue("byo-rot-2")
 	replaced := time.Now()
@@ -160,7 +129,7 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		// Admissions after the previous CA left (about 1 s of them on an
 		// idle machine), counted rather than slept: with the baseline, the
 		// 50 the check below wants however slow each admission is.
-		waitCount(t, ctx, "admissions in all, through the previous CA leaving", &attempted, max(attempted.Load()+25, 50))
+		waitCount(t, ctx, "admissions in all, through the previous CA leaving", &adm.attempted, max(adm.attempted.Load()+25, 50))
 	}
 	stop()
 	wg.Wait()
@@ -168,21 +137,14 @@ func TestSecretModeCARotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Secret replaced: both CAs published after %s, the new one alone after %s; server reloaded %s after the replacement; %d admissions, %d failed",
-		both.Round(time.Millisecond), done.Round(time.Millisecond), time.Unix(0, reloaded.Load()).Sub(replaced).Round(time.Millisecond), attempted.Load(), failed.Load())
+		both.Round(time.Millisecond), done.Round(time.Millisecond), time.Unix(0, reloaded.Load()).Sub(replaced).Round(time.Millisecond), adm.attempted.Load(), adm.failed.Load())
 	if both == 0 {
 		t.Error("the caBundle never carried both CAs")
 	}
-	if reloaded.Load() == 0 || attempted.Load() < 50 {
-		t.Fatalf("no reload or too few admissions (%d)", attempted.Load())
+	if reloaded.Load() == 0 || adm.attempted.Load() < 50 {
+		t.Fatalf("no reload or too few admissions (%d)", adm.attempted.Load())
 	}
-	if failed.Load() > 0 {
-		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", failed.Load(), attempted.Load(), firstErrs)
+	if adm.failed.Load() > 0 {
+		t.Fatalf("%d of %d admissions failed during the rotation; first: %q", adm.failed.Load(), adm.attempted.Load(), adm.errs())
 	}
-}
-
-func errString(err error, def string) string {
-	if err == nil {
-		return def
-	}
-	return err.Error()
 }

@@ -50,7 +50,7 @@ func TestServerDeploymentsRollOneAtATime(t *testing.T) {
 	deps := map[string]string{} // Deployment name -> CR name
 	var sis []*v1alpha1.SidecarInjector
 	for _, n := range names {
-		si := sampleInjector(t, n)
+		si := cluster.SampleInjector(t, n)
 		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"roll-test": "none"}}
 		sis = append(sis, si)
 		deps[desired.SidecarKind.BaseName(n)] = n
@@ -68,10 +68,7 @@ func TestServerDeploymentsRollOneAtATime(t *testing.T) {
 	}
 	t.Cleanup(func() { restartWithImage("") })
 	for _, si := range sis {
-		if err := c.Create(ctx, si); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+		create(t, ctx, si)
 	}
 
 	steady := func(ctx context.Context, image string) (bool, error) {

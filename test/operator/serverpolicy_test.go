@@ -53,10 +53,10 @@ func TestServerPolicy(t *testing.T) {
 		}
 		t.Logf("denied: %v", err)
 	}
-	si := sampleInjector(t, "deputy-ns")
+	si := cluster.SampleInjector(t, "deputy-ns")
 	si.Spec.Server.Namespace = "kube-system"
 	forbidden(si, "spec.server.namespace", `"kube-system"`, serverpolicy.NamespacesFlag)
-	si = sampleInjector(t, "deputy-image")
+	si = cluster.SampleInjector(t, "deputy-image")
 	si.Spec.Server.Image = "evil.example/miner:latest"
 	forbidden(si, "spec.server.image", serverpolicy.ImagesFlag)
 	no := &v1alpha1.NodeOversell{ObjectMeta: metav1.ObjectMeta{Name: "deputy-secret"}, Spec: v1alpha1.NodeOversellSpec{
@@ -65,7 +65,7 @@ func TestServerPolicy(t *testing.T) {
 	}}
 	forbidden(no, "spec.certificate.secretName", desired.CASecretName)
 	// Allowed: the second allowed namespace and an allowed image prefix.
-	ok := sampleInjector(t, "deputy-allowed")
+	ok := cluster.SampleInjector(t, "deputy-allowed")
 	ok.Spec.Server.Namespace = serverNS
 	ok.Spec.Server.Image = "registry.example.com/allowed/injector:v2"
 	if err := c.Create(ctx, ok, client.DryRunAll); err != nil {
@@ -78,7 +78,7 @@ func TestServerPolicy(t *testing.T) {
 		defer webhookBypass.Store(false)
 		f()
 	}
-	sneaky := sampleInjector(t, "deputy-sneaky")
+	sneaky := cluster.SampleInjector(t, "deputy-sneaky")
 	sneaky.Spec.Server.Namespace = "kube-system"
 	bypass(func() {
 		if err := c.Create(ctx, sneaky); err != nil {
@@ -111,7 +111,7 @@ func TestServerPolicy(t *testing.T) {
 	// (the API server stops calling a server the operator does not vouch
 	// for) and its Deployment keeps the allowed image; allowed again, all
 	// is back.
-	turned := sampleInjector(t, "deputy-turned")
+	turned := cluster.SampleInjector(t, "deputy-turned")
 	if err := c.Create(ctx, turned); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestServerPolicy(t *testing.T) {
 func TestForeignEndpointsReported(t *testing.T) {
 	ctx := cluster.TestContext(t, 3*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "deputy-copied")
+	si := cluster.SampleInjector(t, "deputy-copied")
 	if err := c.Create(ctx, si); err != nil {
 		t.Fatal(err)
 	}

@@ -21,32 +21,16 @@ import (
 	"github.com/hookwright/hookwright/test/cluster"
 )
 
-func sampleInjector(t *testing.T, name string) *v1alpha1.SidecarInjector {
-	t.Helper()
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = name
-	return si
-}
-
 func injected(p *corev1.Pod) bool { return p.Annotations[v1alpha1.SidecarStatusKey] != "" }
 
 func TestSidecarInjectorLifecycle(t *testing.T) {
 	ctx := cluster.TestContext(t, 6*time.Minute)
 	c := env.Client
-	si := sampleInjector(t, "mesh")
-	if err := c.Create(ctx, si); err != nil {
-		t.Fatal(err)
-	}
-	// A failed test must not leave a webhook that intercepts later tests.
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), si) })
+	si := cluster.SampleInjector(t, "mesh")
+	create(t, ctx, si)
 	created := time.Now()
 	conds := func() []metav1.Condition { return si.Status.Conditions }
-	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConditions(t, ctx, si, conds, configured, 60*time.Second)
 	t.Logf("certificate and webhook configured %s after create", time.Since(created).Round(time.Millisecond))
 	// kwok runs the Deployment's pods, so the server becomes available.
 	waitConditions(t, ctx, si, conds, map[string]metav1.ConditionStatus{

@@ -51,7 +51,7 @@ func TestTemplateBombDenied(t *testing.T) {
 	c := env.Client
 	// The webhook is live once a plainly bad CR is denied (startup: the
 	// configuration or the certificate may not be served yet).
-	probe := sampleInjector(t, "bomb-probe")
+	probe := cluster.SampleInjector(t, "bomb-probe")
 	probe.Spec.Templates[0].Template = "{{ nosuchfunc }}"
 	err := cluster.WaitFor(ctx, 60*time.Second, "validating webhook live", func(ctx context.Context) (bool, error) {
 		err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
@@ -69,7 +69,7 @@ func TestTemplateBombDenied(t *testing.T) {
 		{"doubling", `{{ $s := "x" }}{{ range until 64 }}{{ $s = print $s $s }}{{ end }}{{ $s }}`, "MaxValueBytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			si := sampleInjector(t, "bomb-"+tc.name)
+			si := cluster.SampleInjector(t, "bomb-"+tc.name)
 			si.Spec.Templates = append(si.Spec.Templates, v1alpha1.NamedTemplate{Name: "bomb",
 				Template: "metadata:\n  annotations:\n    x: \"" + tc.body + "\"\n"})
 			stop := heapPeak()

@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -44,9 +43,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		deploy = "hookwright-controller-manager"
 		appsNS = "uninstall-apps"
 	)
-	si := sampleInjector(t, "uninstall-keep")
-	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"uninstall-test": "on"}}
-	si.Spec.FailurePolicy = v1alpha1.FailurePolicyFail
+	si := scopedInjector(t, "uninstall-keep", "uninstall-test", "on", v1alpha1.FailurePolicyFail)
 	no := &v1alpha1.NodeOversell{
 		ObjectMeta: metav1.ObjectMeta{Name: "uninstall-keep"},
 		Spec: v1alpha1.NodeOversellSpec{
@@ -55,10 +52,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		},
 	}
 	for _, cr := range []client.Object{si, no} {
-		if err := c.Create(ctx, cr); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cr) })
+		create(t, ctx, cr)
 	}
 	if _, err := env.CreateNamespace(ctx, appsNS, map[string]string{"uninstall-test": "on"}); err != nil {
 		t.Fatal(err)
@@ -66,9 +60,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appsNS}})
 	})
-	waitConditions(t, ctx, si, func() []metav1.Condition { return si.Status.Conditions }, map[string]metav1.ConditionStatus{
-		v1alpha1.ConditionCertificateReady: metav1.ConditionTrue, v1alpha1.ConditionWebhookConfigured: metav1.ConditionTrue,
-	}, 60*time.Second)
+	waitConfigured(t, ctx, si, 60*time.Second)
 	o, srv := armFail(t, ctx, si, "injector-uninstall")
 	if err := cluster.WaitFor(ctx, time.Minute, "NodeOversell configuration", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Name: desired.OversellKind.BaseName(no.Name)}, &admissionregistrationv1.MutatingWebhookConfiguration{})
@@ -144,17 +136,7 @@ func TestUninstallByDeletingOperatorDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(10 * time.Second) })
-	if err := cluster.WaitFor(ctx, time.Minute, "stand-in manager ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	if err := cluster.WaitFor(ctx, time.Minute, "stand-in manager ready", p.ProbeOK(probe, "/readyz")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -70,7 +70,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 	// certificate may not be served yet right after startup.
 	var denied error
 	start := time.Now()
-	bad := sampleInjector(t, "bad-template")
+	bad := cluster.SampleInjector(t, "bad-template")
 	bad.Spec.Templates = []v1alpha1.NamedTemplate{{Name: "proxy", Template: "spec:\n  containers:\n  - name: proxy\n    image: {{ nosuchfunc }}\n"}}
 	bad.Spec.DefaultTemplates = []string{"proxy"}
 	err = cluster.WaitFor(ctx, 60*time.Second, "bad SidecarInjector denied by the webhook", func(ctx context.Context) (bool, error) {
@@ -90,7 +90,7 @@ func TestValidatingWebhookRejectsBadCRs(t *testing.T) {
 		t.Errorf("denial is not 422 Invalid: %v", denied)
 	}
 
-	good := sampleInjector(t, "good-template")
+	good := cluster.SampleInjector(t, "good-template")
 	if err := c.Create(ctx, good, dry); err != nil {
 		t.Fatalf("sample SidecarInjector: %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -21,13 +20,7 @@ import (
 func TestValidatingWebhookWarnings(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 3*time.Minute)
-	warns := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = warns
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, warns := env.WarningsClient(t)
 	dry := client.DryRunAll
 
 	// Until the webhook answers, a create gets no warnings: retry.
@@ -35,7 +28,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 		Ratios: v1alpha1.OversellRatios{CPU: "2", Memory: "1.5"},
 	}}
 	var got []string
-	err = cluster.WaitFor(ctx, bound(60*time.Second), "warnings for a risky NodeOversell", func(ctx context.Context) (bool, error) {
+	err := cluster.WaitFor(ctx, bound(60*time.Second), "warnings for a risky NodeOversell", func(ctx context.Context) (bool, error) {
 		warns.Take()
 		if err := c.Create(ctx, risky.DeepCopy(), dry); err != nil {
 			return false, err
@@ -78,7 +71,7 @@ func TestValidatingWebhookWarnings(t *testing.T) {
 	warns.Take()
 
 	// The sample selects namespaces and quotes every pod value.
-	si := sampleInjector(t, "calm-injector")
+	si := cluster.SampleInjector(t, "calm-injector")
 	if err := c.Create(ctx, si.DeepCopy(), dry); err != nil {
 		t.Fatal(err)
 	}

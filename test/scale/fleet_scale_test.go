@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +59,22 @@ type fleetFigures struct {
 	reconcileSecs    float64
 }
 
+// fleetNodeNames creates fleetNodes bare Nodes, prefix-node-00 on, for
+// the fleet's pods to be bound to, deleted when the test ends.
+func fleetNodeNames(t *testing.T, ctx context.Context, prefix string) []string {
+	t.Helper()
+	nodes := make([]string, fleetNodes)
+	for i := range nodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-node-%02d", prefix, i)}}
+		if err := env.Client.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n) })
+		nodes[i] = n.Name
+	}
+	return nodes
+}
+
 func TestFleetScale(t *testing.T) {
 	full := os.Getenv("HOOKWRIGHT_SCALE") == "full"
 	f := fleetFigures{pods: 1000, namespaces: 10, quiet: 2*5*time.Second + time.Second}
@@ -76,11 +91,7 @@ func TestFleetScale(t *testing.T) {
 	})
 	op := startOperatorIn(t, ctx, fleetOperatorNS)
 
-	si := &v1alpha1.SidecarInjector{}
-	if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-		t.Fatal(err)
-	}
-	si.Name = fleetInjector
+	si := cluster.SampleInjector(t, fleetInjector)
 	si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{fleetNSLabel: "on"}}
 	si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
 	if err := c.Create(ctx, si); err != nil {
@@ -107,15 +118,7 @@ func TestFleetScale(t *testing.T) {
 	})
 	inject := engine(t, si)
 
-	nodes := make([]string, fleetNodes)
-	for i := range nodes {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fleet-node-%02d", i)}}
-		if err := c.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
-		nodes[i] = n.Name
-	}
+	nodes := fleetNodeNames(t, ctx, "fleet")
 	nss := make([]string, f.namespaces)
 	for i := range nss {
 		nss[i] = fmt.Sprintf("fleet-%03d", i)
@@ -185,12 +188,7 @@ func TestFleetScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	w1 := writes()
-	if err := cluster.During(ctx, f.quiet, time.Second, func(context.Context) error {
-		if done, perr := op.proc.Exited(); done {
-			return fmt.Errorf("manager exited: %v", perr)
-		}
-		return nil
-	}); err != nil {
+	if err := cluster.During(ctx, f.quiet, time.Second, op.running); err != nil {
 		t.Fatal(err)
 	}
 	f.quietWrites = writes() - w1
@@ -201,13 +199,7 @@ func TestFleetScale(t *testing.T) {
 
 	// A template change: every injected pod outdated.
 	start = time.Now()
-	if err := retryUpdate(ctx, si, func() {
-		var v map[string]any
-		_ = json.Unmarshal(si.Spec.Values.Raw, &v)
-		v["proxy"].(map[string]any)["image"] = "ghcr.io/hookwright/proxy:1.5.0"
-		b, _ := json.Marshal(v)
-		si.Spec.Values = &apiextensionsv1.JSON{Raw: b}
-	}); err != nil {
+	if err := retryUpdate(ctx, si, func() { cluster.SetProxyImage(si, "ghcr.io/hookwright/proxy:1.5.0") }); err != nil {
 		t.Fatal(err)
 	}
 	outdated := want

@@ -3,16 +3,13 @@ package scale
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -60,17 +57,7 @@ func startServer(t *testing.T, ctx context.Context, name, certDir string, extra 
 		}
 		_ = p.Stop(5 * time.Second)
 	})
-	waitFor(t, ctx, time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, ctx, time.Minute, name+" server ready", p.ProbeOK(probe, "/readyz"))
 	return &server{proc: p, addr: fmt.Sprintf("127.0.0.1:%d", port), metricsPort: metrics}
 }
 
@@ -98,26 +85,8 @@ func setup(t *testing.T, ctx context.Context) (string, *corev1.Service) {
 	if err := env.Client.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "hookwright-scale"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: webhookName,
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: namespace, Name: serviceName, Path: ptr.To("/oversell"), Port: ptr.To[int32](443)},
-				CABundle: ca.CertPEM,
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes/status"}},
-			}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](5),
-			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: fleetLabel, Operator: metav1.LabelSelectorOpExists}}},
-		}},
-	}
+	mwc := cluster.OversellWebhook("hookwright-scale", webhookName, namespace, serviceName, ca.CertPEM, 5)
+	mwc.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: fleetLabel, Operator: metav1.LabelSelectorOpExists}}}
 	if err := env.Client.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}

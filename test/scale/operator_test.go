@@ -99,17 +99,7 @@ func startManager(t *testing.T, ctx context.Context, ns string, waitCRs, leaderE
 		}
 		_ = p.Stop(10 * time.Second)
 	})
-	waitFor(t, ctx, 2*time.Minute, "manager ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, ctx, 2*time.Minute, "manager ready", p.ProbeOK(probe, "/readyz"))
 	return &operator{proc: p, metricsPort: metrics, pprofPort: pprof}
 }
 
@@ -244,24 +234,48 @@ func procStatus(pid int, key string) float64 {
 	return 0
 }
 
+// running fails once the manager has exited: cluster.During's check for
+// a window in which it must keep running.
+func (o *operator) running(context.Context) error {
+	if done, perr := o.proc.Exited(); done {
+		return fmt.Errorf("manager exited: %v", perr)
+	}
+	return nil
+}
+
 // rssPeak samples the operator's VmRSS every second until stopped and
 // returns the highest (VmHWM covers the process's whole life, so it
 // cannot tell one fleet's peak from an earlier one's).
 func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
-	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	peak := 0.0
+	stopSampling := sampleEverySecond(ctx, func() {
+		if v := procStatus(o.proc.Pid(), "VmRSS"); v > 0 {
+			mu.Lock()
+			peak = max(peak, v)
+			mu.Unlock()
+		}
+	})
+	return func() float64 {
+		stopSampling()
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
+
+// sampleEverySecond calls sample at once and then every second, in a
+// goroutine of its own, until ctx ends or stop is called; stop returns
+// once the last call has.
+func sampleEverySecond(ctx context.Context, sample func()) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
-			if v := procStatus(o.proc.Pid(), "VmRSS"); v > 0 {
-				mu.Lock()
-				peak = max(peak, v)
-				mu.Unlock()
-			}
+			sample()
 			select {
 			case <-ctx.Done():
 				return
@@ -269,13 +283,7 @@ func (o *operator) rssPeak(ctx context.Context) (stop func() float64) {
 			}
 		}
 	}()
-	return func() float64 {
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return peak
-	}
+	return func() { cancel(); <-done }
 }
 
 // listPath is how the operator's pod index took its last complete list,

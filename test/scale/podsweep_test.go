@@ -2,7 +2,6 @@ package scale
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -104,11 +102,7 @@ func TestPodSweep(t *testing.T) {
 	const teamLabel = "sweep.hookwright.io/team"
 	crs := make([]*v1alpha1.SidecarInjector, sz.injectors)
 	for i := range crs {
-		si := &v1alpha1.SidecarInjector{}
-		if err := cluster.LoadSample("admission_v1alpha1_sidecarinjector.yaml", si); err != nil {
-			t.Fatal(err)
-		}
-		si.Name = fmt.Sprintf("sweep-%02d", i)
+		si := cluster.SampleInjector(t, fmt.Sprintf("sweep-%02d", i))
 		si.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{teamLabel: strconv.Itoa(i)}}
 		si.Spec.FailurePolicy = v1alpha1.FailurePolicyIgnore
 		if err := c.Create(ctx, si); err != nil {
@@ -141,15 +135,7 @@ func TestPodSweep(t *testing.T) {
 		})
 		engines[i] = injectFunc(t, si)
 	}
-	nodes := make([]string, fleetNodes)
-	for i := range nodes {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sweep-node-%02d", i)}}
-		if err := c.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
-		nodes[i] = n.Name
-	}
+	nodes := fleetNodeNames(t, ctx, "sweep")
 	nss := make([]string, sz.namespaces)
 	fast := fastClient(t)
 	{
@@ -239,12 +225,7 @@ func TestPodSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.During(ctx, sz.quiet, time.Second, func(context.Context) error {
-		if done, perr := op.proc.Exited(); done {
-			return fmt.Errorf("manager exited: %v", perr)
-		}
-		return nil
-	}); err != nil {
+	if err := cluster.During(ctx, sz.quiet, time.Second, op.running); err != nil {
 		t.Fatal(err)
 	}
 	w1, err := writes.settle(ctx)
@@ -268,13 +249,7 @@ func TestPodSweep(t *testing.T) {
 	mark("template")
 	start = time.Now()
 	for _, si := range crs {
-		if err := retryUpdate(ctx, si, func() {
-			var v map[string]any
-			_ = json.Unmarshal(si.Spec.Values.Raw, &v)
-			v["proxy"].(map[string]any)["image"] = "ghcr.io/hookwright/proxy:1.5.0"
-			b, _ := json.Marshal(v)
-			si.Spec.Values = &apiextensionsv1.JSON{Raw: b}
-		}); err != nil {
+		if err := retryUpdate(ctx, si, func() { cluster.SetProxyImage(si, "ghcr.io/hookwright/proxy:1.5.0") }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -801,27 +776,15 @@ func (r *rssSeries) switchTo(op *operator) {
 }
 
 func (r *rssSeries) run(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			r.mu.Lock()
-			if v := procStatus(r.op.proc.Pid(), "VmRSS"); v > 0 {
-				r.by[r.phase] = append(r.by[r.phase], v/(1<<20))
-			}
-			r.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	stopSampling := sampleEverySecond(ctx, func() {
+		r.mu.Lock()
+		if v := procStatus(r.op.proc.Pid(), "VmRSS"); v > 0 {
+			r.by[r.phase] = append(r.by[r.phase], v/(1<<20))
 		}
-	}()
+		r.mu.Unlock()
+	})
 	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
+	return func() { once.Do(stopSampling) }
 }
 
 // first and last are a phase's first and last samples (MiB; 0 if none).

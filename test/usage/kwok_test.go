@@ -67,6 +67,15 @@ func TestUsageRatioKwok(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// setUsage sets every pod's cpu usage.
+	setUsage := func(cpu string) {
+		t.Helper()
+		for _, p := range pods {
+			if err := env.SetPodUsage(ctx, workNS, p.Name, cpu, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	start := time.Now()
 	newOversell(t, ctx, no)
 	// Idle pods (usage 10% of requests): spec.ratios, 4 x 2.
@@ -93,11 +102,7 @@ func TestUsageRatioKwok(t *testing.T) {
 
 	// Usage rises to 90% of the requests (3.6 of 4 cores).
 	start = time.Now()
-	for _, p := range pods {
-		if err := env.SetPodUsage(ctx, workNS, p.Name, "900m", ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUsage("900m")
 	waitNode(t, ctx, 2*time.Minute, n, "ratio 1 (usage), allocatable 4", func(s nodeState) bool {
 		return s.cpu == "4" && s.target.CPU.Ratio == "1" && s.target.CPU.Source == v1alpha1.RatioSourceUsage
 	})
@@ -105,11 +110,7 @@ func TestUsageRatioKwok(t *testing.T) {
 
 	// And falls back.
 	start = time.Now()
-	for _, p := range pods {
-		if err := env.SetPodUsage(ctx, workNS, p.Name, "100m", ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUsage("100m")
 	waitNode(t, ctx, 2*time.Minute, n, "ratio 2 (static) again, allocatable 8", func(s nodeState) bool {
 		return s.cpu == "8" && s.target.CPU.Ratio == "2" && s.target.CPU.Source == v1alpha1.RatioSourceStatic
 	})
@@ -193,7 +194,7 @@ func TestUsageRatioKwok(t *testing.T) {
 func TestHoldsKwok(t *testing.T) {
 	t.Parallel()
 	ctx := cluster.TestContext(t, 6*time.Minute)
-	wc, warnings := warnClient(t)
+	wc, warnings := env.WarningsClient(t)
 	var pods0, pods1 []*corev1.Pod
 	for i := range 6 {
 		pods0 = append(pods0, pod(fmt.Sprintf("hold0-%d", i), "hold-0", cpuMem("1", "100Mi"), nil, nil))

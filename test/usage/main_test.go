@@ -17,7 +17,6 @@ package usage
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +28,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,12 +59,8 @@ var (
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithCancel(context.Background())
-	root, err := cluster.RepoRoot()
+	_, err := cluster.RealNodeRepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := cluster.RealNodePrerequisites(filepath.Join(root, "bin")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -168,20 +162,6 @@ func startOperator(ctx context.Context) error {
 	return nil
 }
 
-// warnClient is a client whose API server warnings (kubectl's "Warning:
-// ..." lines) are recorded, one per test (the tests run in parallel).
-func warnClient(t *testing.T) (client.Client, *cluster.Warnings) {
-	t.Helper()
-	w := &cluster.Warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandlerWithContext = w
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, w
-}
-
 // newOversell creates a NodeOversell (one server replica), starts its
 // server on the host behind its Service, and waits until the operator
 // has written its first targets; the test's end deletes it and waits
@@ -274,17 +254,7 @@ func startServer(t *testing.T, name string, args []string, sec *corev1.Secret, s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
-	waitFor(t, cluster.TestContext(t, time.Minute), time.Minute, name+" server ready", func(ctx context.Context) (bool, error) {
-		if done, perr := p.Exited(); done {
-			return false, cluster.Permanent(fmt.Errorf("exited: %v\n%s", perr, p.Tail(3000)))
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		if err != nil {
-			return false, err
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
+	waitFor(t, cluster.TestContext(t, time.Minute), time.Minute, name+" server ready", p.ProbeOK(probe, "/readyz"))
 	if err := env.RouteService(svc, fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		t.Fatal(err)
 	}

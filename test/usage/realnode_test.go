@@ -71,7 +71,7 @@ func exclusiveCPUs(t *testing.T, ctx context.Context) {
 // after a kubelet restart (which re-admits every pod against the node
 // object, kubernetes#105523) no pod is rejected. Once pods go, released.
 func cutAcrossRestart(t *testing.T, ctx context.Context, no *v1alpha1.NodeOversell) {
-	wc, warnings := warnClient(t)
+	wc, warnings := env.WarningsClient(t)
 	var pods []*corev1.Pod
 	for i := range 4 {
 		pods = append(pods, pod(fmt.Sprintf("cut-%d", i), realNode, cpuMem("500m", "32Mi"), nil, nil))
