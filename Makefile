@@ -201,10 +201,13 @@ SWEEP_MEMORY_LIMIT ?=
 # SWEEP_WATCHLIST=false starts the sweep's API server without WatchList, so
 # the pod index takes its paged list.
 SWEEP_WATCHLIST ?= true
+# SWEEP_APISERVER_MEMORY is the sweep's kube-apiserver GOMEMLIMIT (empty:
+# 10GiB, which 150,000 pods exceed; a larger one needs the machine's memory).
+SWEEP_APISERVER_MEMORY ?=
 
 .PHONY: scale-pods
 scale-pods: tools ## Only the pod sweep at SWEEP_PODS running pods (SWEEP_MEMORY_LIMIT: the replicas' memory limit, default the shipped one; SWEEP_WATCHLIST=false: the paged list) into _scale/report-podsweep-N.md (not part of make test).
-	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) HOOKWRIGHT_SWEEP_WATCHLIST=$(SWEEP_WATCHLIST) $(GOTEST) -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
+	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) HOOKWRIGHT_SWEEP_WATCHLIST=$(SWEEP_WATCHLIST) HOOKWRIGHT_SWEEP_APISERVER_MEMORY=$(SWEEP_APISERVER_MEMORY) $(GOTEST) -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
 
 .PHONY: bench
 bench: ## Run the benchmarks.

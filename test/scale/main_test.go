@@ -56,7 +56,12 @@ func TestMain(m *testing.M) {
 		// kube-apiserver held about 85 KiB of resident memory per pod
 		// at 50,000 (4.6 GiB, Go's default GOGC): bounded on this
 		// shared machine, where 162,500 pods would take 14 GiB.
-		opts.APIServerEnv = []string{"GOMEMLIMIT=10GiB"}
+		// make scale-pods SWEEP_APISERVER_MEMORY sets another.
+		apiMem := "10GiB"
+		if v := os.Getenv(sweepAPIServerMemoryEnv); v != "" {
+			apiMem = v
+		}
+		opts.APIServerEnv = []string{"GOMEMLIMIT=" + apiMem}
 		// make scale-pods SWEEP_WATCHLIST=false: a server that does not
 		// stream lists, for the index's paged path.
 		if os.Getenv(sweepWatchListEnv) == "false" {

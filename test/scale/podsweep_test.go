@@ -423,6 +423,10 @@ const sweepPodsEnv = "HOOKWRIGHT_SWEEP_PODS"
 // WatchList (make scale-pods SWEEP_WATCHLIST=false).
 const sweepWatchListEnv = "HOOKWRIGHT_SWEEP_WATCHLIST"
 
+// sweepAPIServerMemoryEnv is the sweep's kube-apiserver GOMEMLIMIT (make
+// scale-pods SWEEP_APISERVER_MEMORY; 10GiB when empty).
+const sweepAPIServerMemoryEnv = "HOOKWRIGHT_SWEEP_APISERVER_MEMORY"
+
 // resyncFigures are the forced re-sync's measurements.
 type resyncFigures struct {
 	away, listed, exact time.Duration
