@@ -435,15 +435,29 @@ func desiredCAs(ca CASet, s State, inUse []*x509.Certificate, now time.Time, p P
 		must = append(must, ca.Next.Cert)
 	}
 	must = append(must, ca.Retired...)
-	var known []*x509.Certificate
-	known = append(known, ca.Orphans...)
+	// Every configuration of a CA publishes the same bundle: each distinct
+	// bundle is parsed once and each distinct CA checked once, so a Plan
+	// costs O(configurations + CAs × certificates in use), not their
+	// product (50 CRs: 7,500 signature checks a Plan before).
+	known := slices.Clone(ca.Orphans)
+	parsed := map[string]bool{}
 	for _, b := range append(slices.Collect(maps.Values(s.Published)), s.CA[SecretKeyBundle]) {
+		if parsed[string(b)] {
+			continue
+		}
+		parsed[string(b)] = true
 		if certs, err := ParseCertsPEM(b); err == nil {
 			known = append(known, certs...)
 		}
 	}
+	checked := map[[sha256.Size]byte]bool{}
 	for _, k := range known {
-		if k.IsCA && slices.ContainsFunc(inUse, func(c *x509.Certificate) bool { return SignedBy(c, k) }) {
+		if fp := Fingerprint(k); !k.IsCA || checked[fp] {
+			continue
+		} else {
+			checked[fp] = true
+		}
+		if slices.ContainsFunc(inUse, func(c *x509.Certificate) bool { return SignedBy(c, k) }) {
 			must = append(must, k)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -583,4 +584,27 @@ func FuzzParseCertsPEM(f *testing.F) {
 		_, _ = ParseKeyPEM(data)
 		_ = BuildBundle(certs, BundleOptions{Now: t0})
 	})
+}
+
+// BenchmarkPlanManyConfigs: one Plan of a shared CA published to 50
+// webhook configurations, with 50 serving certificates and a retired CA
+// that signs none of them (the operator's reconcile of one CR of 50).
+func BenchmarkPlanManyConfigs(b *testing.B) {
+	pol := Policy{CAValidity: 365 * day, ServingValidity: 30 * day, CALookahead: 60 * day}
+	a := mustCA(b, t0, 365*day)
+	old := mustCA(b, t0.AddDate(0, -6, 0), 365*day)
+	s := State{CA: caData(a, nil, old.Cert), Serving: map[string]Serving{}}
+	s.Published = map[string][]byte{}
+	for i := range 50 {
+		name := fmt.Sprintf("cr-%02d", i)
+		srv := mustServing(b, a, t0, 30*day, ServingDNSNames(name, "hookwright-system", "")...)
+		s.Serving[name] = Serving{Cert: srv.CertPEM, Key: srv.KeyPEM, DNSNames: ServingDNSNames(name, "hookwright-system", "")}
+		s.Published["mwc/"+name] = bundle(a.Cert, old.Cert)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Plan(s, t0.Add(day), pol); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
