@@ -20,6 +20,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -27,7 +28,9 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -255,7 +258,49 @@ func EncodeKeyPEM(key crypto.Signer) ([]byte, error) {
 // CERTIFICATE block (errNoCert), or on any CERTIFICATE block that does not
 // parse; a bundle with one bad entry is rejected rather than silently
 // shortened.
+//
+// The certificates are shared with other callers that parsed the same
+// bytes (parsed, a memo: a reconcile parses every CR's serving
+// certificate and published bundle again), so they must not be modified.
 func ParseCertsPEM(data []byte) ([]*x509.Certificate, error) {
+	k := sha256.Sum256(data)
+	if certs := parsed.get(k); certs != nil {
+		return slices.Clone(certs), nil
+	}
+	certs, err := parseCertsPEM(data)
+	if err == nil {
+		parsed.put(k, slices.Clone(certs))
+	}
+	return certs, err
+}
+
+// parsed remembers ParseCertsPEM's results by the SHA-256 of its input,
+// emptied when it holds parsedMemoSize.
+var parsed = &parseMemo{m: map[[sha256.Size]byte][]*x509.Certificate{}}
+
+const parsedMemoSize = 1024
+
+type parseMemo struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte][]*x509.Certificate
+}
+
+func (p *parseMemo) get(k [sha256.Size]byte) []*x509.Certificate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[k]
+}
+
+func (p *parseMemo) put(k [sha256.Size]byte, certs []*x509.Certificate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.m) >= parsedMemoSize {
+		clear(p.m)
+	}
+	p.m[k] = certs
+}
+
+func parseCertsPEM(data []byte) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
 	sawPEM := false
 	for rest := data; ; {
@@ -351,7 +396,54 @@ func SignedBy(cert, ca *x509.Certificate) bool {
 	if cert == nil || ca == nil || string(cert.RawIssuer) != string(ca.RawSubject) {
 		return false
 	}
-	return cert.CheckSignatureFrom(ca) == nil
+	k := pairKey(cert.Raw, ca.Raw)
+	if ok, seen := checks.get(k); seen {
+		return ok
+	}
+	ok := cert.CheckSignatureFrom(ca) == nil
+	checks.put(k, ok)
+	return ok
+}
+
+// checks remembers the answers of the checks a reconcile repeats on the
+// same certificates (a signature, a key matching a certificate: each an
+// ECDSA operation of about 60 µs, where the two SHA-256 of the key cost
+// about 2 µs). Plan checks every serving certificate of a CA on every
+// reconcile of every CR that shares it. The answers are functions of the
+// bytes hashed, so the memo is invisible but for time; it is emptied when
+// it holds checkMemoSize answers.
+var checks = &checkMemo{m: map[[2 * sha256.Size]byte]bool{}}
+
+const checkMemoSize = 4096
+
+type checkMemo struct {
+	mu sync.Mutex
+	m  map[[2 * sha256.Size]byte]bool
+}
+
+func (c *checkMemo) get(k [2 * sha256.Size]byte) (ok, seen bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok, seen = c.m[k]
+	return ok, seen
+}
+
+func (c *checkMemo) put(k [2 * sha256.Size]byte, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= checkMemoSize {
+		clear(c.m)
+	}
+	c.m[k] = ok
+}
+
+// pairKey is the memo key of a check on a and b.
+func pairKey(a, b []byte) [2 * sha256.Size]byte {
+	var k [2 * sha256.Size]byte
+	x, y := sha256.Sum256(a), sha256.Sum256(b)
+	copy(k[:sha256.Size], x[:])
+	copy(k[sha256.Size:], y[:])
+	return k
 }
 
 func newKeyPair(der []byte, key crypto.Signer) (*KeyPair, error) {

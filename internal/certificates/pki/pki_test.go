@@ -249,3 +249,46 @@ func TestClocks(t *testing.T) {
 		t.Errorf("RealClock off by %s", d)
 	}
 }
+
+// The memos of checks and parses change nothing but time: the same
+// answers the second time, a failed parse or a key that does not fit
+// is never remembered as a success, and a caller's append to a parsed
+// list is not seen by the next caller.
+func TestMemosAnswerAsWithout(t *testing.T) {
+	ca, other := mustCA(t, t0, 365*24*time.Hour), mustCA(t, t0, 365*24*time.Hour)
+	srv := mustServing(t, ca, t0, 24*time.Hour, "a.svc")
+	for range 2 {
+		if !SignedBy(srv.Cert, ca.Cert) || SignedBy(srv.Cert, other.Cert) || SignedBy(ca.Cert, srv.Cert) {
+			t.Fatal("SignedBy answered otherwise the second time")
+		}
+		if r, _ := keyFits(srv.Cert, srv.KeyPEM); r != "" {
+			t.Fatalf("the serving key does not fit: %s", r)
+		}
+		if r, _ := keyFits(srv.Cert, ca.KeyPEM); r != reasonKeyMismatch {
+			t.Fatalf("another key: %q, want %s", r, reasonKeyMismatch)
+		}
+		if r, _ := keyFits(srv.Cert, []byte("garbage")); r != ReasonUnparsable {
+			t.Fatalf("garbage key: %q, want %s", r, ReasonUnparsable)
+		}
+		if _, err := ParseCertsPEM(append(slices.Clone(ca.CertPEM), []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")...)); err == nil {
+			t.Fatal("a bundle with a bad entry parsed")
+		}
+	}
+	pair := append(slices.Clone(ca.CertPEM), other.CertPEM...)
+	first, err := ParseCertsPEM(pair)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("parse: %v, %d certificates", err, len(first))
+	}
+	_ = append(first[:1], srv.Cert)
+	again, err := ParseCertsPEM(pair)
+	if err != nil || len(again) != 2 || !again[0].Equal(ca.Cert) || !again[1].Equal(other.Cert) {
+		t.Fatalf("second parse: %v, %v", err, again)
+	}
+	// Emptied when full, and still right.
+	for i := range checkMemoSize + 1 {
+		checks.put(pairKey([]byte{byte(i), byte(i >> 8)}, nil), false)
+	}
+	if !SignedBy(srv.Cert, ca.Cert) || len(checks.m) > checkMemoSize {
+		t.Fatalf("after the memo filled: %d entries", len(checks.m))
+	}
+}

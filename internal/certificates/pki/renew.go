@@ -62,12 +62,8 @@ func ServingRenewalReason(c ServingCheck, now time.Time) (reason, message string
 		return ReasonUnparsable, fmt.Sprintf("certificate: %v", err)
 	}
 	if c.KeyPEM != nil {
-		key, err := ParseKeyPEM(c.KeyPEM)
-		if err != nil {
-			return ReasonUnparsable, fmt.Sprintf("key: %v", err)
-		}
-		if !keyMatches(cert, key) {
-			return reasonKeyMismatch, errKeyMismatch.Error()
+		if reason, msg := keyFits(cert, c.KeyPEM); reason != "" {
+			return reason, msg
 		}
 	}
 	if !sameSet(cert.DNSNames, c.DNSNames) {
@@ -102,3 +98,22 @@ func sameSet(a, b []string) bool {
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// keyFits checks that keyPEM parses and is cert's private key; a pair
+// found to fit is remembered (checks), since parsing an ECDSA key derives
+// its public key, a scalar multiplication.
+func keyFits(cert *x509.Certificate, keyPEM []byte) (reason, message string) {
+	k := pairKey(cert.Raw, keyPEM)
+	if ok, seen := checks.get(k); seen && ok {
+		return "", ""
+	}
+	key, err := ParseKeyPEM(keyPEM)
+	if err != nil {
+		return ReasonUnparsable, fmt.Sprintf("key: %v", err)
+	}
+	if !keyMatches(cert, key) {
+		return reasonKeyMismatch, errKeyMismatch.Error()
+	}
+	checks.put(k, true)
+	return "", ""
+}
