@@ -424,7 +424,8 @@ const sweepPodsEnv = "HOOKWRIGHT_SWEEP_PODS"
 const sweepWatchListEnv = "HOOKWRIGHT_SWEEP_WATCHLIST"
 
 // sweepAPIServerMemoryEnv is the sweep's kube-apiserver GOMEMLIMIT (make
-// scale-pods SWEEP_APISERVER_MEMORY; 10GiB when empty).
+// scale-pods SWEEP_APISERVER_MEMORY; when empty 10GiB, 16GiB from
+// 100,000 pods).
 const sweepAPIServerMemoryEnv = "HOOKWRIGHT_SWEEP_APISERVER_MEMORY"
 
 // resyncFigures are the forced re-sync's measurements.
