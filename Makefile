@@ -204,10 +204,12 @@ SWEEP_WATCHLIST ?= true
 # SWEEP_APISERVER_MEMORY is the sweep's kube-apiserver GOMEMLIMIT (empty:
 # 10GiB, 16GiB from 100,000 pods: it holds 11.5 GiB at 150,000).
 SWEEP_APISERVER_MEMORY ?=
+# SWEEP_GOGC is the replicas' GOGC (empty: Go's default, 100, as shipped).
+SWEEP_GOGC ?=
 
 .PHONY: scale-pods
 scale-pods: tools ## Only the pod sweep at SWEEP_PODS running pods (SWEEP_MEMORY_LIMIT: the replicas' memory limit, default the shipped one; SWEEP_WATCHLIST=false: the paged list) into _scale/report-podsweep-N.md (not part of make test).
-	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) HOOKWRIGHT_SWEEP_WATCHLIST=$(SWEEP_WATCHLIST) HOOKWRIGHT_SWEEP_APISERVER_MEMORY=$(SWEEP_APISERVER_MEMORY) $(GOTEST) -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
+	HOOKWRIGHT_SWEEP_PODS=$(SWEEP_PODS) HOOKWRIGHT_SWEEP_MEMORY_LIMIT=$(SWEEP_MEMORY_LIMIT) HOOKWRIGHT_SWEEP_WATCHLIST=$(SWEEP_WATCHLIST) HOOKWRIGHT_SWEEP_APISERVER_MEMORY=$(SWEEP_APISERVER_MEMORY) HOOKWRIGHT_SWEEP_GOGC=$(SWEEP_GOGC) $(GOTEST) -count=1 -timeout 3h -run '^TestPodSweep$$' -v ./test/scale/
 
 .PHONY: bench
 bench: ## Run the benchmarks.

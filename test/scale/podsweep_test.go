@@ -83,6 +83,12 @@ func TestPodSweep(t *testing.T) {
 	// SWEEP_MEMORY_LIMIT: the manager sets its Go soft limit from it.
 	memLimit := sweepMemoryLimit(t)
 	memEnv := []string{"HOOKWRIGHT_MEMORY_LIMIT=" + strconv.FormatInt(memLimit, 10)}
+	// make scale-pods SWEEP_GOGC: the replicas' garbage collector target
+	// (Go's GOGC; the shipped manager leaves it at 100), to measure
+	// memory against CPU.
+	if v := os.Getenv(sweepGOGCEnv); v != "" {
+		memEnv = append(memEnv, "GOGC="+v)
+	}
 	// Two replicas as shipped: the first leads, the second stands by
 	// (it holds no pod index until it takes over).
 	replicas.reset()
@@ -427,6 +433,10 @@ const sweepWatchListEnv = "HOOKWRIGHT_SWEEP_WATCHLIST"
 // scale-pods SWEEP_APISERVER_MEMORY; when empty 10GiB, 16GiB from
 // 100,000 pods).
 const sweepAPIServerMemoryEnv = "HOOKWRIGHT_SWEEP_APISERVER_MEMORY"
+
+// sweepGOGCEnv is the replicas' GOGC (make scale-pods SWEEP_GOGC; Go's
+// default 100 when empty).
+const sweepGOGCEnv = "HOOKWRIGHT_SWEEP_GOGC"
 
 // resyncFigures are the forced re-sync's measurements.
 type resyncFigures struct {
