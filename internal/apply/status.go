@@ -1,7 +1,6 @@
 package apply
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 
@@ -210,13 +209,10 @@ func (s StatusSplit) MigrateStatus(entries []metav1.ManagedFieldsEntry, old []st
 	return kept, true, nil
 }
 
+// decodeFields is fieldsV1 of an entry's FieldsV1; none is an empty set.
 func decodeFields(f *metav1.FieldsV1) (*fieldpath.Set, error) {
-	set := &fieldpath.Set{}
 	if f == nil {
-		return set, nil
+		return &fieldpath.Set{}, nil
 	}
-	if err := set.FromJSON(bytes.NewReader(f.Raw)); err != nil {
-		return nil, err
-	}
-	return set, nil
+	return fieldsV1(f.Raw)
 }
