@@ -51,6 +51,10 @@
 //   - node_cleanup.go: what can a node leave on the machine, and how is it
 //     removed and found (cgroups, mounts, host files, packet filter rules,
 //     kernel settings)?
+//   - cutproxy.go: how is one client's traffic with the API server faulted
+//     at a point the test knows (CutProxy: hold its connections once the
+//     server sent a number of bytes, then close them as a server that
+//     went away would)?
 //   - process.go: how does the harness run a child process (StartProcess,
 //     Settle, its log, a free port) and await its probe server (ProbeOK)?
 //   - poll.go: how does a test wait (WaitFor, Poll, During, Every,
