@@ -43,10 +43,14 @@ import (
 // takeover (the leader stopped, injector 0's plain pods deleted while no
 // replica leads, the standby builds its index from a stream or a paged
 // list), no CR write in a quiet window, and none after the takeover for
-// the injectors whose pods did not change. With HOOKWRIGHT_SWEEP_PODS=N
+// the injectors whose pods did not change; then faults during the next
+// initial sync (midSyncFaults: a leader killed mid-list, the next one's
+// list cut mid-stream), after which the counts are still exact and
+// nothing was written. With HOOKWRIGHT_SWEEP_PODS=N
 // (`make scale-pods SWEEP_PODS=N`) it runs N running pods, N/12
 // finished, N/15 namespaces (at most 10,000) and 50 injectors, kills the
-// leader with SIGKILL instead of stopping it, then forces a re-sync by
+// leader with SIGKILL instead of stopping it, restarts kube-apiserver
+// while the mid-sync fault holds a list, then forces a re-sync by
 // restarting kube-apiserver (with a new standby started first), samples
 // the replicas' VmRSS every second and writes
 // _scale/report-podsweep-N.md.
@@ -380,6 +384,10 @@ func TestPodSweep(t *testing.T) {
 		t.Errorf("a takeover wrote the %d SidecarInjectors whose pods did not change %d times: %s", len(crs)-1, others, cmp.Diff(before, statuses(t, ctx)))
 	}
 
+	// Faults during the next takeover's initial sync: its leader killed
+	// mid-list, the next one's list broken mid-stream.
+	leader, mid := midSyncFaults(t, ctx, sb, measure, opNS, memEnv, rss, crs, after, running)
+
 	// A forced re-sync (the sweep only: it restarts the API server every
 	// test of the package shares): every watch ends, the new server's
 	// watch cache starts past the index's resourceVersion, so the
@@ -388,7 +396,7 @@ func TestPodSweep(t *testing.T) {
 	// the leader lose its Lease while the server is away, it takes over.
 	var resync resyncFigures
 	if measure {
-		resync = forcedResync(t, ctx, sb, opNS, memEnv, rss, crs, after, running, sz.quiet)
+		resync = forcedResync(t, ctx, leader, opNS, memEnv, rss, crs, after, running, sz.quiet)
 	}
 	defer deleteCRs()
 	rss.mark("end")
@@ -405,7 +413,7 @@ func TestPodSweep(t *testing.T) {
 			"| standby VmRSS before the takeover: max | %.1f MiB |\n"+
 			"| takeover (kill -9): %d pods deleted while no leader | %s after the kill |\n| … standby leads | %s after the kill |\n"+
 			"| … its index holds every pod (%s) | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
-			"%s\n"+
+			"%s%s\n"+
 			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
 			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n"+
 			"The leader's heap after the quiet minute (go tool pprof -top, in-use bytes):\n\n```\n%s\n```\n\n"+
@@ -415,7 +423,7 @@ func TestPodSweep(t *testing.T) {
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
 			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
 			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), listed, synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
-			resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
+			mid.rows(), resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
 		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
 			t.Error(err)
 		}
@@ -817,6 +825,16 @@ func (r *rssSeries) last(phase string) float64 {
 	defer r.mu.Unlock()
 	if s := r.by[phase]; len(s) > 0 {
 		return s[len(s)-1]
+	}
+	return 0
+}
+
+// maxOf is the highest sample of a phase (MiB; 0 if none).
+func (r *rssSeries) maxOf(phase string) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.by[phase]; len(s) > 0 {
+		return slices.Max(s)
 	}
 	return 0
 }
