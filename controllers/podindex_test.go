@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -46,5 +47,24 @@ func TestPagedListOfRecords(t *testing.T) {
 	}
 	if r, err := record(items[5]); err != nil || r.Name != "p3-1" {
 		t.Fatalf("record %+v, %v", r, err)
+	}
+}
+
+// A continue token that expired mid-list (410, the API server compacted
+// etcd past the list's resourceVersion) ends the list with that error,
+// nothing kept: the reflector lists again from the first page, as it
+// does after any failed list (client-go's pager would instead ask for
+// every pod in one response, the peak the paged list exists to avoid).
+func TestPagedListExpiredMidway(t *testing.T) {
+	pages := 0
+	obj, err := pagedList(context.Background(), metav1.ListOptions{}, func(o metav1.ListOptions) (metav1.ListMeta, []*podindex.Pod, error) {
+		pages++
+		if pages == 2 {
+			return metav1.ListMeta{}, nil, apierrors.NewResourceExpired("the provided continue parameter is too old")
+		}
+		return metav1.ListMeta{ResourceVersion: "100", Continue: "c1"}, []*podindex.Pod{podindex.FromPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}})}, nil
+	})
+	if obj != nil || !apierrors.IsResourceExpired(err) || pages != 2 {
+		t.Fatalf("got %v, %v after %d pages: want no list, the 410 and no third page", obj, err, pages)
 	}
 }
