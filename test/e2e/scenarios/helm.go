@@ -245,7 +245,7 @@ func (e *Env) operatorPodsReady(ctx context.Context, n int32) ([]string, error) 
 		}
 		names = names[:0]
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && p.Spec.NodeName == SystemNode && podReady(&p) {
+			if p.DeletionTimestamp == nil && p.Spec.NodeName == SystemNode && cluster.PodReady(&p) {
 				names = append(names, p.Name)
 			}
 		}

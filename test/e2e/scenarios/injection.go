@@ -257,7 +257,7 @@ func labPodReady(p *corev1.Pod) error {
 			return fmt.Errorf("pod %s: container %s not ready: %+v", p.Name, s.Name, s.State)
 		}
 	}
-	if !podReady(p) {
+	if !cluster.PodReady(p) {
 		return fmt.Errorf("pod %s not Ready", p.Name)
 	}
 	return nil

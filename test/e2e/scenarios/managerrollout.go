@@ -98,7 +98,7 @@ func (e *Env) managerRolloutUnderLoad(ctx context.Context, r *Result, replicas i
 			if slices.Contains(old, p.Name) {
 				return false, nil
 			}
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && cluster.PodReady(&p) {
 				ready++
 			}
 		}

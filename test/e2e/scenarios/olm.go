@@ -82,7 +82,7 @@ func OLMInstall(ctx context.Context, e *Env, r *Result) error {
 			return false, err
 		}
 		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Name, prefix+"controller-manager-") && p.Spec.NodeName == SystemNode && podReady(&p) {
+			if strings.HasPrefix(p.Name, prefix+"controller-manager-") && p.Spec.NodeName == SystemNode && cluster.PodReady(&p) {
 				opPod = p.Name
 				return true, nil
 			}

@@ -370,7 +370,7 @@ func podsServe(ctx context.Context, c client.Client, base string, ca *x509.Certi
 	}
 	n := 0
 	for _, p := range pods.Items {
-		if !podReady(&p) || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+		if !cluster.PodReady(&p) || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
 		n++

@@ -267,11 +267,11 @@ func (e *Env) checkCSV(ctx context.Context, name, image string) ([]string, error
 		}
 		names = nil
 		for _, p := range pods.Items {
-			ok := p.DeletionTimestamp == nil && p.Spec.NodeName == SystemNode && p.Status.Phase == corev1.PodRunning && podReady(&p) &&
+			ok := p.DeletionTimestamp == nil && p.Spec.NodeName == SystemNode && p.Status.Phase == corev1.PodRunning && cluster.PodReady(&p) &&
 				len(p.Spec.Containers) == 1 && p.Spec.Containers[0].Image == image &&
 				len(p.Status.ContainerStatuses) == 1 && strings.HasPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
 			if !ok {
-				why = fmt.Sprintf("pod %s: node %q phase %s ready %v image %v", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), p.Spec.Containers[0].Image)
+				why = fmt.Sprintf("pod %s: node %q phase %s ready %v image %v", p.Name, p.Spec.NodeName, p.Status.Phase, cluster.PodReady(&p), p.Spec.Containers[0].Image)
 				return false, nil
 			}
 			names = append(names, p.Name)

@@ -236,7 +236,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return e, err
 	}
 	for _, p := range pods.Items {
-		o.Logf("stack: pod %s on %s, Ready=%t, pod IP %s", p.Name, p.Spec.NodeName, podReady(&p), p.Status.PodIP)
+		o.Logf("stack: pod %s on %s, Ready=%t, pod IP %s", p.Name, p.Spec.NodeName, cluster.PodReady(&p), p.Status.PodIP)
 		if sched, ready, ok := scheduledToReady(&p); ok && !strings.HasPrefix(p.Name, OperatorDeployment) {
 			e.figure("webhook server pod %s: scheduled → Ready %s (condition times, 1 s resolution; image pull, start, readiness probe)",
 				p.Name, ready.Sub(sched))
@@ -294,15 +294,6 @@ func scheduledToReady(p *corev1.Pod) (scheduled, ready time.Time, ok bool) {
 	return scheduled, ready, !scheduled.IsZero() && !ready.IsZero()
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // deployOperator applies `kustomize build config/default` (what `make
 // deploy` applies; config/manager's image is ServerImage) by server-side
 // apply and waits until the operator Deployment is available.
@@ -358,7 +349,7 @@ func (e *Env) PodsLogTail(ctx context.Context) string {
 	}
 	var b strings.Builder
 	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "--- %s on %s: %s, Ready=%v, deleting=%v\n", p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), p.DeletionTimestamp != nil)
+		fmt.Fprintf(&b, "--- %s on %s: %s, Ready=%v, deleting=%v\n", p.Name, p.Spec.NodeName, p.Status.Phase, cluster.PodReady(&p), p.DeletionTimestamp != nil)
 		restarted := false
 		for _, cs := range p.Status.ContainerStatuses {
 			fmt.Fprintf(&b, "    container %s: ready=%v restarts=%d", cs.Name, cs.Ready, cs.RestartCount)
