@@ -57,15 +57,8 @@ func Rollout(ctx context.Context, e *Env, r *Result) error {
 	if err := e.checkRolloutCRD(ctx); err != nil {
 		return err
 	}
-	sa, err := e.operatorServiceAccount(ctx)
+	sa, err := e.applyOptIn(ctx, "rollout")
 	if err != nil {
-		return err
-	}
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	if _, _, err := e.RunKubectl(ctx, nil, "apply", "-k", filepath.Join(root, "config", "rollout")); err != nil {
 		return err
 	}
 	if _, _, err := e.RunKubectl(ctx, nil, "-n", LabNamespace, "create", "rolebinding", rolloutBinding,
@@ -313,6 +306,22 @@ func (e *Env) checkRolloutCRD(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("the installed SidecarInjector CRD (its bundle, labels %v) has no spec.rollout: regenerate bundle/ (make bundle)", crd.Labels)
+}
+
+// applyOptIn applies the opt-in RBAC of config/<dir> (kubectl apply -k)
+// and returns the running operator's ServiceAccount to bind it to
+// (operatorServiceAccount).
+func (e *Env) applyOptIn(ctx context.Context, dir string) (string, error) {
+	sa, err := e.operatorServiceAccount(ctx)
+	if err != nil {
+		return "", err
+	}
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	_, _, err = e.RunKubectl(ctx, nil, "apply", "-k", filepath.Join(root, "config", dir))
+	return sa, err
 }
 
 // operatorServiceAccount is namespace:name of the ServiceAccount of the

@@ -365,15 +365,8 @@ func conditionMessage(no *v1alpha1.NodeOversell, typ string) string {
 // it to the ServiceAccount of the running operator, wherever it was
 // installed from (the pod running the operator image's manager).
 func (e *Env) bindNodeTaints(ctx context.Context, r *Result) error {
-	sa, err := e.operatorServiceAccount(ctx)
+	sa, err := e.applyOptIn(ctx, "node-taints")
 	if err != nil {
-		return err
-	}
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	if _, _, err := e.RunKubectl(ctx, nil, "apply", "-k", filepath.Join(root, "config", "node-taints")); err != nil {
 		return err
 	}
 	if _, _, err := e.RunKubectl(ctx, nil, "create", "clusterrolebinding", usageBinding, "--clusterrole=hookwright-node-taints", "--serviceaccount="+sa); err != nil {
