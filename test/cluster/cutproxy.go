@@ -29,7 +29,7 @@ type CutProxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	limit   int64 // 0: not armed
-	sent    int64 // server-to-client bytes since Arm
+	sent    int64 // server-to-client bytes since Arm (or the start)
 	holding bool  // from the threshold until Release
 	held    chan struct{}
 	release chan struct{}
@@ -63,7 +63,8 @@ func (p *CutProxy) Arm(limit int64) {
 	p.limit, p.sent = limit, 0
 }
 
-// Sent is how many bytes the server sent since Arm.
+// Sent is how many bytes the server sent since Arm, or since the proxy
+// started when it was never armed.
 func (p *CutProxy) Sent() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -187,6 +188,7 @@ func (p *CutProxy) admit(n int64) int64 {
 		return 0
 	}
 	if p.limit == 0 {
+		p.sent += n
 		return n
 	}
 	if p.sent+n <= p.limit {
