@@ -3,15 +3,17 @@ package scale
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
 	"github.com/hookwright/hookwright/test/cluster"
@@ -50,15 +52,16 @@ func (m midSyncFigures) rows() string {
 // cuts the connections, which is what a restart looks like from the
 // client). Each faulted replica talks to the API server through a
 // cluster.CutProxy that holds its connections once half of the pod list
-// (estimated from one page) has reached it, so the fault lands mid-sync
-// at every size. No pod changes here, so no SidecarInjector may be
+// (as many bytes as the same list took the test just before,
+// podListWireBytes) has reached it, so the fault lands mid-sync at every
+// size. No pod changes here, so no SidecarInjector may be
 // written, and the replica that leads at the end must hold every pod.
 // It returns the leader at the end.
 func midSyncFaults(t *testing.T, ctx context.Context, leader *operator, measure bool, ns string, memEnv []string, rss *rssSeries,
-	crs []*v1alpha1.SidecarInjector, want []v1alpha1.FleetCounts, running int) (*operator, midSyncFigures) {
+	crs []*v1alpha1.SidecarInjector, want []v1alpha1.FleetCounts, running int, paged bool) (*operator, midSyncFigures) {
 	t.Helper()
 	var m midSyncFigures
-	m.limit = podListBytes(t, ctx) * int64(running) / 2
+	m.limit = podListWireBytes(t, ctx, paged) / 2
 	rvs := resourceVersions(t, ctx)
 	rss.mark("midsync")
 
@@ -176,41 +179,52 @@ func waitHeld(t *testing.T, ctx context.Context, p *cluster.CutProxy, what strin
 	})
 }
 
-// podListBytes is what one running pod costs on the wire of the pod
-// index's list, estimated from one page of 500: protobuf, as the index
-// reads it, and gzip-compressed, as the API server sends a list page or
-// a stream to client-go (measured on the small sweep: a stream of 540
-// pods was 1.5 times this estimate, the namespace stream and Lease
-// renewals included; half the estimate is well inside the pod list).
-func podListBytes(t *testing.T, ctx context.Context) int64 {
+// podListWireBytes is what the pod index's initial list costs on the
+// wire now: the test makes the same list (a WatchList stream with the
+// index's field selector, or with paged the list by 500 at the latest
+// resourceVersion; protobuf, gzip accepted, as client-go asks) through a
+// cluster.CutProxy that only counts, and discards what it decodes.
+func podListWireBytes(t *testing.T, ctx context.Context, paged bool) int64 {
 	t.Helper()
-	hc, err := rest.HTTPClientFor(env.Config)
+	px := newCutProxy(t)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + px.Addr()
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := url.Values{"limit": {"500"}, "fieldSelector": {"status.phase!=Succeeded,status.phase!=Failed"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(env.Config.Host, "/")+"/api/v1/pods?"+q.Encode(), nil)
+	pods := cs.CoreV1().Pods(metav1.NamespaceAll)
+	const selector = "status.phase!=Succeeded,status.phase!=Failed"
+	if paged {
+		o := metav1.ListOptions{FieldSelector: selector, Limit: 500}
+		for {
+			l, err := pods.List(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Continue == "" {
+				return px.Sent()
+			}
+			o.Continue = l.Continue
+		}
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: selector, SendInitialEvents: ptr.To(true),
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
-	// Set by hand, the transport hands the body over compressed.
-	req.Header.Set("Accept-Encoding", "gzip")
-	res, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type != watch.Bookmark {
+			continue
+		}
+		if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			return px.Sent()
+		}
 	}
-	defer res.Body.Close()
-	n, err := io.Copy(io.Discard, res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("one page of pods: %s, %v", res.Status, err)
-	}
-	l, err := fastClient(t).CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 500, FieldSelector: q.Get("fieldSelector")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(l.Items) == 0 {
-		t.Fatal("no pod to estimate the list's size from")
-	}
-	return n / int64(len(l.Items))
+	t.Fatal("the pod stream ended before its initial-events-end bookmark")
+	return 0
 }
