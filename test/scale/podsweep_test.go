@@ -43,7 +43,9 @@ import (
 // takeover (the leader stopped, injector 0's plain pods deleted while no
 // replica leads, the standby builds its index from a stream or a paged
 // list), no CR write in a quiet window, and none after the takeover for
-// the injectors whose pods did not change; then faults during the next
+// the injectors whose pods did not change; then a namespace of 300 pods
+// (the sweep: 3,000) relabelled from one injector to another (bigNamespace: one status
+// write each, none for the others); then faults during the next
 // initial sync (midSyncFaults: a leader killed mid-list, the next one's
 // list cut mid-stream), after which the counts are still exact and
 // nothing was written. With HOOKWRIGHT_SWEEP_PODS=N
@@ -384,9 +386,18 @@ func TestPodSweep(t *testing.T) {
 		t.Errorf("a takeover wrote the %d SidecarInjectors whose pods did not change %d times: %s", len(crs)-1, others, cmp.Diff(before, statuses(t, ctx)))
 	}
 
+	// The published limit of pods in one namespace, moved from injector
+	// 0 to injector 1 by a relabel.
+	bigPods := smallNamespacePods
+	if measure {
+		bigPods = bigNamespacePods
+	}
+	after, big := bigNamespace(t, ctx, fast, writes, crs, after, bigPods, 0, 1, teamLabel, nodes[0], sz.quiet)
+	running += bigPods
+
 	// Faults during the next takeover's initial sync: its leader killed
 	// mid-list, the next one's list broken mid-stream.
-	leader, mid := midSyncFaults(t, ctx, sb, measure, opNS, memEnv, rss, crs, after, running)
+	leader, mid := midSyncFaults(t, ctx, sb, measure, opNS, memEnv, rss, crs, after, running, wantPath == "paged")
 
 	// A forced re-sync (the sweep only: it restarts the API server every
 	// test of the package shares): every watch ends, the new server's
@@ -413,7 +424,7 @@ func TestPodSweep(t *testing.T) {
 			"| standby VmRSS before the takeover: max | %.1f MiB |\n"+
 			"| takeover (kill -9): %d pods deleted while no leader | %s after the kill |\n| … standby leads | %s after the kill |\n"+
 			"| … its index holds every pod (%s) | %s after the kill |\n| … every injector's counts exact | %s after the kill |\n| … writes of the injectors whose pods did not change | %d |\n"+
-			"%s%s\n"+
+			"%s%s%s\n"+
 			"Leader VmRSS by phase (MiB, sampled every second: first / max / last; from `takeover` on, the former standby):\n\n%s\n"+
 			"Standby VmRSS by phase until the takeover (MiB):\n\n%s\n"+
 			"The leader's heap after the quiet minute (go tool pprof -top, in-use bytes):\n\n```\n%s\n```\n\n"+
@@ -423,7 +434,7 @@ func TestPodSweep(t *testing.T) {
 			d.fleetReconciles, 1e3*d.fleetReconcileSecs/max(d.fleetReconciles, 1),
 			idx.pods, idx.bytes, idx.bytes/max(idx.pods, 1), perPod, sbRSS.max(),
 			len(gone), deleted.Round(time.Millisecond), led.Round(time.Millisecond), listed, synced.Round(time.Millisecond), exact.Round(time.Millisecond), others,
-			mid.rows(), resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
+			big.rows(crs[0].Name, crs[1].Name), mid.rows(), resync.rows(), rss.table(), sbRSS.table(), heapQuiet, heapTakeover)
 		if err := writeReportPart(fmt.Sprintf("podsweep-%d", sz.running), body); err != nil {
 			t.Error(err)
 		}
