@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -116,10 +115,8 @@ func (p *CutProxy) Kubeconfig(t testing.TB, src string) string {
 		c.Server = "https://" + p.Addr()
 	}
 	dst := filepath.Join(t.TempDir(), "kubeconfig-cutproxy")
+	// WriteToFile writes it 0600: it holds the admin's credentials.
 	if err := clientcmd.WriteToFile(*cfg, dst); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dst, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dst
