@@ -109,6 +109,12 @@ func setupFleet(mgr ctrl.Manager, s Settings, status *statusWriter) (*podIndexer
 		Complete(r)
 }
 
+// rollsOut reports whether cr asks for a rollout (spec.rollout.strategy):
+// then its pods are planned (fleet.PlanPod), which renders.
+func rollsOut(cr *v1alpha1.SidecarInjector) bool {
+	return cr.Spec.Rollout.Strategy != v1alpha1.RolloutNone && cr.Spec.Rollout.Strategy != ""
+}
+
 // injector compiles what cr's servers serve (sidecar.Served: pinned to
 // spec.revision once resolved) once per generation and revision.
 func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector, error) {
@@ -125,6 +131,12 @@ func (r *fleetReconciler) injector(cr *v1alpha1.SidecarInjector) (fleet.Injector
 	inj, err := fleet.NewInjector(cr, r.settings.Settings, r.serverVersion())
 	if err != nil {
 		return fleet.Injector{}, err
+	}
+	if !rollsOut(cr) {
+		// Only the rollout renders (fleet.PlanPod); counting decides. The
+		// parsed templates are about 200 KiB per SidecarInjector, held
+		// for as long as its generation lives.
+		inj = inj.ForDecisions()
 	}
 	r.mu.Lock()
 	r.compiled[cr.Name] = compiledInjector{uid: cr.UID, generation: cr.Generation, revision: rev, inj: inj}
@@ -152,7 +164,7 @@ func (r *fleetReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// The lifecycle reconciler reports a spec that does not compile.
 		return ctrl.Result{}, nil
 	}
-	rolling := cr.Spec.Rollout.Strategy != v1alpha1.RolloutNone && cr.Spec.Rollout.Strategy != ""
+	rolling := rollsOut(cr)
 	// A new compiled form (a template, selector or revision change)
 	// re-classifies every pod once, here.
 	id := fmt.Sprintf("%s/%d/%s/%s", cr.UID, cr.Generation, inj.Revision, inj.Params.ServerVersion)

@@ -135,6 +135,10 @@ func TestClassify(t *testing.T) {
 			if ok != tc.ok || got.State != tc.want {
 				t.Fatalf("got %v %q (%s), want %v %q", ok, got.State, got.Reason, tc.ok, tc.want)
 			}
+			// The fleet's decisions-only injector judges the same.
+			if d, dok := Classify(cur.ForDecisions(), tc.pod, tc.ns); dok != ok || d != got {
+				t.Errorf("ForDecisions: %v %+v, the full injector %v %+v", dok, d, ok, got)
+			}
 			if !strings.Contains(got.Reason, tc.reason) {
 				t.Errorf("reason %q lacks %q", got.Reason, tc.reason)
 			}

@@ -32,3 +32,12 @@ func NewInjector(cr *v1alpha1.SidecarInjector, s desired.Settings, serverVersion
 		ServerVersion:      serverVersion,
 	}}, nil
 }
+
+// ForDecisions is inj for Classify only: its Config keeps what
+// sidecar.Decide reads and drops the parsed templates
+// (sidecar.Config.ForDecisions). PlanPod, which renders, fails on it with
+// sidecar.ErrDecisionsOnly.
+func (inj Injector) ForDecisions() Injector {
+	inj.Config = inj.Config.ForDecisions()
+	return inj
+}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -71,6 +72,11 @@ func TestPlanPod(t *testing.T) {
 			got, err := PlanPod(to, p, ns)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Planning an outdated pod renders: the fleet's decisions-only
+			// injector must say it cannot, not plan nothing.
+			if _, err := PlanPod(to.ForDecisions(), p, ns); tc.wantState == Outdated && !errors.Is(err, sidecar.ErrDecisionsOnly) {
+				t.Errorf("PlanPod on ForDecisions: %v, want sidecar.ErrDecisionsOnly", err)
 			}
 			if got.State != tc.wantState || got.Way != tc.wantWay {
 				t.Fatalf("state %s way %s (%s), want %s %s; diff %+v", got.State, got.Way, got.Why, tc.wantState, tc.wantWay, got.Containers)

@@ -100,6 +100,23 @@ type Config struct {
 	neverIdx          []int
 	alwaysInject      []labels.Selector
 	alwaysIdx         []int
+	// decisionsOnly: built by ForDecisions, Inject refuses it.
+	decisionsOnly bool
+}
+
+// ErrDecisionsOnly is Inject's error for a Config from ForDecisions.
+var ErrDecisionsOnly = errors.New("sidecar config holds decisions only (ForDecisions): it cannot render")
+
+// ForDecisions is c without what only rendering needs (its parsed
+// templates with their bound functions, render caches and values): what
+// Decide reads, and Hash. A holder of many configs that never renders (the
+// operator's fleet keeps one per SidecarInjector, about 200 KiB each with
+// the templates) keeps this instead. Inject on it returns
+// ErrDecisionsOnly.
+func (c *Config) ForDecisions() *Config {
+	d := *c
+	d.templates, d.values, d.decisionsOnly = nil, nil, true
+	return &d
 }
 
 type compiledTemplate struct {

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,6 +126,10 @@ func TestDecide(t *testing.T) {
 			params := testParams
 			params.ExcludedNamespaces = []string{"edge-servers"}
 			d := Decide(cfg, params, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels})
+			// The fleet's config without templates decides the same.
+			if od := Decide(cfg.ForDecisions(), params, DecideInput{Pod: p, Namespace: tc.ns, NamespaceLabels: tc.nsLabels}); !reflect.DeepEqual(od, d) {
+				t.Errorf("ForDecisions decided %+v, the full config %+v", od, d)
+			}
 			if d.Inject != tc.inject || d.Code != tc.code {
 				t.Fatalf("got inject=%v code=%s (%s), want inject=%v code=%s", d.Inject, d.Code, d.Reason, tc.inject, tc.code)
 			}

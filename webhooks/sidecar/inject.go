@@ -192,9 +192,12 @@ func mustSchema(s strategicpatch.PatchMetaFromStruct, err error) strategicpatch.
 // are decoded: a pod's own containers are copied as raw JSON, so cost grows
 // with the pod's size only through scanning. Errors are a *DecodeError (the
 // pod is not a pod), a *RenderError (a template failed or the pod's
-// templates annotation is bad: the webhook's failurePolicy applies), or the
-// context's error.
+// templates annotation is bad: the webhook's failurePolicy applies),
+// ErrDecisionsOnly (cfg came from ForDecisions), or the context's error.
 func Inject(cfg *Config, p Params, in Input) (*Result, error) {
+	if cfg.decisionsOnly {
+		return nil, ErrDecisionsOnly
+	}
 	d, err := parsePod(in.Raw, cfg.needsSpec)
 	if err != nil {
 		return nil, &DecodeError{Err: err}

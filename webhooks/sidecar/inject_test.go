@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -281,5 +282,24 @@ func TestContainerOverrideNoRestartPolicy(t *testing.T) {
 	}
 	if strings.Contains(string(res.JSON), "restartPolicy") || !strings.Contains(string(res.JSON), `"image":"mine"`) {
 		t.Fatalf("%s", res.JSON)
+	}
+}
+
+// TestForDecisionsCannotRender: a decisions-only config (the fleet's)
+// refuses to render instead of injecting nothing; the full one it came
+// from still renders, and keeps its templates.
+func TestForDecisionsCannotRender(t *testing.T) {
+	cfg := sampleConfig(t)
+	pod := goldenPodJSON(t, "pod-foreign-init.yaml")
+	d := cfg.ForDecisions()
+	if d.Hash != cfg.Hash || d.Name != cfg.Name {
+		t.Errorf("ForDecisions: hash %q name %q, want %q %q", d.Hash, d.Name, cfg.Hash, cfg.Name)
+	}
+	if _, err := Inject(d, testParams, Input{Raw: pod}); !errors.Is(err, ErrDecisionsOnly) {
+		t.Fatalf("Inject on ForDecisions: %v, want ErrDecisionsOnly", err)
+	}
+	res, err := Inject(cfg, testParams, Input{Raw: pod, Namespace: "payments"})
+	if err != nil || len(res.Templates) == 0 {
+		t.Fatalf("Inject on the full config after ForDecisions: %v, templates %v", err, res)
 	}
 }
