@@ -26,7 +26,7 @@
 // controller owner reference. Interning uses Go's unique package, the
 // runtime's one intern table: the replicas of a ReplicaSet share all four
 // sets, and a set no pod uses any more is collected. Per pod and injector
-// the index holds one byte (the state); per injector its counts in total
+// the index holds four bits (the state); per injector its counts in total
 // and per namespace; per namespace its labels and pod count; per node the
 // sums of its running pods' requests and the slots of those pods. Nothing
 // holds a corev1.Pod after Compact: the fleet and the rollout read a

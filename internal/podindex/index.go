@@ -19,7 +19,7 @@ var recordSize = int(unsafe.Sizeof(Pod{}))
 
 const slotOverhead = 64
 
-// state is a pod's fleet.State for one injector, one byte.
+// state is a pod's fleet.State for one injector, one byte; stateTable packs two a byte.
 type state uint8
 
 const (
@@ -46,6 +46,36 @@ func stateOf(s fleet.State) state {
 	return none
 }
 
+// stateTable holds one injector's state of each pod slot, two slots a
+// byte (a state needs three bits): 75 KB per injector at 150,000 pods.
+// Its zero value holds no slot.
+type stateTable struct {
+	b []byte
+	n int
+}
+
+func newStateTable(n int) stateTable { return stateTable{b: make([]byte, (n+1)/2), n: n} }
+
+// len is the number of slots.
+func (t *stateTable) len() int { return t.n }
+
+func (t *stateTable) get(i int32) state {
+	return state(t.b[i/2] >> (4 * (i % 2)) & 0xf)
+}
+
+func (t *stateTable) set(i int32, s state) {
+	sh := 4 * (i % 2)
+	t.b[i/2] = t.b[i/2]&^(0xf<<sh) | byte(s)<<sh
+}
+
+// grow adds one slot, none.
+func (t *stateTable) grow() {
+	if t.n%2 == 0 {
+		t.b = append(t.b, 0)
+	}
+	t.n++
+}
+
 type podKey struct {
 	ns   str
 	name string
@@ -57,8 +87,8 @@ type injector struct {
 	id      string // what it was compiled from: a change re-classifies
 	inj     fleet.Injector
 	rolling bool
-	// states holds each slot's state (one byte per pod slot).
-	states []state
+	// states holds each slot's state.
+	states stateTable
 	total  v1alpha1.FleetCounts
 	byNS   map[str]*v1alpha1.FleetCounts
 }
@@ -106,7 +136,7 @@ type Stats struct {
 func (x *Index) Stats() Stats {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return Stats{Pods: len(x.byKey), Bytes: x.bytes + len(x.slots)*len(x.injectors), Namespaces: len(x.namespaces),
+	return Stats{Pods: len(x.byKey), Bytes: x.bytes + (len(x.slots)+1)/2*len(x.injectors), Namespaces: len(x.namespaces),
 		Nodes: len(x.nodes), Injectors: len(x.injectors)}
 }
 
@@ -137,7 +167,7 @@ func (x *Index) SetInjector(name, id string, inj fleet.Injector, rolling bool) b
 	if in != nil {
 		before = in.total
 	}
-	in = &injector{name: name, id: id, inj: inj, rolling: rolling, states: make([]state, len(x.slots)), byNS: map[str]*v1alpha1.FleetCounts{}}
+	in = &injector{name: name, id: id, inj: inj, rolling: rolling, states: newStateTable(len(x.slots)), byNS: map[str]*v1alpha1.FleetCounts{}}
 	x.injectors[name] = in
 	memo := memo{}
 	for i, p := range x.slots {
@@ -145,7 +175,7 @@ func (x *Index) SetInjector(name, id string, inj fleet.Injector, rolling bool) b
 			continue
 		}
 		s := memo.classify(x, in, p)
-		in.states[i] = s
+		in.states.set(int32(i), s)
 		in.count(p.Namespace, s, 1)
 	}
 	return before != in.total
@@ -308,20 +338,20 @@ func (x *Index) upsert(p *Pod, ch *Changes, like int32) int32 {
 	x.addNode(i)
 	var view *corev1.Pod
 	for _, in := range x.injectors {
-		old := in.states[i]
+		old := in.states.get(i)
 		if !ok {
 			old = none
 		}
 		var s state
 		if like >= 0 {
-			s = in.states[like]
+			s = in.states.get(like)
 		} else {
 			if view == nil {
 				view = p.View()
 			}
 			s = x.classify(in, view)
 		}
-		in.states[i] = s
+		in.states.set(i, s)
 		if old != s {
 			in.count(p.Namespace, old, -1)
 			in.count(p.Namespace, s, 1)
@@ -350,7 +380,7 @@ func (x *Index) alloc() int32 {
 	}
 	x.slots = append(x.slots, nil)
 	for _, in := range x.injectors {
-		in.states = append(in.states, none)
+		in.states.grow()
 	}
 	x.bytes += slotOverhead
 	return int32(len(x.slots) - 1)
@@ -411,10 +441,10 @@ func (x *Index) delete(k podKey, ch *Changes) {
 	}
 	x.unnode(i)
 	for _, in := range x.injectors {
-		if s := in.states[i]; s != none {
+		if s := in.states.get(i); s != none {
 			in.count(k.ns, s, -1)
 			ch.add(in.name)
-			in.states[i] = none
+			in.states.set(i, none)
 		}
 	}
 	if n := x.namespaces[k.ns.String()]; n != nil {
@@ -536,10 +566,10 @@ func (x *Index) reclassify(match func(*Pod) bool, ch *Changes) {
 				continue
 			}
 			s := memo.classify(x, in, p)
-			if old := in.states[i]; old != s {
+			if old := in.states.get(int32(i)); old != s {
 				in.count(p.Namespace, old, -1)
 				in.count(p.Namespace, s, 1)
-				in.states[i] = s
+				in.states.set(int32(i), s)
 				ch.add(in.name)
 			}
 		}
@@ -562,7 +592,7 @@ func (x *Index) Counts(name string) (v1alpha1.FleetCounts, bool) {
 // Summary is fleet.Summarize of one injector's classified pods, from the
 // counts kept: the named pods (the first fleet.MaxNamedPods outdated and
 // missing by namespace and name) are found by one pass over the
-// injector's states (a byte per pod) and classified again for their
+// injector's states and classified again for their
 // reasons.
 func (x *Index) Summary(name string) (fleet.Summary, bool) {
 	x.mu.RLock()
@@ -580,8 +610,8 @@ func (x *Index) Summary(name string) (fleet.Summary, bool) {
 			return nil
 		}
 		var best []*Pod
-		for i, s := range in.states {
-			if s != want {
+		for i := range int32(in.states.len()) {
+			if in.states.get(i) != want {
 				continue
 			}
 			p := x.slots[i]
@@ -622,7 +652,8 @@ func (x *Index) Classified(name string, fn func(view *corev1.Pod, c fleet.Pod)) 
 	if in == nil {
 		return
 	}
-	for i, s := range in.states {
+	for i := range int32(in.states.len()) {
+		s := in.states.get(i)
 		if s == none {
 			continue
 		}

@@ -650,3 +650,37 @@ func BenchmarkRecordUnchanged(b *testing.B) {
 		}
 	}
 }
+
+// TestStateTable: every slot keeps its own state, its neighbour in the
+// same byte untouched, across growth from an odd and an even size.
+func TestStateTable(t *testing.T) {
+	all := []state{none, current, outdated, missing, orphaned}
+	for _, start := range []int{0, 1, 2, 7} {
+		tb := newStateTable(start)
+		want := make([]state, start)
+		for i := range 11 {
+			tb.grow()
+			want = append(want, none)
+			for j := range want {
+				s := all[(i+j)%len(all)]
+				tb.set(int32(j), s)
+				want[j] = s
+			}
+			for j, w := range want {
+				if got := tb.get(int32(j)); got != w {
+					t.Fatalf("start %d, after %d grows: slot %d = %d, want %d", start, i+1, j, got, w)
+				}
+			}
+			if tb.len() != len(want) {
+				t.Fatalf("len %d, want %d", tb.len(), len(want))
+			}
+		}
+		// Setting one slot leaves the other half of its byte alone.
+		tb.set(0, orphaned)
+		tb.set(1, current)
+		tb.set(0, none)
+		if tb.get(0) != none || tb.get(1) != current {
+			t.Errorf("start %d: slots 0,1 = %d,%d, want none,current", start, tb.get(0), tb.get(1))
+		}
+	}
+}
