@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ func TestFleetInjectorUsesTheServerVersion(t *testing.T) {
 	cr := testInjector()
 	cr.Spec.Templates = []v1alpha1.NamedTemplate{{Name: "proxy", Template: "spec:\n  containers:\n  - name: proxy\n    image: {{ .Values.image }}\n"}}
 	cr.Spec.DefaultTemplates = []string{"proxy"}
+	// The rollout plans pods, which renders: its injector keeps the
+	// templates (without a rollout it holds decisions only, below).
+	cr.Spec.Rollout.Strategy = v1alpha1.RolloutInPlace
 	cr.Default()
 	dc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}, FakedServerVersion: &version.Info{GitVersion: "v1.37.2"}}
 	r := &fleetReconciler{settings: testSettings, discovery: dc, compiled: map[string]compiledInjector{}}
@@ -75,5 +79,15 @@ func TestFleetInjectorUsesTheServerVersion(t *testing.T) {
 	}
 	if plan.Way != fleet.InPlace {
 		t.Fatalf("an image change of a native sidecar judged %s: %s", plan.Way, plan.Why)
+	}
+	// Without a rollout the fleet only counts: it holds no templates.
+	cr.Spec.Rollout.Strategy = v1alpha1.RolloutNone
+	cr.Generation++
+	counting, err := r.injector(cr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.PlanPod(counting, injected, nil); !errors.Is(err, sidecar.ErrDecisionsOnly) {
+		t.Fatalf("PlanPod with the injector of a CR without rollout: %v, want sidecar.ErrDecisionsOnly", err)
 	}
 }
