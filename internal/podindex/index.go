@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"unique"
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
@@ -189,11 +190,15 @@ func (x *Index) RemoveInjector(name string) {
 }
 
 // memoKey is what a classification reads of a pod: pods that share it
-// (the replicas of one template) share their state.
+// (the replicas of one template) share their state. The shape also holds
+// the owner and the requests, which classification does not read: a key
+// finer than needed is still correct and the replicas of one template
+// share all of it, so the memo keys on the whole shape (one handle).
 type memoKey struct {
-	ns, labels, annotations, containers, priorityClass str
-	hostNetwork, deleting                              bool
-	phase                                              phase
+	ns       str
+	shape    unique.Handle[shape]
+	deleting bool
+	phase    phase
 }
 
 // memo holds one injector's states by memoKey during one pass over the
@@ -205,7 +210,7 @@ type memoKey struct {
 type memo map[memoKey]state
 
 func keyOf(p *Pod) memoKey {
-	return memoKey{p.Namespace, p.labels, p.annotations, p.containers, p.PriorityClass, p.HostNetwork, p.Deleting, p.phase}
+	return memoKey{p.Namespace, p.shape, p.Deleting, p.phase}
 }
 
 // classify is in's state for p, from the memo or classified.
@@ -396,11 +401,11 @@ func (x *Index) addNode(i int32) {
 		n = &node{}
 		x.nodes[p.Node] = n
 	}
-	n.cpu += p.CPUMilli
-	n.mem += p.MemoryMilli
-	n.exclusive += p.ExclusiveCPUMilli
-	if n.memFormat == "" && p.MemoryMilli != 0 {
-		n.memFormat = formats[p.memoryFormat]
+	n.cpu += p.CPUMilli()
+	n.mem += p.MemoryMilli()
+	n.exclusive += p.ExclusiveCPUMilli()
+	if n.memFormat == "" && p.MemoryMilli() != 0 {
+		n.memFormat = p.memoryFormat()
 	}
 	n.slots = append(n.slots, i)
 }
@@ -417,9 +422,9 @@ func (x *Index) unnode(i int32) {
 	}
 	n.slots[j] = n.slots[len(n.slots)-1]
 	n.slots = n.slots[:len(n.slots)-1]
-	n.cpu -= p.CPUMilli
-	n.mem -= p.MemoryMilli
-	n.exclusive -= p.ExclusiveCPUMilli
+	n.cpu -= p.CPUMilli()
+	n.mem -= p.MemoryMilli()
+	n.exclusive -= p.ExclusiveCPUMilli()
 	if len(n.slots) == 0 {
 		delete(x.nodes, p.Node)
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 	"unique"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -53,43 +52,76 @@ func (s str) String() string {
 	return s.h.Value()
 }
 
-// Pod is what the index keeps of one pod: 144 bytes plus its name;
-// labels, annotations, containers and owner are each one interned string
-// shared by every pod that has the same set (the replicas of one
-// ReplicaSet share all four). The UID is kept as its 16 bytes and the
-// resourceVersion as a number when they have the API server's usual form
-// (a lowercase UUID, a decimal etcd revision); any other form is kept as
-// written in a side record. It is also a runtime.Object so that a paged
-// list can carry records instead of pods. A record is never modified once
+// Pod is what the index keeps of one pod: 80 bytes plus its name. What
+// the pod's template decides (labels, our annotations, containers, owner,
+// priority class, hostNetwork, requests) is one interned shape shared by
+// every replica. The UID is kept as its 16 bytes and the resourceVersion
+// as a number when they have the API server's usual form (a lowercase
+// UUID, a decimal etcd revision); any other form is kept as written in a
+// side record (oddIDs). It is also a runtime.Object so that a paged list
+// can carry records instead of pods. A record is never modified once
 // built: the index keeps the pointer FromPod returned.
 type Pod struct {
 	Namespace str
 	Name      string
 	uid       [16]byte
 	rv        uint64 // the resourceVersion + 1; 0 when empty
-	odd       *oddIDs
 	Node      str
-	// PriorityClass is spec.priorityClassName (v1alpha1.Spared).
-	PriorityClass str
+	shape     unique.Handle[shape]
+	Created   int64 // unix seconds
+	phase     phase
+	Ready     bool
+	Deleting  bool
+	// odd tells that the UID or resourceVersion is in the side record.
+	odd bool
+}
+
+// shape is what a pod's metadata and spec give that the replicas of one
+// template share, interned: the records of a ReplicaSet hold one.
+type shape struct {
+	priorityClass str // spec.priorityClassName (v1alpha1.Spared)
 	// labels, annotations (ours only), containers and owner (the
 	// controller reference) are encoded sets (see encode), interned.
 	labels, annotations, containers, owner str
-	Created                                int64 // unix seconds
-	// CPUMilli and MemoryMilli are usageratio.PodRequests in milli-units;
-	// ExclusiveCPUMilli the cpu the static CPU manager would pin.
-	CPUMilli, MemoryMilli, ExclusiveCPUMilli int64
-	phase                                    phase
-	// memoryFormat is the format of the memory request as written.
-	memoryFormat                             format
-	Ready, HostNetwork, Deleting, Guaranteed bool
+	// usageratio.PodRequests in milli-units, and the cpu the static CPU
+	// manager would pin.
+	cpuMilli, memoryMilli, exclusiveCPUMilli int64
+	memoryFormat                             format // the memory request's, as written
+	hostNetwork, guaranteed                  bool
 }
 
-// oddIDs holds a UID or resourceVersion that does not pack (fake
-// clients' pods, an aggregated API's pods): rare, so a pointer.
-type oddIDs struct {
-	uid types.UID
-	rv  string
+// shapeOf is p's shape; a zero Pod has the zero shape.
+func (p *Pod) shapeOf() shape {
+	if p.shape == (unique.Handle[shape]{}) {
+		return shape{}
+	}
+	return p.shape.Value()
 }
+
+// PriorityClass is spec.priorityClassName (v1alpha1.Spared).
+func (p *Pod) PriorityClass() string { return p.shapeOf().priorityClass.String() }
+
+// HostNetwork is spec.hostNetwork.
+func (p *Pod) HostNetwork() bool { return p.shapeOf().hostNetwork }
+
+// Guaranteed reports whether the pod is in the Guaranteed QoS class as
+// the static CPU manager reads it (exclusiveCPU).
+func (p *Pod) Guaranteed() bool { return p.shapeOf().guaranteed }
+
+// CPUMilli is the pod's cpu request (usageratio.PodRequests) in
+// millicores.
+func (p *Pod) CPUMilli() int64 { return p.shapeOf().cpuMilli }
+
+// MemoryMilli is the pod's memory request (usageratio.PodRequests) in
+// thousandths of a byte.
+func (p *Pod) MemoryMilli() int64 { return p.shapeOf().memoryMilli }
+
+// ExclusiveCPUMilli is the cpu, in millicores, the static CPU manager
+// would pin to the pod's containers.
+func (p *Pod) ExclusiveCPUMilli() int64 { return p.shapeOf().exclusiveCPUMilli }
+
+// memoryFormat is the format of the memory request as written.
+func (p *Pod) memoryFormat() resource.Format { return formats[p.shapeOf().memoryFormat] }
 
 // phase is status.phase in one byte; a phase Kubernetes does not define
 // is kept as Unknown.
@@ -105,8 +137,8 @@ var formats = []resource.Format{"", resource.DecimalExponent, resource.BinarySI,
 
 // UID is metadata.uid.
 func (p *Pod) UID() types.UID {
-	if p.odd != nil && p.odd.uid != "" {
-		return p.odd.uid
+	if o := p.ids(); o != nil && o.uid != "" {
+		return o.uid
 	}
 	if p.uid == [16]byte{} {
 		return ""
@@ -116,8 +148,8 @@ func (p *Pod) UID() types.UID {
 
 // ResourceVersion is metadata.resourceVersion.
 func (p *Pod) ResourceVersion() string {
-	if p.odd != nil && p.odd.rv != "" {
-		return p.odd.rv
+	if o := p.ids(); o != nil && o.rv != "" {
+		return o.rv
 	}
 	if p.rv == 0 {
 		return ""
@@ -171,12 +203,13 @@ func uuidText(u [16]byte) [36]byte {
 // hasIDs reports whether UID() and ResourceVersion() are uid and rv,
 // without making either string: a re-sync asks it of every pod.
 func (p *Pod) hasIDs(uid types.UID, rv string) bool {
-	return p.hasUID(uid) && p.hasRV(rv)
+	o := p.ids()
+	return p.hasUID(o, uid) && p.hasRV(o, rv)
 }
 
-func (p *Pod) hasUID(uid types.UID) bool {
-	if p.odd != nil && p.odd.uid != "" {
-		return p.odd.uid == uid
+func (p *Pod) hasUID(o *oddIDs, uid types.UID) bool {
+	if o != nil && o.uid != "" {
+		return o.uid == uid
 	}
 	if p.uid == [16]byte{} {
 		return uid == ""
@@ -185,9 +218,9 @@ func (p *Pod) hasUID(uid types.UID) bool {
 	return string(b[:]) == string(uid)
 }
 
-func (p *Pod) hasRV(rv string) bool {
-	if p.odd != nil && p.odd.rv != "" {
-		return p.odd.rv == rv
+func (p *Pod) hasRV(o *oddIDs, rv string) bool {
+	if o != nil && o.rv != "" {
+		return o.rv == rv
 	}
 	if p.rv == 0 {
 		return rv == ""
@@ -218,13 +251,14 @@ func (p *Pod) setIDs(uid types.UID, rv string) {
 	}
 	p.rv, okR = packRV(rv)
 	if !okU || !okR {
-		p.odd = &oddIDs{}
+		o := &oddIDs{}
 		if !okU {
-			p.odd.uid = uid
+			o.uid = uid
 		}
 		if !okR {
-			p.odd.rv = rv
+			o.rv = rv
 		}
+		p.setOdd(o)
 	}
 }
 
@@ -263,25 +297,31 @@ func formatOf(f resource.Format) format {
 }
 
 // Labels are a decoded copy of the pod's labels.
-func (p *Pod) Labels() map[string]string { return decodeMap(p.labels.String()) }
+func (p *Pod) Labels() map[string]string { return decodeMap(p.shapeOf().labels.String()) }
 
 // Annotations are a decoded copy of the pod's sidecar.hookwright.io/
 // annotations and mirror pod annotation (the only ones kept).
-func (p *Pod) Annotations() map[string]string { return decodeMap(p.annotations.String()) }
+func (p *Pod) Annotations() map[string]string { return decodeMap(p.shapeOf().annotations.String()) }
 
 // FromPod is the record of pod.
 func FromPod(pod *corev1.Pod) *Pod {
 	p := &Pod{
-		Namespace: intern(pod.Namespace), Name: pod.Name,
-		Node: intern(pod.Spec.NodeName), PriorityClass: intern(pod.Spec.PriorityClassName), Created: pod.CreationTimestamp.Unix(),
-		phase: phaseOf(pod.Status.Phase), HostNetwork: pod.Spec.HostNetwork, Deleting: pod.DeletionTimestamp != nil,
+		Namespace: intern(pod.Namespace), Name: pod.Name, Node: intern(pod.Spec.NodeName), Created: pod.CreationTimestamp.Unix(),
+		phase: phaseOf(pod.Status.Phase), Ready: fleet.PodReady(pod), Deleting: pod.DeletionTimestamp != nil,
+		shape: unique.Make(shapeOfPod(pod)),
 	}
 	p.setIDs(pod.UID, pod.ResourceVersion)
-	p.labels = intern(encodeMap(pod.Labels, nil))
-	p.annotations = intern(encodeMap(pod.Annotations, keptAnnotation))
-	p.Ready = fleet.PodReady(pod)
+	return p
+}
+
+// shapeOfPod is what pod's metadata and spec give the record.
+func shapeOfPod(pod *corev1.Pod) shape {
+	s := shape{
+		priorityClass: intern(pod.Spec.PriorityClassName), hostNetwork: pod.Spec.HostNetwork,
+		labels: intern(encodeMap(pod.Labels, nil)), annotations: intern(encodeMap(pod.Annotations, keptAnnotation)),
+	}
 	if ref := metav1.GetControllerOf(pod); ref != nil {
-		p.owner = intern(encodeList([]string{ref.APIVersion, ref.Kind, ref.Name, string(ref.UID)}))
+		s.owner = intern(encodeList([]string{ref.APIVersion, ref.Kind, ref.Name, string(ref.UID)}))
 	}
 	var cs []string
 	for _, c := range pod.Spec.InitContainers {
@@ -294,16 +334,16 @@ func FromPod(pod *corev1.Pod) *Pod {
 	for _, c := range pod.Spec.Containers {
 		cs = append(cs, "c", c.Name, c.Image)
 	}
-	p.containers = intern(encodeList(cs))
+	s.containers = intern(encodeList(cs))
 	req := usageratio.PodRequests(pod)
 	if q, ok := req[corev1.ResourceCPU]; ok {
-		p.CPUMilli = q.MilliValue()
+		s.cpuMilli = q.MilliValue()
 	}
 	if q, ok := req[corev1.ResourceMemory]; ok {
-		p.MemoryMilli, p.memoryFormat = q.MilliValue(), formatOf(q.Format)
+		s.memoryMilli, s.memoryFormat = q.MilliValue(), formatOf(q.Format)
 	}
-	p.Guaranteed, p.ExclusiveCPUMilli = exclusiveCPU(pod)
-	return p
+	s.guaranteed, s.exclusiveCPUMilli = exclusiveCPU(pod)
+	return s
 }
 
 // exclusiveCPU is the cpu the static CPU manager gives pod exclusively
@@ -351,22 +391,23 @@ func exclusiveCPU(pod *corev1.Pod) (guaranteed bool, milli int64) {
 // fleet.Classify, sidecar.Decide and the rollout's selection read; it is
 // built for one decision and dropped.
 func (p *Pod) View() *corev1.Pod {
+	s := p.shapeOf()
 	v := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: p.Namespace.String(), Name: p.Name, UID: p.UID(), ResourceVersion: p.ResourceVersion(),
-			Labels: p.Labels(), Annotations: p.Annotations(), CreationTimestamp: metav1.Unix(p.Created, 0),
+			Labels: decodeMap(s.labels.String()), Annotations: decodeMap(s.annotations.String()), CreationTimestamp: metav1.Unix(p.Created, 0),
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: p.HostNetwork, PriorityClassName: p.PriorityClass.String()},
+		Spec:   corev1.PodSpec{NodeName: p.Node.String(), HostNetwork: s.hostNetwork, PriorityClassName: s.priorityClass.String()},
 		Status: corev1.PodStatus{Phase: p.Phase()},
 	}
 	if p.Deleting {
 		v.DeletionTimestamp = &metav1.Time{Time: time.Unix(p.Created, 0)}
 	}
-	if o := decodeList(p.owner.String()); len(o) == 4 {
+	if o := decodeList(s.owner.String()); len(o) == 4 {
 		yes := true
 		v.OwnerReferences = []metav1.OwnerReference{{APIVersion: o[0], Kind: o[1], Name: o[2], UID: types.UID(o[3]), Controller: &yes}}
 	}
-	cs := decodeList(p.containers.String())
+	cs := decodeList(s.containers.String())
 	for i := 0; i+2 < len(cs); i += 3 {
 		c := corev1.Container{Name: cs[i+1], Image: cs[i+2]}
 		switch cs[i] {
@@ -390,12 +431,13 @@ func (p *Pod) View() *corev1.Pod {
 
 // Requests are the record's requests as quantities (cpu, memory).
 func (p *Pod) Requests() corev1.ResourceList {
+	s := p.shapeOf()
 	out := corev1.ResourceList{}
-	if p.CPUMilli != 0 {
-		out[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI)
+	if s.cpuMilli != 0 {
+		out[corev1.ResourceCPU] = *resource.NewMilliQuantity(s.cpuMilli, resource.DecimalSI)
 	}
-	if p.MemoryMilli != 0 {
-		out[corev1.ResourceMemory] = memoryQuantity(p.MemoryMilli, formats[p.memoryFormat])
+	if s.memoryMilli != 0 {
+		out[corev1.ResourceMemory] = memoryQuantity(s.memoryMilli, formats[s.memoryFormat])
 	}
 	return out
 }
@@ -411,11 +453,12 @@ func memoryQuantity(milli int64, f resource.Format) resource.Quantity {
 }
 
 // size is the record's own bytes (struct, name and side record), for the
-// index's size estimate; interned strings are shared and not counted.
+// index's size estimate; shapes and interned strings are shared and not
+// counted.
 func (p *Pod) size() int {
 	n := recordSize + len(p.Name)
-	if p.odd != nil {
-		n += int(unsafe.Sizeof(oddIDs{})) + len(p.odd.uid) + len(p.odd.rv)
+	if o := p.ids(); o != nil {
+		n += oddOverhead + len(o.uid) + len(o.rv)
 	}
 	return n
 }
