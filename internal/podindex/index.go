@@ -202,7 +202,7 @@ type memoKey struct {
 }
 
 // memo holds one injector's states by memoKey during one pass over the
-// pods: one entry per distinct key (at most one per pod, about 60 bytes
+// pods: one entry per distinct key (at most one per pod, about 40 bytes
 // each, dropped after the pass). A bounded memo cost more than it saved:
 // slots are in arrival order, so the replicas of one template are not
 // adjacent, and 20,000 keys in a 4,096-entry memo made a template change
