@@ -198,6 +198,33 @@ func Decide(cfg *Config, p Params, in DecideInput) Decision {
 	return decided(d, true, CodePolicy, "pod says nothing and policy is Enabled")
 }
 
+// NamespaceKey is all Decide reads of a namespace for one config and its
+// Params: the same pod in two namespaces with equal keys gets the same
+// Inject and Code (only the reason names the namespace). Build it with
+// KeyOfNamespace.
+type NamespaceKey struct {
+	// Name is set for a namespace Decide treats by its name: a system,
+	// operator, server, excluded or spared one.
+	Name string
+	// Fails tells that the namespace's labels do not match
+	// spec.namespaceSelector (unknown labels, or no selector, pass).
+	Fails bool
+}
+
+// KeyOfNamespace is ns's NamespaceKey for cfg and p, with the namespace's
+// labels as DecideInput.NamespaceLabels takes them (nil: unknown). The
+// fleet keys its memo of decisions on it, so that a SidecarInjector change
+// decides each pod template once per kind of namespace, not once per
+// namespace (every namespace has labels of its own:
+// kubernetes.io/metadata.name).
+func KeyOfNamespace(cfg *Config, p Params, ns string, nsLabels map[string]string) NamespaceKey {
+	if ns != "" && (systemNamespaces[ns] || ns == p.OperatorNamespace || ns == cfg.ServerNamespace ||
+		slices.Contains(p.ExcludedNamespaces, ns) || slices.Contains(p.SparedNamespaces, ns)) {
+		return NamespaceKey{Name: ns}
+	}
+	return NamespaceKey{Fails: nsLabels != nil && cfg.namespaceSelector != nil && !cfg.namespaceSelector.Matches(labels.Set(nsLabels))}
+}
+
 // parseStatus parses a status annotation. A function of its own so that
 // only a pod that has the annotation pays for the parse's allocation.
 func parseStatus(annotation string) (Status, error) {

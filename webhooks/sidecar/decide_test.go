@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -199,6 +200,72 @@ func TestCompileRejects(t *testing.T) {
 		_, err := Compile(cr)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestNamespaceKeyDecidesAlike: for every pod, two namespaces with the
+// same KeyOfNamespace get the same Inject and Code from Decide, whatever
+// their names and labels; the fleet's memo relies on it.
+func TestNamespaceKeyDecidesAlike(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+	specs := map[string]v1alpha1.SidecarInjectorSpec{
+		"no selector": {Policy: v1alpha1.PolicyEnabled, Server: v1alpha1.ServerSpec{Namespace: "mesh-servers"}},
+		"selector": {Policy: v1alpha1.PolicyEnabled, NamespaceSelector: sel, Server: v1alpha1.ServerSpec{Namespace: "mesh-servers"},
+			NeverInjectSelector: []metav1.LabelSelector{{MatchLabels: map[string]string{"role": "db"}}}},
+		"disabled": {Policy: v1alpha1.PolicyDisabled, NamespaceSelector: sel, Server: v1alpha1.ServerSpec{Namespace: "mesh-servers"},
+			AlwaysInjectSelector: []metav1.LabelSelector{{MatchLabels: map[string]string{"mesh": "always"}}}},
+	}
+	params := testParams
+	params.OperatorNamespace = "hookwright-system"
+	params.ExcludedNamespaces = []string{"edge", "calico-system"}
+	params.SparedNamespaces = []string{"calico-system"}
+	type ns struct {
+		name   string
+		labels map[string]string
+	}
+	nss := []ns{{"", nil}, {"kube-system", map[string]string{"team": "a"}}, {"hookwright-system", nil}, {"mesh-servers", map[string]string{"team": "a"}},
+		{"edge", map[string]string{"team": "a"}}, {"calico-system", map[string]string{"team": "a"}}}
+	for i := range 4 {
+		n := fmt.Sprintf("apps-%d", i)
+		nss = append(nss, ns{n, map[string]string{"team": "a", "kubernetes.io/metadata.name": n}},
+			ns{n + "-b", map[string]string{"team": "b", "kubernetes.io/metadata.name": n + "-b"}}, ns{n + "-unknown", nil}, ns{n + "-none", map[string]string{}})
+	}
+	pods := []*corev1.Pod{
+		{},
+		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.SidecarInjectKey: "true"}}},
+		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{v1alpha1.SidecarInjectKey: "false", "mesh": "always"}}},
+		{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"role": "db", "mesh": "always"}}},
+		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.MirrorPodAnnotation: "x"}}},
+		{Spec: corev1.PodSpec{PriorityClassName: v1alpha1.PriorityNodeCritical}},
+		{Spec: corev1.PodSpec{HostNetwork: true}},
+		{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.SidecarStatusKey: `{"injector":"other"}`}}},
+	}
+	for name, spec := range specs {
+		cfg, err := Compile(&v1alpha1.SidecarInjector{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[NamespaceKey]ns{}
+		for _, n := range nss {
+			k := KeyOfNamespace(cfg, params, n.name, n.labels)
+			first, ok := seen[k]
+			if !ok {
+				seen[k] = n
+				continue
+			}
+			for i, pod := range pods {
+				a := Decide(cfg, params, DecideInput{Pod: pod, Namespace: first.name, NamespaceLabels: first.labels})
+				b := Decide(cfg, params, DecideInput{Pod: pod, Namespace: n.name, NamespaceLabels: n.labels})
+				if a.Inject != b.Inject || a.Code != b.Code {
+					t.Errorf("%s, pod %d: namespaces %q and %q share key %+v but decide %v/%s and %v/%s", name, i, first.name, n.name, k, a.Inject, a.Code, b.Inject, b.Code)
+				}
+			}
+		}
+		// Four name-keyed namespaces plus pass and fail, whatever the number
+		// of plain namespaces.
+		if name != "no selector" && len(seen) != 7 {
+			t.Errorf("%s: %d keys for %d namespaces, want 7: %v", name, len(seen), len(nss), seen)
 		}
 	}
 }
