@@ -275,3 +275,14 @@ func OutageNote(created time.Time, conds []metav1.Condition) string {
 	}
 	return ""
 }
+
+// NamespaceKey is all Classify reads of a namespace for one injector
+// (sidecar.NamespaceKey): the same pod in namespaces with equal keys
+// classifies alike.
+type NamespaceKey = sidecar.NamespaceKey
+
+// KeyOfNamespace is ns's NamespaceKey for inj (sidecar.KeyOfNamespace),
+// with nsLabels as Classify takes them.
+func KeyOfNamespace(inj Injector, ns string, nsLabels map[string]string) NamespaceKey {
+	return sidecar.KeyOfNamespace(inj.Config, inj.Params, ns, nsLabels)
+}

@@ -170,7 +170,7 @@ func (x *Index) SetInjector(name, id string, inj fleet.Injector, rolling bool) b
 	}
 	in = &injector{name: name, id: id, inj: inj, rolling: rolling, states: newStateTable(len(x.slots)), byNS: map[str]*v1alpha1.FleetCounts{}}
 	x.injectors[name] = in
-	memo := memo{}
+	memo := newMemo()
 	for i, p := range x.slots {
 		if p == nil {
 			continue
@@ -189,8 +189,9 @@ func (x *Index) RemoveInjector(name string) {
 	delete(x.injectors, name)
 }
 
-// memoKey is what a classification reads of a pod: pods that share it
-// (the replicas of one template) share their state. The shape also holds
+// memoKey is what a classification reads of a pod for any injector:
+// pods that share it (the replicas of one template in one namespace)
+// share their states, which Replace and upsert rely on. The shape also holds
 // the owner and the requests, which classification does not read: a key
 // finer than needed is still correct and the replicas of one template
 // share all of it, so the memo keys on the whole shape (one handle).
@@ -201,13 +202,35 @@ type memoKey struct {
 	phase    phase
 }
 
-// memo holds one injector's states by memoKey during one pass over the
-// pods: one entry per distinct key (at most one per pod, about 40 bytes
-// each, dropped after the pass). A bounded memo cost more than it saved:
-// slots are in arrival order, so the replicas of one template are not
-// adjacent, and 20,000 keys in a 4,096-entry memo made a template change
-// on 50 injectors at 150,000 pods take 156 s instead of 11 s.
-type memo map[memoKey]state
+// memo holds one injector's states during one pass over the pods (an
+// injector change, a namespace's labels changed), by passKey: one entry
+// per distinct key (about 50 bytes each) and one per namespace for its
+// fleet.NamespaceKey, dropped after the pass. Keyed by the namespace's
+// kind rather than its name, an injector change classifies each template
+// once per kind of namespace (those its selector takes, those it leaves,
+// and the few it treats by name), not once per namespace. A bounded memo
+// cost more than it saved: slots are in arrival order, so the replicas of
+// one template are not adjacent, and 20,000 keys in a 4,096-entry memo
+// made a template change on 50 injectors at 150,000 pods take 156 s
+// instead of 11 s.
+type memo struct {
+	states map[passKey]state
+	nsKeys map[str]fleet.NamespaceKey
+}
+
+// passKey is what one injector's classification reads of a pod: its
+// namespace's fleet.NamespaceKey for that injector, and the rest of
+// memoKey.
+type passKey struct {
+	ns       fleet.NamespaceKey
+	shape    unique.Handle[shape]
+	deleting bool
+	phase    phase
+}
+
+func newMemo() memo {
+	return memo{states: map[passKey]state{}, nsKeys: map[str]fleet.NamespaceKey{}}
+}
 
 func keyOf(p *Pod) memoKey {
 	return memoKey{p.Namespace, p.shape, p.Deleting, p.phase}
@@ -215,12 +238,18 @@ func keyOf(p *Pod) memoKey {
 
 // classify is in's state for p, from the memo or classified.
 func (m memo) classify(x *Index, in *injector, p *Pod) state {
-	k := keyOf(p)
-	if s, ok := m[k]; ok {
+	nk, ok := m.nsKeys[p.Namespace]
+	if !ok {
+		ns := p.Namespace.String()
+		nk = fleet.KeyOfNamespace(in.inj, ns, x.nsLabels(ns))
+		m.nsKeys[p.Namespace] = nk
+	}
+	k := passKey{nk, p.shape, p.Deleting, p.phase}
+	if s, ok := m.states[k]; ok {
 		return s
 	}
 	s := x.classify(in, p.View())
-	m[k] = s
+	m.states[k] = s
 	return s
 }
 
@@ -565,7 +594,7 @@ func (x *Index) ReplaceNamespaces(all map[string]map[string]string) Changes {
 
 func (x *Index) reclassify(match func(*Pod) bool, ch *Changes) {
 	for _, in := range x.injectors {
-		memo := memo{}
+		memo := newMemo()
 		for i, p := range x.slots {
 			if p == nil || !match(p) {
 				continue
