@@ -42,11 +42,14 @@
 // pod, or one whose namespace, shape (labels, our annotations,
 // containers, priority class, hostNetwork, owner, requests), deletion or
 // phase changed, is classified for each injector (O(injectors)); any
-// other event (a readiness or status change) keeps its states. An
-// injector change re-classifies every pod once, and a list (a leader's
-// initial sync, a re-sync) classifies every pod once: pods sharing all of
-// the above (the replicas of a template) once together. In a re-sync a pod that did not change keeps
-// its record (Record): no second copy, no classification.
+// other event (a readiness or status change) keeps its states. A list (a
+// leader's initial sync, a re-sync) classifies every pod once: pods
+// sharing all of the above (the replicas of a template in one namespace)
+// once together. An injector change re-classifies every pod once: pods
+// sharing shape, deletion and phase in namespaces that injector treats
+// alike (fleet.KeyOfNamespace, which sidecar.KeyOfNamespace states beside
+// Decide) once together. In a re-sync a pod that did not change keeps its
+// record (Record): no second copy, no classification.
 //
 // It is pure: no Kubernetes client, no operator, no webhook server but the
 // sidecar engine (through internal/fleet) and the oversell engine's units
