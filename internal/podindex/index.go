@@ -15,10 +15,11 @@ import (
 )
 
 // recordSize is a Pod's struct size; slotOverhead what the index adds per
-// pod besides (its key in byKey, a slot, a node list entry).
+// pod besides, but for byKey (a slot and a node list entry, with the
+// slices' spare room).
 var recordSize = int(unsafe.Sizeof(Pod{}))
 
-const slotOverhead = 64
+const slotOverhead = 16
 
 // state is a pod's fleet.State for one injector, one byte; stateTable packs two a byte.
 type state uint8
@@ -113,7 +114,7 @@ type Index struct {
 	mu         sync.RWMutex
 	slots      []*Pod // a free slot is nil; records are shared, never modified
 	free       []int32
-	byKey      map[podKey]int32
+	byKey      keyTable
 	namespaces map[string]*namespace
 	nodes      map[str]*node
 	injectors  map[string]*injector
@@ -122,7 +123,7 @@ type Index struct {
 
 // New returns an empty index.
 func New() *Index {
-	return &Index{byKey: map[podKey]int32{}, namespaces: map[string]*namespace{}, nodes: map[str]*node{},
+	return &Index{byKey: newKeyTable(), namespaces: map[string]*namespace{}, nodes: map[str]*node{},
 		injectors: map[string]*injector{}}
 }
 
@@ -137,7 +138,7 @@ type Stats struct {
 func (x *Index) Stats() Stats {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return Stats{Pods: len(x.byKey), Bytes: x.bytes + (len(x.slots)+1)/2*len(x.injectors), Namespaces: len(x.namespaces),
+	return Stats{Pods: x.byKey.n, Bytes: x.bytes + x.byKey.bytes() + (len(x.slots)+1)/2*len(x.injectors), Namespaces: len(x.namespaces),
 		Nodes: len(x.nodes), Injectors: len(x.injectors)}
 }
 
@@ -317,7 +318,7 @@ func (x *Index) Compact(obj any) (any, error) {
 // again; else FromPod(pod).
 func (x *Index) Record(pod *corev1.Pod) *Pod {
 	x.mu.RLock()
-	i, ok := x.byKey[podKey{intern(pod.Namespace), pod.Name}]
+	i, ok := x.byKey.get(podKey{intern(pod.Namespace), pod.Name}, x.slots)
 	var held *Pod
 	if ok {
 		held = x.slots[i]
@@ -347,10 +348,10 @@ func (x *Index) Upsert(p *Pod) Changes {
 // of a pod with p's memoKey, classified already: p takes its states.
 func (x *Index) upsert(p *Pod, ch *Changes, like int32) int32 {
 	k := podKey{p.Namespace, p.Name}
-	i, ok := x.byKey[k]
+	i, ok := x.byKey.get(k, x.slots)
 	if !ok {
 		i = x.alloc()
-		x.byKey[k] = i
+		x.byKey.put(k, i, x.slots)
 		x.ns(p.Namespace.String()).pods++
 	} else {
 		old := x.slots[i]
@@ -469,7 +470,7 @@ func (x *Index) Delete(namespace, name string) Changes {
 }
 
 func (x *Index) delete(k podKey, ch *Changes) {
-	i, ok := x.byKey[k]
+	i, ok := x.byKey.get(k, x.slots)
 	if !ok {
 		return
 	}
@@ -488,9 +489,10 @@ func (x *Index) delete(k podKey, ch *Changes) {
 		}
 	}
 	x.bytes -= x.slots[i].size()
+	// Out of the table while the slot still holds the record it reads.
+	x.byKey.remove(k, i)
 	x.slots[i] = nil
 	x.free = append(x.free, i)
-	delete(x.byKey, k)
 	slices.Sort(*ch)
 }
 

@@ -2,6 +2,7 @@ package podindex
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -116,8 +117,8 @@ func TestOddIDsSideRecord(t *testing.T) {
 			if c.odd {
 				want += oddOverhead + len(r.ids().uid) + len(r.ids().rv)
 			}
-			if s := x.Stats(); s.Bytes != want+slotOverhead {
-				t.Fatalf("estimate %d bytes, want %d", s.Bytes, want+slotOverhead)
+			if s := x.Stats(); s.Bytes != want+slotOverhead+x.byKey.bytes() {
+				t.Fatalf("estimate %d bytes, want %d", s.Bytes, want+slotOverhead+x.byKey.bytes())
 			}
 			w := weak.Make(r)
 			stray := weak.Make(FromPod(p)) // never indexed
@@ -160,6 +161,52 @@ func TestOddIDsManyRecords(t *testing.T) {
 	for i, r := range rs {
 		if r.UID() != types.UID(fmt.Sprint("uid-", i)) || r.ResourceVersion() != fmt.Sprint("rv-", i) {
 			t.Fatalf("record %d: %q %q", i, r.UID(), r.ResourceVersion())
+		}
+	}
+}
+
+// TestKeyTable: random adds and removes against a map, through growth
+// and many tombstones: every key held is found at its slot, every other
+// one is not, and the table never fills.
+func TestKeyTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	kt := newKeyTable()
+	var slots []*Pod
+	var free []int32
+	model := map[podKey]int32{}
+	nss := []str{intern("a"), intern("b"), intern("kube-system")}
+	key := func() podKey { return podKey{nss[rng.IntN(len(nss))], fmt.Sprintf("p-%d", rng.IntN(3000))} }
+	for step := range 40000 {
+		k := key()
+		if i, ok := model[k]; ok && rng.IntN(2) == 0 {
+			kt.remove(k, i)
+			slots[i] = nil
+			free = append(free, i)
+			delete(model, k)
+		} else if !ok {
+			var i int32
+			if n := len(free); n > 0 {
+				i, free = free[n-1], free[:n-1]
+			} else {
+				slots = append(slots, nil)
+				i = int32(len(slots) - 1)
+			}
+			kt.put(k, i, slots)
+			slots[i] = &Pod{Namespace: k.ns, Name: k.name}
+			model[k] = i
+		}
+		if kt.n != len(model) || kt.used*4 > len(kt.t)*3 {
+			t.Fatalf("step %d: %d entries (%d used of %d), want %d", step, kt.n, kt.used, len(kt.t), len(model))
+		}
+		if step%997 == 0 {
+			for k, want := range model {
+				if got, ok := kt.get(k, slots); !ok || got != want {
+					t.Fatalf("step %d: %v at %d %v, want %d", step, k, got, ok, want)
+				}
+			}
+			if _, ok := kt.get(podKey{nss[0], "absent"}, slots); ok {
+				t.Fatalf("step %d: found a key never added", step)
+			}
 		}
 	}
 }
