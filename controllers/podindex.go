@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -31,13 +32,15 @@ import (
 // podFieldSelector (finished pods are filtered on the server) and
 // namespaces (for spec.namespaceSelector). The initial sync and every
 // re-sync (a watch that expired, 410 Gone) stream the objects (WatchList,
-// KEP-3157, on by default from client-go 1.35 and kube-apiserver 1.34):
-// the store is a cache.TransformingStore, so the reflector compacts each
-// pod inside its temporary store as it arrives (client-go
-// tools/cache/reflector.go watchList, kubernetes PR #131799). Where the
+// KEP-3157, on by default from client-go 1.35 and kube-apiserver 1.34).
+// Each pod of the stream is compacted and filed into the index as it
+// arrives (fileInitialEvents), not held in the reflector's temporary
+// store; the reflector keeps what it is good at: retries, backoff,
+// resourceVersions, the bookmark, the watch that follows. Where the
 // server refuses to stream, the list is paged (listPageSize) and each
-// page compacted before the next is asked for: a full corev1.PodList is
-// never held.
+// page filed before the next is asked for. Either way a full
+// corev1.PodList is never held, nor a second set of the pods, and the
+// fleet writes nothing while a listing is under way (Synced).
 
 // podFieldSelector leaves out finished pods: they hold no resources and
 // are not counted (the pod garbage collector keeps up to 12,500).
@@ -96,10 +99,31 @@ type podIndexer struct {
 	podsSynced, nsSynced atomic.Bool
 	// lastEvent is when the index last changed (a pod or namespace event).
 	lastEvent atomic.Int64
-	// paged is set when the pod list was paged (the server did not
-	// stream), for the log line of the list's end.
-	paged atomic.Bool
-	log   logr.Logger
+	// done is a listing whose pods were all filed (a stream's
+	// initial-events-end bookmark, a paged list's last page), for the
+	// reflector's Replace that follows to end.
+	done atomic.Pointer[listing]
+	log  logr.Logger
+}
+
+// listing is a podindex.List the pods of a stream or a paged list were
+// filed into, and which of the two it was.
+type listing struct {
+	list *podindex.List
+	how  string
+}
+
+// beginList begins a listing of every pod. Until the listing ends the
+// index is not Synced: the fleet writes no counts of a half-filed list.
+func (p *podIndexer) beginList() *podindex.List {
+	p.podsSynced.Store(false)
+	return p.idx.BeginList()
+}
+
+// listed hands a listing whose pods were all filed to the reflector's
+// Replace that follows.
+func (p *podIndexer) listed(how string, l *podindex.List) {
+	p.done.Store(&listing{list: l, how: how})
 }
 
 func newPodIndexer(cs kubernetes.Interface) *podIndexer {
@@ -109,7 +133,8 @@ func newPodIndexer(cs kubernetes.Interface) *podIndexer {
 // NeedLeaderElection: only the leader builds and holds the index.
 func (p *podIndexer) NeedLeaderElection() bool { return true }
 
-// Synced reports whether the index holds every pod and namespace.
+// Synced reports whether the index holds every pod and namespace: a
+// list of every pod ended and none is under way.
 func (p *podIndexer) Synced() bool { return p.podsSynced.Load() && p.nsSynced.Load() }
 
 // source is the fleet controller's source of the index's changes.
@@ -146,23 +171,33 @@ func (p *podIndexer) Start(ctx context.Context) error {
 	pods := p.cs.CoreV1().Pods(metav1.NamespaceAll)
 	podLW := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			p.paged.Store(true)
-			return pagedList(ctx, o, func(o metav1.ListOptions) (metav1.ListMeta, []*podindex.Pod, error) {
+			// Each page is filed into the index before the next is asked
+			// for; the reflector gets an empty list and its Replace ends
+			// the listing.
+			l := p.beginList()
+			list, err := pagedList(ctx, o, func(o metav1.ListOptions) (metav1.ListMeta, []*podindex.Pod, error) {
 				o.FieldSelector = podFieldSelector
-				l, err := pods.List(ctx, o)
+				page, err := pods.List(ctx, o)
 				if err != nil {
 					return metav1.ListMeta{}, nil, err
 				}
-				out := make([]*podindex.Pod, len(l.Items))
-				for i := range l.Items {
-					out[i] = p.idx.Record(&l.Items[i])
+				for i := range page.Items {
+					l.Add(p.idx.Record(&page.Items[i]))
 				}
-				return l.ListMeta, out, nil
+				return page.ListMeta, nil, nil
 			})
+			if err == nil {
+				p.listed("paged", l)
+			}
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = podFieldSelector
-			return pods.Watch(ctx, o)
+			w, err := pods.Watch(ctx, o)
+			if err != nil || o.SendInitialEvents == nil || !*o.SendInitialEvents {
+				return w, err
+			}
+			return p.fileInitialEvents(w), nil
 		},
 	}
 	nss := p.cs.CoreV1().Namespaces()
@@ -192,6 +227,86 @@ func (p *podIndexer) Start(ctx context.Context) error {
 	log.FromContext(ctx).Info("pod index started")
 	wg.Wait()
 	return nil
+}
+
+// fileInitialEvents files a WatchList stream's initial events into a new
+// listing of the index as they arrive and passes the reflector only what
+// follows them: the initial-events-end bookmark (after which the
+// reflector calls Replace, which ends the listing) and every later event.
+// The reflector's own watchList would hold every pod in a temporary store
+// keyed by "namespace/name" until the bookmark (client-go
+// tools/cache/reflector.go watchList), beside the index it then fills:
+// at 150,000 pods that store is most of what a new leader held above its
+// steady state (docs/scale.md). A stream that fails before its bookmark
+// leaves its listing unended; the reflector's retry begins another.
+func (p *podIndexer) fileInitialEvents(w watch.Interface) watch.Interface {
+	l := p.beginList()
+	initial, first := true, true
+	return filterWatch(w, func(e watch.Event) bool {
+		if !initial {
+			return true
+		}
+		switch e.Type {
+		case watch.Added, watch.Modified:
+			if first {
+				// The reflector takes a stream that closed within a second
+				// having passed it nothing for an error and lists instead;
+				// its first pod, passed on, keeps that check true. The
+				// reflector's Replace files it.
+				first = false
+				return true
+			}
+			if pod, ok := e.Object.(*corev1.Pod); ok {
+				l.Add(p.idx.Record(pod))
+				return false
+			}
+		case watch.Deleted:
+			if pod, ok := e.Object.(*corev1.Pod); ok {
+				p.idx.Delete(pod.Namespace, pod.Name)
+				return false
+			}
+		case watch.Bookmark:
+			if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				initial = false
+				p.listed("streamed", l)
+			}
+		}
+		return true
+	})
+}
+
+// filteredWatch passes on the events keep accepts. Unlike
+// watch.Filter's, its goroutine ends on Stop even while the reader has
+// stopped reading (the reflector stops a watch and reads no more).
+type filteredWatch struct {
+	in   watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func filterWatch(in watch.Interface, keep func(watch.Event) bool) watch.Interface {
+	w := &filteredWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		for e := range in.ResultChan() {
+			if !keep(e) {
+				continue
+			}
+			select {
+			case w.out <- e:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *filteredWatch) ResultChan() <-chan watch.Event { return w.out }
+func (w *filteredWatch) Stop() {
+	w.once.Do(func() { close(w.stop) })
+	w.in.Stop()
 }
 
 // recordList is a page-by-page list of compact records: a runtime.Object
@@ -238,8 +353,9 @@ type podStore struct{ p *podIndexer }
 
 var _ cache.TransformingStore = &podStore{}
 
-// Transformer compacts a pod inside the reflector's temporary store while
-// a WatchList streams.
+// Transformer compacts what of a WatchList stream reaches the reflector's
+// temporary store: the first pod of each stream (fileInitialEvents files
+// the others into the index).
 func (s *podStore) Transformer() cache.TransformFunc { return s.p.idx.Compact }
 
 func record(obj any) (*podindex.Pod, error) {
@@ -271,23 +387,28 @@ func (s *podStore) Delete(obj any) error {
 	s.p.notify(s.p.idx.Delete(r.Namespace.String(), r.Name))
 	return nil
 }
+// Replace ends the listing the pods were filed into as they came (the
+// stream's initial events or the pages), with items (none from our list
+// functions) filed last. Without one under way, items are the list.
 func (s *podStore) Replace(items []any, _ string) error {
-	recs := make([]*podindex.Pod, 0, len(items))
+	var l *podindex.List
+	how := "listed"
+	if d := s.p.done.Swap(nil); d != nil {
+		l, how = d.list, d.how
+	} else {
+		l = s.p.idx.BeginList()
+	}
 	for _, it := range items {
 		r, err := record(it)
 		if err != nil {
 			return err
 		}
-		recs = append(recs, r)
+		l.Add(r)
 	}
-	ch := s.p.idx.Replace(recs)
-	how := "streamed"
-	if s.p.paged.Swap(false) {
-		how = "paged"
-	}
+	ch := l.End()
 	// Once per list: which path a takeover or a re-sync took shows in the
 	// log (a server that refuses WatchList costs it more).
-	s.p.log.Info("pod index listed", "pods", len(recs), "list", how, "changed", len(ch))
+	s.p.log.Info("pod index listed", "pods", s.p.idx.Stats().Pods, "list", how, "changed", len(ch))
 	s.p.podsSynced.Store(true)
 	indexLists.Inc()
 	s.p.notify(ch)

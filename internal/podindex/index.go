@@ -119,6 +119,8 @@ type Index struct {
 	nodes      map[str]*node
 	injectors  map[string]*injector
 	bytes      int
+	// list is the listing under way (BeginList), if any.
+	list *List
 }
 
 // New returns an empty index.
@@ -301,9 +303,9 @@ func (in *injector) count(ns str, s state, d int32) {
 
 // Compact turns a pod into its record (Record). Anything else (a
 // tombstone, another type) is returned unchanged, so Compact is a
-// client-go TransformFunc: the reflector runs it inside its temporary
-// store while a WatchList streams (kubernetes PR #131799), so a full
-// corev1.Pod is never held beyond its own decoding.
+// client-go TransformFunc: whatever of a stream reaches a reflector's
+// temporary store (kubernetes PR #131799) is held compacted, never as a
+// full corev1.Pod.
 func (x *Index) Compact(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -493,51 +495,100 @@ func (x *Index) delete(k podKey, ch *Changes) {
 	x.byKey.remove(k, i)
 	x.slots[i] = nil
 	x.free = append(x.free, i)
+	if l := x.list; l != nil && int(i) < len(l.listed) {
+		// A pod that takes the slot is not listed by being there.
+		l.listed[i] = false
+	}
 	slices.Sort(*ch)
 }
 
-// Replace sets the whole set of pods (a reflector's list or stream) and
-// reports every injector.
+// Replace sets the whole set of pods (a reflector's list) and reports
+// every injector: BeginList, Add of each pod, End.
 func (x *Index) Replace(pods []*Pod) Changes {
+	l := x.BeginList()
+	for _, p := range pods {
+		l.Add(p)
+	}
+	return l.End()
+}
+
+// A List re-fills the index from a complete listing of the pods (a
+// WatchList stream's initial events, KEP-3157, or a paged list) one pod
+// at a time as the listing arrives, so nothing holds the listing whole:
+// End removes the records it did not name. Until End the index holds the
+// pods listed so far beside the ones held before. Only the List begun
+// last files pods: one begun before it (a stream that failed and was
+// retried) is ignored, its End included.
+type List struct {
+	x *Index
+	// listed marks the slots filled by this list.
+	listed []bool
+	// reps holds one slot per memoKey listed: a pod with the memoKey of
+	// one listed before takes that pod's states, unclassified, so the
+	// replicas of one template are classified once (a stream comes in no
+	// particular order).
+	reps map[memoKey]int32
+	ch   Changes
+}
+
+// BeginList starts a listing of every pod; the one begun before, if
+// any, files nothing more.
+func (x *Index) BeginList() *List {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var ch Changes
-	// A pod with the memoKey of one listed before takes that pod's
-	// states, unclassified: the replicas of one template are classified
-	// once (a streamed list comes in no particular order). reps holds
-	// one slot per distinct key, dropped after the list. The slots it
-	// fills are marked, so the records it did not name go after it.
-	listed := make([]bool, len(x.slots), len(x.slots)+len(pods))
-	reps := map[memoKey]int32{}
-	for _, p := range pods {
-		if p.Finished() {
-			x.delete(podKey{p.Namespace, p.Name}, &ch)
-			continue
-		}
-		k := keyOf(p)
-		like, ok := reps[k]
-		if !ok || x.slots[like] == nil || keyOf(x.slots[like]) != k {
-			like, ok = -1, false
-		}
-		i := x.upsert(p, &ch, like)
-		if !ok {
-			reps[k] = i
-		}
-		for int(i) >= len(listed) {
-			listed = append(listed, false)
-		}
-		listed[i] = true
+	l := &List{x: x, listed: make([]bool, len(x.slots)), reps: map[memoKey]int32{}}
+	x.list = l
+	return l
+}
+
+// Add files one listed pod: indexed as Upsert does, and marked as named
+// by the list. A finished pod is removed.
+func (l *List) Add(p *Pod) {
+	x := l.x
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.list != l {
+		return
 	}
+	if p.Finished() {
+		x.delete(podKey{p.Namespace, p.Name}, &l.ch)
+		return
+	}
+	k := keyOf(p)
+	like, ok := l.reps[k]
+	if !ok || x.slots[like] == nil || keyOf(x.slots[like]) != k {
+		like, ok = -1, false
+	}
+	i := x.upsert(p, &l.ch, like)
+	if !ok {
+		l.reps[k] = i
+	}
+	for int(i) >= len(l.listed) {
+		l.listed = append(l.listed, false)
+	}
+	l.listed[i] = true
+}
+
+// End removes every record the list did not name and reports every
+// injector. It reports nothing for a List that is not the last begun.
+func (l *List) End() Changes {
+	x := l.x
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.list != l {
+		return nil
+	}
+	x.list = nil
 	for i, p := range x.slots {
-		if p != nil && !listed[i] {
-			x.delete(podKey{p.Namespace, p.Name}, &ch)
+		if p != nil && (i >= len(l.listed) || !l.listed[i]) {
+			x.delete(podKey{p.Namespace, p.Name}, &l.ch)
 		}
 	}
 	for name := range x.injectors {
-		ch.add(name)
+		l.ch.add(name)
 	}
-	slices.Sort(ch)
-	return ch
+	slices.Sort(l.ch)
+	return l.ch
 }
 
 // SetNamespace records a namespace's labels (nil: deleted) and

@@ -246,7 +246,7 @@ func TestCountsEqualRecount(t *testing.T) {
 			x.SetInjector(name, fmt.Sprint(cur[name]), injs[name][cur[name]], false)
 		}
 		for step := range 300 {
-			switch op := rng.IntN(20); {
+			switch op := rng.IntN(22); {
 			case op < 10: // add or update a pod
 				ns := nsNames[rng.IntN(len(nsNames))]
 				name := fmt.Sprintf("p%d", rng.IntN(30))
@@ -311,12 +311,30 @@ func TestCountsEqualRecount(t *testing.T) {
 					x.SetInjector(name, fmt.Sprint(cur[name]), injs[name][cur[name]], false)
 					break
 				}
-			default: // a re-list
+			case op < 21: // a re-list
 				var all []*Pod
 				for _, p := range pods {
 					all = append(all, x.Record(p))
 				}
 				x.Replace(all)
+			default: // a streamed re-list that fails part way and is retried
+				failed := x.BeginList()
+				n := 0
+				for _, p := range pods {
+					if n++; n > len(pods)/2 {
+						break
+					}
+					failed.Add(x.Record(p))
+				}
+				retry := x.BeginList()
+				failed.Add(FromPod(pod("ns-a", "left-by-the-failed-stream", nil)))
+				if ch := failed.End(); ch != nil {
+					t.Fatalf("seed %d step %d: the failed list's End reported %v", seed, step, ch)
+				}
+				for _, p := range pods {
+					retry.Add(x.Record(p))
+				}
+				retry.End()
 			}
 			for name := range injs {
 				got, _ := x.Summary(name)
@@ -684,5 +702,29 @@ func TestStateTable(t *testing.T) {
 		if tb.get(0) != none || tb.get(1) != current {
 			t.Errorf("start %d: slots 0,1 = %d,%d, want none,current", start, tb.get(0), tb.get(1))
 		}
+	}
+}
+
+// TestListSlotTakenMidList: a listed pod deleted while a list is under
+// way frees its slot; a pod indexed into that slot outside the list is
+// not named by it and goes at End.
+func TestListSlotTakenMidList(t *testing.T) {
+	cur := testInjector(t, "mesh", "proxy:2", nil)
+	x := New()
+	x.SetInjector("mesh", "1", cur, false)
+	x.SetNamespace("apps", map[string]string{})
+	l := x.BeginList()
+	l.Add(FromPod(pod("apps", "a", nil)))
+	l.Add(FromPod(pod("apps", "b", nil)))
+	x.Delete("apps", "a")
+	x.Upsert(FromPod(pod("apps", "c", nil)))
+	if ch := l.End(); !slices.Equal(ch, Changes{"mesh"}) {
+		t.Fatalf("End reported %v, want [mesh]", ch)
+	}
+	if s := x.Stats(); s.Pods != 1 {
+		t.Fatalf("%d pods indexed after the list, want 1 (b)", s.Pods)
+	}
+	if got, _ := x.Counts("mesh"); got.MatchedPods != 1 {
+		t.Fatalf("counts after the list: %+v, want one matched pod", got)
 	}
 }
