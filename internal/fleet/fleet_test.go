@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hookwright/hookwright/api/v1alpha1"
@@ -196,38 +195,6 @@ func TestSummarize(t *testing.T) {
 	SetConditions(&conds, Summarize(nil), 3)
 	if apimeta.IsStatusConditionFalse(conds, v1alpha1.ConditionPodsUpToDate) || apimeta.IsStatusConditionTrue(conds, v1alpha1.ConditionPodsMissingSidecars) {
 		t.Errorf("empty fleet conditions %+v", conds)
-	}
-}
-
-func TestTrimPod(t *testing.T) {
-	p := pod("apps", "a", map[string]string{"app": "a"})
-	p.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4096), v1alpha1.SidecarStatusKey: "{}"}
-	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
-	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
-	p.Spec.HostNetwork = true
-	p.Spec.PriorityClassName = v1alpha1.PriorityNodeCritical
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "x"}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app"}}
-	o, err := TrimPod(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := o.(*corev1.Pod)
-	if len(got.Annotations) != 1 || got.ManagedFields != nil || got.Spec.Containers[0].Env != nil || got.Status.ContainerStatuses != nil {
-		t.Errorf("kept too much: %+v", got)
-	}
-	if !got.Spec.HostNetwork || got.Spec.PriorityClassName != v1alpha1.PriorityNodeCritical || got.Labels["app"] != "a" || got.Spec.Containers[0].Image != "app:1" ||
-		!got.Spec.Containers[0].Resources.Requests.Cpu().Equal(resource.MustParse("100m")) ||
-		len(got.Status.Conditions) != 1 || got.Status.Phase != corev1.PodRunning {
-		t.Errorf("lost what is read: %+v", got)
-	}
-	p.Annotations[v1alpha1.MirrorPodAnnotation] = "0a1b"
-	if o, _ := TrimPod(p); o.(*corev1.Pod).Annotations[v1alpha1.MirrorPodAnnotation] != "0a1b" {
-		t.Errorf("lost the mirror pod annotation")
-	}
-	if o, _ := TrimPod("tombstone"); o != "tombstone" {
-		t.Errorf("non-pod changed")
 	}
 }
 

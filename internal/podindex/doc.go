@@ -5,8 +5,9 @@
 //
 // What the operator held before (hookwright 0.1, read in the code):
 //   - the fleet's own controller-runtime cache of every pod of the cluster,
-//     finished ones included, trimmed by fleet.TrimPod to a corev1.Pod with
-//     its metadata (labels, our annotations, owner references), the names,
+//     finished ones included, trimmed by a transform (since removed) to a
+//     corev1.Pod with its metadata (labels, our annotations, owner
+//     references), the names,
 //     images and full ResourceRequirements of every container, phase and
 //     Ready (3.7–4.9 KB per pod in a cache; about 21.7 KiB of resident
 //     memory per pod measured, issue #24), plus every namespace trimmed;

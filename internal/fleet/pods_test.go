@@ -3,7 +3,6 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -60,88 +59,4 @@ func realisticPod(tb *testing.T, inj Injector, i int) []byte {
 		tb.Fatal(err)
 	}
 	return b
-}
-
-// heapOf is the live heap held by what keep returns for n decoded pods.
-func heapOf(tb testing.TB, raw [][]byte, keep func(*corev1.Pod) any) (uint64, []any) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	held := make([]any, 0, len(raw))
-	for _, b := range raw {
-		p := &corev1.Pod{}
-		if err := json.Unmarshal(b, p); err != nil {
-			tb.Fatal(err)
-		}
-		held = append(held, keep(p))
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	return after.HeapAlloc - before.HeapAlloc, held
-}
-
-// TestTrimmedPodMemory measures what 1,000 injected pods hold in the heap
-// as a full pod informer keeps them and as fleet.TrimPod leaves them (the
-// figure goes in docs/sidecarinjector.md; it is logged, not asserted beyond "smaller").
-func TestTrimmedPodMemory(t *testing.T) {
-	inj := testInjector(t, "proxy:2")
-	const n = 1000
-	raw := make([][]byte, n)
-	var size int
-	for i := range raw {
-		raw[i] = realisticPod(t, inj, i)
-		size += len(raw[i])
-	}
-	full, h1 := heapOf(t, raw, func(p *corev1.Pod) any { return p })
-	trimmed, h2 := heapOf(t, raw, func(p *corev1.Pod) any { o, _ := TrimPod(p); return o })
-	runtime.KeepAlive(h1)
-	runtime.KeepAlive(h2)
-	t.Logf("%d pods (JSON %d B each): full %d KiB (%d B/pod), trimmed %d KiB (%d B/pod), %.1f%% of full",
-		n, size/n, full/1024, full/n, trimmed/1024, trimmed/n, 100*float64(trimmed)/float64(full))
-	if trimmed >= full {
-		t.Errorf("trimmed pods hold %d B, full %d B", trimmed, full)
-	}
-	// Classification reads only what TrimPod keeps.
-	for _, b := range raw[:20] {
-		p := &corev1.Pod{}
-		_ = json.Unmarshal(b, p)
-		tp, _ := TrimPod(p)
-		a, okA := Classify(inj, p, map[string]string{"inject": "on"})
-		c, okC := Classify(inj, tp.(*corev1.Pod), map[string]string{"inject": "on"})
-		if a != c || okA != okC {
-			t.Fatalf("trimmed pod classified %+v, full %+v", c, a)
-		}
-	}
-}
-
-// BenchmarkReconcile10k is the pure part of one fleet reconcile at 10,000
-// trimmed pods: classify every pod and summarize.
-func BenchmarkReconcile10k(b *testing.B) {
-	t := &testing.T{}
-	inj := testInjector(t, "proxy:2")
-	one := realisticPod(t, inj, 0)
-	pods := make([]*corev1.Pod, 10000)
-	for i := range pods {
-		p := &corev1.Pod{}
-		if err := json.Unmarshal(one, p); err != nil {
-			b.Fatal(err)
-		}
-		p.Name = fmt.Sprintf("web-%05d", i)
-		p.Namespace = fmt.Sprintf("ns-%d", i%100)
-		tp, _ := TrimPod(p)
-		pods[i] = tp.(*corev1.Pod)
-	}
-	on := map[string]string{"inject": "on"}
-	b.ReportAllocs()
-	for b.Loop() {
-		out := make([]Pod, 0, len(pods))
-		for _, p := range pods {
-			if c, ok := Classify(inj, p, on); ok {
-				out = append(out, c)
-			}
-		}
-		if s := Summarize(out); s.Status.CurrentPods != 10000 {
-			b.Fatalf("current %d", s.Status.CurrentPods)
-		}
-	}
 }
