@@ -387,6 +387,7 @@ func (s *podStore) Delete(obj any) error {
 	s.p.notify(s.p.idx.Delete(r.Namespace.String(), r.Name))
 	return nil
 }
+
 // Replace ends the listing the pods were filed into as they came (the
 // stream's initial events or the pages), with items (none from our list
 // functions) filed last. Without one under way, items are the list.
