@@ -392,6 +392,7 @@ func TestPodSweep(t *testing.T) {
 	if measure {
 		bigPods = bigNamespacePods
 	}
+	rss.mark("namespace")
 	after, big := bigNamespace(t, ctx, fast, writes, crs, after, bigPods, 0, 1, teamLabel, nodes[0], sz.quiet)
 	running += bigPods
 
