@@ -277,7 +277,8 @@ func (p *podIndexer) fileInitialEvents(w watch.Interface) watch.Interface {
 
 // filteredWatch passes on the events keep accepts. Unlike
 // watch.Filter's, its goroutine ends on Stop even while the reader has
-// stopped reading (the reflector stops a watch and reads no more).
+// stopped reading (the reflector stops a watch and reads no more) or
+// the watch below has not closed yet.
 type filteredWatch struct {
 	in   watch.Interface
 	out  chan watch.Event
@@ -289,14 +290,22 @@ func filterWatch(in watch.Interface, keep func(watch.Event) bool) watch.Interfac
 	w := &filteredWatch{in: in, out: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
 		defer close(w.out)
-		for e := range in.ResultChan() {
-			if !keep(e) {
-				continue
-			}
+		for {
 			select {
-			case w.out <- e:
 			case <-w.stop:
 				return
+			case e, ok := <-in.ResultChan():
+				if !ok {
+					return
+				}
+				if !keep(e) {
+					continue
+				}
+				select {
+				case w.out <- e:
+				case <-w.stop:
+					return
+				}
 			}
 		}
 	}()

@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/hookwright/hookwright/internal/podindex"
 )
@@ -68,3 +70,82 @@ func TestPagedListExpiredMidway(t *testing.T) {
 		t.Fatalf("got %v, %v after %d pages: want no list, the 410 and no third page", obj, err, pages)
 	}
 }
+
+// A stream's initial events are filed into the index as they arrive:
+// the reflector is passed the first pod, the initial-events-end bookmark
+// (after which its Replace ends the listing) and every later event, and
+// the pod the index held but the stream did not name goes at the end.
+func TestFileInitialEvents(t *testing.T) {
+	p := newPodIndexer(nil)
+	mk := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "5"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	p.idx.Upsert(podindex.FromPod(mk("gone")))
+	up := watch.NewFake()
+	w := p.fileInitialEvents(up)
+	passed := make(chan watch.Event, 10)
+	go func() {
+		for e := range w.ResultChan() {
+			passed <- e
+		}
+		close(passed)
+	}()
+	up.Add(mk("a"))
+	up.Add(mk("b"))
+	up.Add(mk("c"))
+	bookmark := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	up.Action(watch.Bookmark, bookmark)
+	up.Modify(mk("b"))
+	if e := <-passed; e.Type != watch.Added || e.Object.(*corev1.Pod).Name != "a" {
+		t.Fatalf("first passed %v %v, want the first pod", e.Type, e.Object)
+	}
+	if e := <-passed; e.Type != watch.Bookmark {
+		t.Fatalf("second passed %v, want the bookmark (b and c filed)", e.Type)
+	}
+	if e := <-passed; e.Type != watch.Modified {
+		t.Fatalf("third passed %v, want the event after the bookmark", e.Type)
+	}
+	if got := p.idx.Stats().Pods; got != 3 {
+		t.Fatalf("%d pods held before the reflector's Replace, want 3 (gone, b, c)", got)
+	}
+	// What the reflector does after the bookmark: Replace with its
+	// temporary store, which holds the first pod.
+	s := &podStore{p: p}
+	first, _ := p.idx.Compact(mk("a"))
+	if err := s.Replace([]any{first}, "9"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.idx.Stats().Pods; got != 3 || !p.podsSynced.Load() {
+		t.Fatalf("after Replace: %d pods (want a, b, c), synced %v", got, p.podsSynced.Load())
+	}
+	w.Stop()
+	for range passed {
+	}
+}
+
+// A watch stopped while nobody reads it (the reflector stops a watch and
+// reads no more), over a watch that has not closed, ends its goroutine:
+// its channel closes.
+func TestFilterWatchStops(t *testing.T) {
+	up := &openWatch{ch: make(chan watch.Event, 1)}
+	w := filterWatch(up, func(watch.Event) bool { return true })
+	up.ch <- watch.Event{Type: watch.Added, Object: &corev1.Pod{}}
+	for len(up.ch) > 0 {
+		runtime.Gosched()
+	}
+	w.Stop()
+	// The event in flight may still pass; then the channel closes.
+	n := 0
+	for range w.ResultChan() {
+		n++
+	}
+	if n > 1 {
+		t.Fatalf("%d events passed after Stop, at most the one in flight", n)
+	}
+}
+
+// openWatch is a watch whose channel never closes, Stop or not.
+type openWatch struct{ ch chan watch.Event }
+
+func (w *openWatch) ResultChan() <-chan watch.Event { return w.ch }
+func (w *openWatch) Stop()                          {}
