@@ -878,10 +878,13 @@ func (r *rssSeries) table() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder
-	b.WriteString("| phase | samples | first | max | last |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString("| phase | samples | first | max | max at sample | last |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.phases {
 		if s := r.by[p]; len(s) > 0 {
-			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %.1f |\n", p, len(s), s[0], slices.Max(s), s[len(s)-1])
+			// Where in the phase the peak fell (the first sample is 1):
+			// a list's end, or the work after it.
+			at := slices.Index(s, slices.Max(s)) + 1
+			fmt.Fprintf(&b, "| %s | %d | %.1f | %.1f | %d | %.1f |\n", p, len(s), s[0], slices.Max(s), at, s[len(s)-1])
 		}
 	}
 	return b.String()
