@@ -105,6 +105,13 @@ type podIndexer struct {
 	// reflector's Replace that follows to end.
 	done atomic.Pointer[listing]
 	log  logr.Logger
+
+	// gcMu guards listing and gcPercent: the collector's pace is
+	// tightened from a list's beginning to the end of a list (one that
+	// failed and was retried stays one span).
+	gcMu      sync.Mutex
+	listing   bool
+	gcPercent int
 }
 
 // listing is a podindex.List the pods of a stream or a paged list were
@@ -118,7 +125,43 @@ type listing struct {
 // index is not Synced: the fleet writes no counts of a half-filed list.
 func (p *podIndexer) beginList() *podindex.List {
 	p.podsSynced.Store(false)
+	p.gcMu.Lock()
+	if !p.listing {
+		p.listing = true
+		// SetGCPercent has no getter: the first call reads the pace.
+		p.gcPercent = debug.SetGCPercent(-1)
+		debug.SetGCPercent(listGCPercent(p.gcPercent))
+	}
+	p.gcMu.Unlock()
 	return p.idx.BeginList()
+}
+
+// listGCPercent is the collector's pace while a list fills the index:
+// half the process's own (GOGC, 100 by default). The index grows by every
+// pod while each pod's decoding leaves about 4 KB of garbage, so the heap
+// the list ends with is the process's high-water mark; a heap goal of
+// 1.5 rather than twice what is live lowers it, for more collections in
+// the list's seconds (docs/scale.md, run Z). Off (negative) stays off.
+func listGCPercent(own int) int {
+	if own < 0 {
+		return own
+	}
+	return max(own/2, 10)
+}
+
+// endList restores the collector's pace once a list ended and returns
+// the list's garbage to the OS at once: the runtime's background
+// scavenger would take minutes, the process at its high-water mark
+// meanwhile. Lists are rare (a takeover, a watch that expired), so the
+// forced collection and scavenge are cheap.
+func (p *podIndexer) endList() {
+	p.gcMu.Lock()
+	if p.listing {
+		p.listing = false
+		debug.SetGCPercent(p.gcPercent)
+	}
+	p.gcMu.Unlock()
+	debug.FreeOSMemory()
 }
 
 // listed hands a listing whose pods were all filed to the reflector's
@@ -423,13 +466,7 @@ func (s *podStore) Replace(items []any, _ string) error {
 	s.p.podsSynced.Store(true)
 	indexLists.Inc()
 	s.p.notify(ch)
-	// A list leaves the garbage of every pod it decoded (about 4 KB a
-	// pod, 0.6 GB at 150,000) and a heap grown to twice what the index
-	// holds; the runtime's background scavenger returns the freed pages
-	// over minutes, during which the process stays at its high-water
-	// mark. Lists are rare (a takeover, a watch that expired), so one
-	// forced collection and scavenge here is cheap (docs/scale.md).
-	debug.FreeOSMemory()
+	s.p.endList()
 	return nil
 }
 func (s *podStore) Resync() error { return nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -149,3 +150,25 @@ type openWatch struct{ ch chan watch.Event }
 
 func (w *openWatch) ResultChan() <-chan watch.Event { return w.ch }
 func (w *openWatch) Stop()                          {}
+
+// A list tightens the collector's pace to half the process's own until a
+// list ends, however many lists began (a failed stream and its retry).
+func TestListGCPace(t *testing.T) {
+	own := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(own)
+	p := newPodIndexer(nil)
+	p.beginList()
+	p.beginList()
+	if got := debug.SetGCPercent(50); got != 50 {
+		t.Fatalf("pace while listing %d, want 50", got)
+	}
+	p.endList()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("pace after the list %d, want 100 again", got)
+	}
+	for _, c := range [][2]int{{100, 50}, {200, 100}, {15, 10}, {-1, -1}} {
+		if got := listGCPercent(c[0]); got != c[1] {
+			t.Errorf("listGCPercent(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+}
